@@ -1,0 +1,36 @@
+# Each target creates .venv and installs what it needs on first use, so a fresh clone needs nothing else.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+RUN_STAMP := $(VENV)/.installed-run
+DEV_STAMP := $(VENV)/.installed-dev
+
+.PHONY: demo test lint bench clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(RUN_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install --quiet -e ".[infra,train]"
+	touch $@
+
+$(DEV_STAMP): pyproject.toml $(RUN_STAMP)
+	$(PY) -m pip install --quiet -e ".[infra,train,policy,dev]"
+	touch $@
+
+demo: $(RUN_STAMP)
+	$(PY) -m infra synth --stack dev
+
+test: $(DEV_STAMP)
+	$(PY) -m pytest
+
+lint: $(DEV_STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m mypy infra workloads trainer
+
+bench: $(RUN_STAMP)
+	$(PY) -m trainer.bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -1,0 +1,239 @@
+"""The accelerator catalog: the one source of truth for GPU node facts.
+
+Pure data (no Pulumi import): node groups, Karpenter NodePools, workload rendering and the image
+builds all read it. Prices are indicative AWS list prices (us-east-1, Linux, on-demand) as published
+on the date in PRICES_READ; they feed the idle-cost estimate of `infra synth`, never a decision.
+Check current prices with `aws pricing get-products --service-code AmazonEC2` before budgeting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Literal
+
+PRICES_READ = "2025-06-05"  # after the June 2025 P4/P5 price reduction
+PRICE_REGION = "us-east-1"
+
+# Label every GPU node carries (managed node groups and Karpenter NodePools alike), so a job's
+# nodeSelector does not care which of the two launched the node.
+ACCELERATOR_LABEL = "mlops-eks.io/accelerator"
+
+EKS_CONTROL_PLANE_USD_PER_HOUR = 0.10
+NAT_GATEWAY_USD_PER_HOUR = 0.045
+# System (non-GPU) node instance types the platform may use, with their indicative prices.
+SYSTEM_INSTANCE_USD_PER_HOUR = MappingProxyType(
+    {
+        "m6i.large": 0.096,
+        "m6i.xlarge": 0.192,
+        "m7i.large": 0.1008,
+        "m7i.xlarge": 0.2016,
+        "t3.large": 0.0832,
+    }
+)
+
+
+class NodeImage(StrEnum):
+    """EKS managed node group AMI types (botocore's eks AMITypes) plus CUSTOM for a user AMI."""
+
+    AL2023_NVIDIA = "AL2023_x86_64_NVIDIA"
+    BOTTLEROCKET_NVIDIA = "BOTTLEROCKET_x86_64_NVIDIA"
+    CUSTOM = "CUSTOM"
+
+
+Vendor = Literal["nvidia", "amd"]
+
+_RESOURCE_NAME: dict[str, str] = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstanceType:
+    name: str
+    gpus: int
+    vcpus: int
+    memory_gib: int
+    efa_interfaces: int  # 0: no EFA on this size
+    usd_per_hour: float
+
+    @property
+    def family(self) -> str:
+        return self.name.split(".", 1)[0]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Taint:
+    key: str
+    value: str
+    effect: Literal["NoSchedule", "NoExecute", "PreferNoSchedule"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Accelerator:
+    key: str
+    vendor: Vendor
+    gpu_model: str
+    gpu_memory_gib: int
+    instance_types: tuple[InstanceType, ...]
+    node_image: NodeImage
+    # CUDA compute capability (sm_XY) for NVIDIA, LLVM gfx target for AMD: what images must be built for.
+    compute_target: str
+    notes: str = ""
+    extra_labels: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def resource_name(self) -> str:
+        """The extended resource the device plugin advertises and pods request."""
+        return _RESOURCE_NAME[self.vendor]
+
+    @property
+    def taint(self) -> Taint:
+        """Keeps non-GPU pods off GPU nodes; GPU pods tolerate it."""
+        return Taint(key=self.resource_name, value="true", effect="NoSchedule")
+
+    @property
+    def node_labels(self) -> dict[str, str]:
+        """Labels on every node of this accelerator. `<vendor>/gpu.present` is what the device
+        plugins' node affinity keys on (the NVIDIA plugin is otherwise only scheduled where NFD
+        has labelled the PCI device, which AL2023 nodes lack)."""
+        vendor_domain = "nvidia.com" if self.vendor == "nvidia" else "amd.com"
+        return {
+            ACCELERATOR_LABEL: self.key,
+            f"{vendor_domain}/gpu.present": "true",
+            **dict(self.extra_labels),
+        }
+
+    @property
+    def instance_families(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(t.family for t in self.instance_types))
+
+    @property
+    def efa_capable(self) -> bool:
+        return any(t.efa_interfaces > 0 for t in self.instance_types)
+
+    @property
+    def max_gpus_per_node(self) -> int:
+        return max(t.gpus for t in self.instance_types)
+
+    def instance(self, name: str) -> InstanceType:
+        for t in self.instance_types:
+            if t.name == name:
+                return t
+        allowed = ", ".join(t.name for t in self.instance_types)
+        raise KeyError(f"instance type {name!r} is not a {self.key} instance; allowed: {allowed}")
+
+
+def _types(*rows: tuple[str, int, int, int, int, float]) -> tuple[InstanceType, ...]:
+    return tuple(
+        InstanceType(name=n, gpus=g, vcpus=c, memory_gib=m, efa_interfaces=e, usd_per_hour=p)
+        for n, g, c, m, e, p in rows
+    )
+
+
+# Rows: name, GPUs, vCPUs, memory GiB, EFA interfaces, USD/hour (PRICES_READ, PRICE_REGION).
+CATALOG: MappingProxyType[str, Accelerator] = MappingProxyType(
+    {
+        a.key: a
+        for a in (
+            Accelerator(
+                key="t4",
+                vendor="nvidia",
+                gpu_model="NVIDIA T4",
+                gpu_memory_gib=16,
+                compute_target="sm_75",
+                node_image=NodeImage.AL2023_NVIDIA,
+                instance_types=_types(
+                    ("g4dn.xlarge", 1, 4, 16, 0, 0.526),
+                    ("g4dn.2xlarge", 1, 8, 32, 0, 0.752),
+                    ("g4dn.4xlarge", 1, 16, 64, 0, 1.204),
+                    ("g4dn.8xlarge", 1, 32, 128, 1, 2.176),
+                    ("g4dn.12xlarge", 4, 48, 192, 1, 3.912),
+                    ("g4dn.16xlarge", 1, 64, 256, 1, 4.352),
+                ),
+                notes="fp16 tensor cores, no bf16: AMP uses fp16 with a GradScaler.",
+            ),
+            Accelerator(
+                key="a10g",
+                vendor="nvidia",
+                gpu_model="NVIDIA A10G",
+                gpu_memory_gib=24,
+                compute_target="sm_86",
+                node_image=NodeImage.AL2023_NVIDIA,
+                instance_types=_types(
+                    ("g5.xlarge", 1, 4, 16, 0, 1.006),
+                    ("g5.2xlarge", 1, 8, 32, 0, 1.212),
+                    ("g5.4xlarge", 1, 16, 64, 0, 1.624),
+                    ("g5.8xlarge", 1, 32, 128, 1, 2.448),
+                    ("g5.12xlarge", 4, 48, 192, 1, 5.672),
+                    ("g5.24xlarge", 4, 96, 384, 1, 8.144),
+                    ("g5.48xlarge", 8, 192, 768, 1, 16.288),
+                ),
+            ),
+            Accelerator(
+                key="l4",
+                vendor="nvidia",
+                gpu_model="NVIDIA L4",
+                gpu_memory_gib=24,
+                compute_target="sm_89",
+                node_image=NodeImage.AL2023_NVIDIA,
+                instance_types=_types(
+                    ("g6.xlarge", 1, 4, 16, 0, 0.8048),
+                    ("g6.2xlarge", 1, 8, 32, 0, 0.9776),
+                    ("g6.4xlarge", 1, 16, 64, 0, 1.3232),
+                    ("g6.8xlarge", 1, 32, 128, 1, 2.0144),
+                    ("g6.12xlarge", 4, 48, 192, 1, 4.6016),
+                    ("g6.24xlarge", 4, 96, 384, 1, 6.6752),
+                    ("g6.48xlarge", 8, 192, 768, 1, 13.3504),
+                ),
+            ),
+            Accelerator(
+                key="a100",
+                vendor="nvidia",
+                gpu_model="NVIDIA A100",
+                gpu_memory_gib=40,
+                compute_target="sm_80",
+                node_image=NodeImage.AL2023_NVIDIA,
+                instance_types=_types(
+                    ("p4d.24xlarge", 8, 96, 1152, 4, 21.96),
+                    ("p4de.24xlarge", 8, 96, 1152, 4, 27.45),
+                ),
+                notes="p4de has the 80 GB A100. Use EFA, a cluster placement group and on-demand or "
+                "capacity reservations: Spot capacity for p4d is rare.",
+            ),
+            Accelerator(
+                key="h100",
+                vendor="nvidia",
+                gpu_model="NVIDIA H100",
+                gpu_memory_gib=80,
+                compute_target="sm_90",
+                node_image=NodeImage.AL2023_NVIDIA,
+                instance_types=_types(("p5.48xlarge", 8, 192, 2048, 32, 55.04)),
+            ),
+            Accelerator(
+                key="amd-v520",
+                vendor="amd",
+                gpu_model="AMD Radeon Pro V520",
+                gpu_memory_gib=8,
+                compute_target="gfx1011",
+                node_image=NodeImage.CUSTOM,
+                instance_types=_types(
+                    ("g4ad.xlarge", 1, 4, 16, 0, 0.37853),
+                    ("g4ad.2xlarge", 1, 8, 32, 0, 0.54117),
+                    ("g4ad.4xlarge", 1, 16, 64, 0, 0.867),
+                    ("g4ad.8xlarge", 2, 32, 128, 0, 1.734),
+                    ("g4ad.16xlarge", 4, 64, 256, 0, 3.468),
+                ),
+                notes="No EKS-optimized AMD AMI exists: pools need a custom AMI with the amdgpu driver. "
+                "ROCm's prebuilt PyTorch does not target gfx1011.",
+            ),
+        )
+    }
+)
+
+
+def accelerator(key: str) -> Accelerator:
+    """The catalog entry for `key`, or a KeyError that lists the keys there are."""
+    try:
+        return CATALOG[key]
+    except KeyError:
+        raise KeyError(f"unknown accelerator {key!r}; allowed: {', '.join(CATALOG)}") from None

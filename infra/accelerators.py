@@ -225,6 +225,9 @@ CATALOG: MappingProxyType[str, Accelerator] = MappingProxyType(
                 ),
                 notes="No EKS-optimized AMD AMI exists: pools need a custom AMI with the amdgpu driver. "
                 "ROCm's prebuilt PyTorch does not target gfx1011.",
+                # The NFD label of an AMD display controller (PCI class 0300, vendor 1002): the amd-gpu
+                # chart's device plugin selects nodes by it, and these nodes run no NFD to set it.
+                extra_labels=MappingProxyType({"feature.node.kubernetes.io/pci-0300_1002.present": "true"}),
             ),
         )
     }

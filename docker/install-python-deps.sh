@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Build-stage step shared by docker/{cuda,rocm,cpu}/Dockerfile: create the virtual environment the image
+# runs ($VENV) on the base image's Python and install every pin of pyproject.toml (base dependencies and
+# the `train` extra) into it. Only pyproject.toml and docker/ need to be present, so this layer is cached
+# until a pin changes.
+#
+#   install-python-deps.sh PYPROJECT VERSION TORCH_INDEX_URL -- CHECK_TORCH_ARGS...
+#
+# torch comes from TORCH_INDEX_URL (the PyTorch wheel index of the image's platform) unless the base image
+# already ships the pinned version, as the CUDA and ROCm bases do; check_torch.py then fails the build
+# unless the torch in place is the pinned version built for the expected platform.
+set -euo pipefail
+
+if [[ $# -lt 4 || $4 != "--" ]]; then
+  echo "usage: $0 PYPROJECT VERSION TORCH_INDEX_URL -- CHECK_TORCH_ARGS..." >&2
+  exit 2
+fi
+pyproject=$1
+version=$2
+torch_index=$3
+shift 4
+venv=${VENV:-/opt/mlops-eks/venv}
+here=$(cd "$(dirname "$0")" && pwd)
+requirements=$(mktemp)
+
+python3 "$here/pyproject_requirements.py" "$pyproject" --check-version "$version"
+python3 "$here/pyproject_requirements.py" "$pyproject" --extra train >"$requirements"
+torch_pin=$(python3 "$here/pyproject_requirements.py" "$pyproject" --extra train --only torch)
+
+python3 -m venv "$venv"
+# Let the venv see the base interpreter's packages (the base image's torch build), after its own: pip
+# counts them as installed, and a pin that differs from the base's version goes into the venv and wins.
+venv_site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+python3 -c 'import site; print("\n".join(site.getsitepackages()))' >"$venv_site/_base_image_packages.pth"
+
+echo "install-python-deps: $torch_pin from $torch_index (already satisfied when the base image ships it)"
+"$venv/bin/pip" install --no-cache-dir --index-url "$torch_index" "$torch_pin"
+echo "install-python-deps: pyproject.toml pins: $(tr '\n' ' ' <"$requirements")"
+"$venv/bin/pip" install --no-cache-dir --requirement "$requirements"
+"$venv/bin/python" "$here/check_torch.py" --pin "$torch_pin" "$@"
+rm -f "$requirements"

@@ -1,0 +1,106 @@
+"""Print this project's pinned Python requirements, read from pyproject.toml at image build time.
+
+The images install exactly what this prints (base dependencies plus the named extras), so every pin
+lives once, in pyproject.toml; there is no generated requirements file that could drift from it.
+Standard library only: it runs in a bare build stage before anything is installed.
+
+    python pyproject_requirements.py pyproject.toml --extra train            # one requirement a line
+    python pyproject_requirements.py pyproject.toml --extra train --only torch
+    python pyproject_requirements.py pyproject.toml --check-version 0.1.0    # exit 1 unless it matches
+    python pyproject_requirements.py pyproject.toml --project-version        # 0.1.0
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+# An image must be reproducible: every requirement it installs is an exact `name==version` pin.
+_EXACT_PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==(?P<version>[^\s,;<>=!~]+)$")
+
+
+class PyprojectError(ValueError):
+    """pyproject.toml cannot give the pinned requirements asked for."""
+
+
+def load(path: Path) -> dict:
+    with path.open("rb") as f:
+        return tomllib.load(f)
+
+
+def project_version(pyproject: dict) -> str:
+    return pyproject["project"]["version"]
+
+
+def requirements(pyproject: dict, extras: list[str]) -> list[str]:
+    """Base dependencies followed by each extra's, in file order, checked to be exact pins."""
+    project = pyproject["project"]
+    optional = project.get("optional-dependencies", {})
+    for extra in extras:
+        if extra not in optional:
+            raise PyprojectError(
+                f"extra {extra!r} is not in [project.optional-dependencies]; have {sorted(optional)}"
+            )
+    reqs = list(project.get("dependencies", []))
+    for extra in extras:
+        reqs.extend(optional[extra])
+    for req in reqs:
+        if not _EXACT_PIN.match(req.strip()):
+            raise PyprojectError(
+                f"requirement {req!r} is not an exact pin (name==version); images need exact pins"
+            )
+    return [req.strip() for req in reqs]
+
+
+def canonical_name(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pin_of(reqs: list[str], package: str) -> str:
+    """The requirement line for one package, e.g. 'torch==2.13.0'."""
+    for req in reqs:
+        match = _EXACT_PIN.match(req)
+        if match and canonical_name(match["name"]) == canonical_name(package):
+            return req
+    raise PyprojectError(f"package {package!r} is not among the requirements {reqs}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("pyproject", type=Path)
+    parser.add_argument(
+        "--extra", action="append", default=[], help="an optional-dependencies group; repeatable"
+    )
+    parser.add_argument("--only", metavar="PACKAGE", help="print only this package's pin")
+    parser.add_argument(
+        "--check-version", metavar="VERSION", help="fail unless [project].version equals this"
+    )
+    parser.add_argument("--project-version", action="store_true", help="print [project].version")
+    args = parser.parse_args(argv)
+    pyproject = load(args.pyproject)
+    try:
+        if args.project_version:
+            print(project_version(pyproject))
+            return 0
+        if args.check_version is not None:
+            if args.check_version != project_version(pyproject):
+                raise PyprojectError(
+                    f"build arg VERSION={args.check_version!r} but {args.pyproject} has version "
+                    f"{project_version(pyproject)!r}; pass --build-arg VERSION={project_version(pyproject)}"
+                )
+            return 0
+        reqs = requirements(pyproject, args.extra)
+        print(pin_of(reqs, args.only) if args.only else "\n".join(reqs))
+    except PyprojectError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""`python -m infra synth --stack dev|prod [--json]`: print what the platform program would register.
+
+Runs the real program offline against Pulumi mocks with the stack's config file: every resource with
+its type, name, parent and inputs (secrets masked), the exports and the estimated idle cost per hour.
+`--json` prints only the resources, as a list of {"type", "name", "parent", "inputs"}.
+Exits 2 with the configuration error on invalid config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from infra.config import ConfigError
+from infra.idle_cost import idle_cost_report
+from infra.synth import available_stacks, stack_config, synth
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infra", description=__doc__.split("\n", 1)[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("synth", help="evaluate a platform stack offline and print its resources")
+    p.add_argument(
+        "--stack", required=True, help=f"stack name (Pulumi.<stack>.yaml): {', '.join(available_stacks())}"
+    )
+    p.add_argument("--file", type=Path, help="read the config from this file instead of Pulumi.<stack>.yaml")
+    p.add_argument("--json", action="store_true", help="print the resources as JSON only")
+    args = parser.parse_args(argv)
+
+    try:
+        config, resources, exports = synth(args.stack, stack_config(args.stack, args.file))
+    except (ConfigError, FileNotFoundError) as e:
+        print(f"error: {args.file or f'Pulumi.{args.stack}.yaml'}: {e}", file=sys.stderr)
+        return 2
+
+    if args.json:
+        print(json.dumps([asdict(r) for r in resources], indent=2, sort_keys=True))
+        return 0
+    for r in resources:
+        print(f"{r.type}  {r.name}" + (f"  (parent: {r.parent})" if r.parent else ""))
+        for key, value in sorted(r.inputs.items()):
+            print(f"    {key}: {json.dumps(value, sort_keys=True)}")
+    print(f"\n{len(resources)} resources. Exports:")
+    for key, value in exports.items():
+        print(f"  {key}: {json.dumps(value, sort_keys=True)}")
+    print("\n" + idle_cost_report(config))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

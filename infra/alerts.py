@@ -1,0 +1,79 @@
+"""Alerting rules for GPU nodes and training jobs (kube-prometheus-stack `additionalPrometheusRulesMap`).
+
+Metrics: DCGM exporter (DCGM_FI_*, with the workload's pod/namespace labels), kube-state-metrics
+(extended resources appear as `nvidia_com_gpu` / `amd_com_gpu`) and Karpenter's controller metrics.
+A "training pod" is a pod that requests GPUs: no pod-label allowlist in kube-state-metrics is needed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+GPU_RESOURCES = 'resource=~"nvidia_com_gpu|amd_com_gpu"'
+
+
+def _alert(name: str, expr: str, for_: str, severity: str, summary: str, description: str) -> dict[str, Any]:
+    return {
+        "alert": name,
+        "expr": expr,
+        "for": for_,
+        "labels": {"severity": severity},
+        "annotations": {"summary": summary, "description": description},
+    }
+
+
+def prometheus_rules() -> dict[str, Any]:
+    """additionalPrometheusRulesMap entry name -> PrometheusRule spec."""
+    gpu = [
+        _alert(
+            "GpuXidError",
+            "max by (Hostname, gpu, UUID) (max_over_time(DCGM_FI_DEV_XID_ERRORS[5m])) > 0",
+            "0m",
+            "warning",
+            "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} reported XID {{ $value }}",
+            "XID errors are driver-reported GPU faults (e.g. 48 double-bit ECC, 79 fell off the bus). "
+            "Drain the node if they repeat.",
+        ),
+        _alert(
+            "GpuNodeNotReady",
+            f'(kube_node_status_condition{{condition="Ready",status="true"}} == 0) '
+            f"and on (node) (max by (node) (kube_node_status_capacity{{{GPU_RESOURCES}}}) > 0)",
+            "5m",
+            "critical",
+            "GPU node {{ $labels.node }} is NotReady",
+            "Pods on it cannot run; jobs using it will restart from their last checkpoint.",
+        ),
+        _alert(
+            "GpuAllocatedButIdle",
+            'avg by (namespace, pod, Hostname, gpu) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{pod!=""}[30m])) < 5',
+            "0m",
+            "warning",
+            "GPU {{ $labels.gpu }} allocated to {{ $labels.namespace }}/{{ $labels.pod }} is idle",
+            "Average utilisation below 5% for 30 minutes while a pod holds the GPU: paid for and unused.",
+        ),
+    ]
+    training = [
+        _alert(
+            "TrainingPodRestarting",
+            "(sum by (namespace, pod) (increase(kube_pod_container_status_restarts_total[15m])) > 0) "
+            "and on (namespace, pod) "
+            f"(sum by (namespace, pod) (kube_pod_container_resource_requests{{{GPU_RESOURCES}}}) > 0)",
+            "0m",
+            "warning",
+            "Training pod {{ $labels.namespace }}/{{ $labels.pod }} restarted",
+            "A GPU pod restarted in the last 15 minutes (crash, OOM, or a Spot interruption resume).",
+        ),
+        _alert(
+            "KarpenterInterruptionEvents",
+            "sum by (message_type) (increase(karpenter_interruption_received_messages_total[10m])) > 0",
+            "0m",
+            "info",
+            "Karpenter received {{ $labels.message_type }} interruption events",
+            "Spot interruptions, rebalance recommendations or health events: nodes are being replaced; "
+            "training jobs on them resume from their checkpoints.",
+        ),
+    ]
+    return {
+        "mlops-eks-gpu": {"groups": [{"name": "gpu-nodes", "rules": gpu}]},
+        "mlops-eks-training": {"groups": [{"name": "training-jobs", "rules": training}]},
+    }

@@ -1,0 +1,98 @@
+"""Every Helm chart and manifest bundle the platform installs, pinned once.
+
+`release()` is the one way a component installs a chart: a Helm-native `helm.v3.Release` (hooks run,
+CRDs in `crds/` are installed, the release is atomic and rolls back on failure) on the cluster's
+Kubernetes provider. Change a version here and nowhere else; the values tests check every key we set
+against the chart's default values at the version pinned here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import pulumi
+from pulumi_kubernetes.helm.v3 import Release, RepositoryOptsArgs
+
+
+@dataclass(frozen=True, kw_only=True)
+class Chart:
+    name: str
+    version: str
+    # An https Helm repository, or None when `name` is a full oci:// reference.
+    repository: str | None = None
+
+    @property
+    def short_name(self) -> str:
+        """The chart's own name (what ../shared/upstream/charts files are named after)."""
+        return self.name.rsplit("/", 1)[-1]
+
+
+CHARTS: MappingProxyType[str, Chart] = MappingProxyType(
+    {
+        "karpenter": Chart(name="oci://public.ecr.aws/karpenter/karpenter", version="1.14.1"),
+        "nvidia-device-plugin": Chart(
+            name="nvidia-device-plugin",
+            version="0.20.0",
+            repository="https://nvidia.github.io/k8s-device-plugin",
+        ),
+        "dcgm-exporter": Chart(
+            name="dcgm-exporter",
+            version="4.8.2",
+            repository="https://nvidia.github.io/dcgm-exporter/helm-charts",
+        ),
+        "amd-gpu": Chart(
+            name="amd-gpu", version="0.21.0", repository="https://rocm.github.io/k8s-device-plugin/"
+        ),
+        "kube-prometheus-stack": Chart(
+            name="kube-prometheus-stack",
+            version="88.5.3",
+            repository="https://prometheus-community.github.io/helm-charts",
+        ),
+        "cost-analyzer": Chart(
+            name="cost-analyzer", version="2.9.7", repository="https://kubecost.github.io/cost-analyzer/"
+        ),
+        "kubeflow-trainer": Chart(name="oci://ghcr.io/kubeflow/charts/kubeflow-trainer", version="2.3.0"),
+        "kueue": Chart(name="oci://registry.k8s.io/kueue/charts/kueue", version="0.19.2"),
+        "volcano": Chart(
+            name="volcano", version="1.15.1", repository="https://volcano-sh.github.io/helm-charts"
+        ),
+        "metrics-server": Chart(
+            name="metrics-server",
+            version="3.13.1",
+            repository="https://kubernetes-sigs.github.io/metrics-server/",
+        ),
+    }
+)
+
+# Training Operator v1 (PyTorchJob, MPIJob) has no Helm chart: its standalone kustomize overlay, at a tag.
+TRAINING_OPERATOR_V1_TAG = "v1.9.2"
+TRAINING_OPERATOR_V1_KUSTOMIZE = f"https://github.com/kubeflow/training-operator/tree/{TRAINING_OPERATOR_V1_TAG}/manifests/overlays/standalone"
+
+
+def release(
+    name: str,
+    chart_key: str,
+    namespace: str,
+    values: dict[str, Any] | pulumi.Output,
+    opts: pulumi.ResourceOptions,
+    *,
+    timeout_s: int = 600,
+) -> Release:
+    """Install CHARTS[chart_key] as release `name` into `namespace` (created when missing)."""
+    chart = CHARTS[chart_key]
+    return Release(
+        name,
+        name=name,
+        chart=chart.name,
+        version=chart.version,
+        repository_opts=RepositoryOptsArgs(repo=chart.repository) if chart.repository else None,
+        namespace=namespace,
+        create_namespace=True,
+        values=values,
+        atomic=True,
+        cleanup_on_fail=True,
+        timeout=timeout_s,
+        opts=opts,
+    )

@@ -1,0 +1,228 @@
+"""The EKS control plane (pulumi-eks `eks.Cluster`) and the managed add-ons that need running nodes.
+
+`Cluster` creates the KMS key for secrets envelope encryption, the node IAM role every node group
+(and Karpenter) shares, the cluster with API authentication and access entries, all five control
+plane log types, and the Kubernetes provider other components deploy through. `ManagedAddons`
+installs CoreDNS, the Pod Identity agent and the EBS CSI driver (with its own role) once the system
+nodes exist, then makes an encrypted gp3 StorageClass the default.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_eks as eks
+import pulumi_kubernetes as k8s
+from pydantic import BaseModel, ConfigDict
+
+LOG_TYPES = ["api", "audit", "authenticator", "controllerManager", "scheduler"]
+# EKS's own default service CIDR, set explicitly because custom-AMI nodes are told it at bootstrap.
+SERVICE_CIDR = "172.20.0.0/16"
+EBS_CSI_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
+NODE_POLICIES = (
+    "AmazonEKSWorkerNodePolicy",
+    "AmazonEKS_CNI_Policy",
+    "AmazonEC2ContainerRegistryReadOnly",
+    # Session Manager instead of SSH: no key pairs, no port 22.
+    "AmazonSSMManagedInstanceCore",
+)
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+
+def assume_role_policy(service: str, actions: tuple[str, ...] = ("sts:AssumeRole",), **condition) -> str:
+    statement = {"Effect": "Allow", "Principal": {"Service": service}, "Action": list(actions)}
+    if condition:
+        statement["Condition"] = condition
+    return json.dumps({"Version": "2012-10-17", "Statement": [statement]})
+
+
+def pod_identity_trust_policy(cluster_name: str, namespace: str, service_account: str) -> str:
+    """Trust for an EKS Pod Identity role, limited by the session tags EKS sets to one service account
+    of one cluster (without them any pod identity association in the account could use the role)."""
+    return assume_role_policy(
+        "pods.eks.amazonaws.com",
+        ("sts:AssumeRole", "sts:TagSession"),
+        StringEquals={
+            "aws:RequestTag/eks-cluster-name": cluster_name,
+            "aws:RequestTag/kubernetes-namespace": namespace,
+            "aws:RequestTag/kubernetes-service-account": service_account,
+        },
+    )
+
+
+class ClusterArgs(_Args):
+    cluster_name: str
+    partition: str
+    kubernetes_version: str
+    vpc_id: pulumi.Output[str]
+    private_subnet_ids: pulumi.Output[list[str]]
+    public_subnet_ids: pulumi.Output[list[str]]
+    endpoint_public_access: bool
+    public_access_cidrs: list[str]
+    admin_principal_arns: list[str]
+    tags: dict[str, str]
+
+
+class Cluster(pulumi.ComponentResource):
+    def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("mlops-eks:infra:Cluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.name = args.cluster_name
+
+        key = aws.kms.Key(
+            f"{name}-secrets",
+            description=f"Envelope encryption of Kubernetes secrets in {args.cluster_name}",
+            enable_key_rotation=True,
+            deletion_window_in_days=30,
+            tags=args.tags,
+            opts=child,
+        )
+        aws.kms.Alias(
+            f"{name}-secrets", name=f"alias/{args.cluster_name}-secrets", target_key_id=key.key_id, opts=child
+        )
+
+        self.node_role = aws.iam.Role(
+            f"{name}-node",
+            assume_role_policy=assume_role_policy("ec2.amazonaws.com"),
+            description=f"Worker nodes of {args.cluster_name} (managed node groups and Karpenter)",
+            tags=args.tags,
+            opts=child,
+        )
+        for policy in NODE_POLICIES:
+            aws.iam.RolePolicyAttachment(
+                f"{name}-node-{policy}",
+                role=self.node_role.name,
+                policy_arn=f"arn:{args.partition}:iam::aws:policy/{policy}",
+                opts=child,
+            )
+
+        admin_policy = f"arn:{args.partition}:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+        self.eks = eks.Cluster(
+            f"{name}-eks",
+            name=args.cluster_name,
+            version=args.kubernetes_version,
+            vpc_id=args.vpc_id,
+            private_subnet_ids=args.private_subnet_ids,
+            public_subnet_ids=args.public_subnet_ids,
+            node_associate_public_ip_address=False,
+            skip_default_node_group=True,
+            # Registers an EC2_LINUX access entry for the shared node role.
+            instance_roles=[self.node_role],
+            authentication_mode=eks.AuthenticationMode.API,
+            access_entries={
+                f"admin-{i}": eks.AccessEntryArgs(
+                    principal_arn=arn,
+                    access_policies={
+                        "cluster-admin": eks.AccessPolicyAssociationArgs(
+                            policy_arn=admin_policy,
+                            access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
+                        )
+                    },
+                )
+                for i, arn in enumerate(args.admin_principal_arns)
+            },
+            encryption_config_key_arn=key.arn,
+            enabled_cluster_log_types=LOG_TYPES,
+            endpoint_private_access=True,
+            endpoint_public_access=args.endpoint_public_access,
+            public_access_cidrs=args.public_access_cidrs or None,
+            create_oidc_provider=True,
+            kubernetes_service_ip_address_range=SERVICE_CIDR,
+            # vpc-cni and kube-proxy come as EKS add-ons with the cluster; CoreDNS waits for nodes
+            # (ManagedAddons), so EKS must not bootstrap its self-managed copies.
+            bootstrap_self_managed_addons=False,
+            coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),
+            tags=args.tags,
+            opts=child,
+        )
+        self.kubeconfig_json = self.eks.kubeconfig_json
+        self.oidc_provider_arn = self.eks.oidc_provider_arn
+        self.oidc_provider_url = self.eks.oidc_provider_url
+        # Attributes a custom-AMI or EFA launch template needs; read back once the cluster exists.
+        self.info = aws.eks.get_cluster_output(
+            name=args.cluster_name, opts=pulumi.InvokeOutputOptions(parent=self, depends_on=[self.eks])
+        )
+        self.k8s_provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig_json, opts=child)
+        self.register_outputs(
+            {
+                "cluster_name": self.name,
+                "oidc_provider_arn": self.oidc_provider_arn,
+                "node_role_arn": self.node_role.arn,
+            }
+        )
+
+
+class ManagedAddonsArgs(_Args):
+    cluster_name: str
+    partition: str
+    k8s_provider: k8s.Provider
+    # The add-ons' pods need schedulable nodes before EKS reports them ACTIVE.
+    node_groups: list[pulumi.Resource]
+    tags: dict[str, str]
+
+
+class ManagedAddons(pulumi.ComponentResource):
+    def __init__(self, name: str, args: ManagedAddonsArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("mlops-eks:infra:ManagedAddons", name, None, opts)
+
+        def addon(addon_name: str, *after: pulumi.Resource, **kwargs) -> aws.eks.Addon:
+            return aws.eks.Addon(
+                f"{name}-{addon_name}",
+                cluster_name=args.cluster_name,
+                addon_name=addon_name,
+                resolve_conflicts_on_create="OVERWRITE",
+                resolve_conflicts_on_update="OVERWRITE",
+                tags=args.tags,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.node_groups, *after]),
+                **kwargs,
+            )
+
+        addon("coredns")
+        pod_identity = addon("eks-pod-identity-agent")
+
+        # EBS CSI gets its own role, assumable only by the kube-system/ebs-csi-controller-sa service
+        # account of this cluster (Pod Identity association below, session tags in the trust policy).
+        ebs_role = aws.iam.Role(
+            f"{name}-ebs-csi",
+            assume_role_policy=pod_identity_trust_policy(
+                args.cluster_name, "kube-system", EBS_CSI_SERVICE_ACCOUNT
+            ),
+            description=f"EBS CSI controller of {args.cluster_name}",
+            tags=args.tags,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        policy = aws.iam.RolePolicyAttachment(
+            f"{name}-ebs-csi",
+            role=ebs_role.name,
+            policy_arn=f"arn:{args.partition}:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy",
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        ebs = addon(
+            "aws-ebs-csi-driver",
+            pod_identity,
+            policy,
+            pod_identity_associations=[
+                aws.eks.AddonPodIdentityAssociationArgs(
+                    role_arn=ebs_role.arn, service_account=EBS_CSI_SERVICE_ACCOUNT
+                )
+            ],
+        )
+
+        self.storage_class = k8s.storage.v1.StorageClass(
+            f"{name}-gp3",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name="gp3", annotations={"storageclass.kubernetes.io/is-default-class": "true"}
+            ),
+            provisioner="ebs.csi.aws.com",
+            parameters={"type": "gp3", "encrypted": "true", "fsType": "ext4"},
+            volume_binding_mode="WaitForFirstConsumer",
+            allow_volume_expansion=True,
+            reclaim_policy="Delete",
+            opts=pulumi.ResourceOptions(parent=self, provider=args.k8s_provider, depends_on=[ebs]),
+        )
+        self.register_outputs({"storage_class": self.storage_class.metadata.name})

@@ -1,0 +1,124 @@
+"""GPU software on the nodes: the NVIDIA device plugin (makes `nvidia.com/gpu` allocatable), DCGM exporter
+(GPU metrics for Prometheus and Kubecost) and the AMD device plugin (`amd.com/gpu`).
+
+Each DaemonSet is scheduled by the labels every GPU node of its vendor carries (the catalog's
+`node_labels`, set by managed node groups and Karpenter NodePools alike) and tolerates the vendor's GPU
+taint. Without the label the NVIDIA plugin waits for NFD labels that AL2023 nodes never get, and no GPU is
+ever allocatable (a common AL2023 pitfall).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.accelerators import CATALOG, Vendor
+from infra.addons_config import GpuSoftwareConfig
+from infra.charts import release
+
+NAMESPACE = "gpu-system"
+# Workload pod labels DCGM copies onto GPU metrics (set by the workload renderer on every training pod):
+# `mlops-eks.io/job` (job name) and `mlops-eks.io/accelerator`. The exporter sanitises label names the
+# Prometheus way, so they appear as `mlops_eks_io_job` and `mlops_eks_io_accelerator`.
+POD_LABEL_ALLOWLIST = [r"^mlops-eks\.io/.*$"]
+JOB_LABEL = "mlops_eks_io_job"
+
+
+def vendor_node_selector(vendor: Vendor) -> dict[str, str]:
+    """The labels every GPU node of `vendor` carries, whatever its accelerator."""
+    label_sets = [a.node_labels.items() for a in CATALOG.values() if a.vendor == vendor]
+    common = set(label_sets[0]).intersection(*label_sets[1:])
+    return dict(sorted(common))
+
+
+def vendor_toleration(vendor: Vendor) -> dict[str, str]:
+    taint = next(a.taint for a in CATALOG.values() if a.vendor == vendor)
+    return {"key": taint.key, "operator": "Exists", "effect": taint.effect}
+
+
+# The chart defaults' own toleration: keep it when we replace the list.
+_CRITICAL_ADDONS = {"key": "CriticalAddonsOnly", "operator": "Exists"}
+
+
+def nvidia_device_plugin_values() -> dict[str, Any]:
+    return {
+        "nodeSelector": vendor_node_selector("nvidia"),
+        "tolerations": [_CRITICAL_ADDONS, vendor_toleration("nvidia")],
+        "priorityClassName": "system-node-critical",
+    }
+
+
+def dcgm_exporter_values(*, service_monitor: bool) -> dict[str, Any]:
+    return {
+        "nodeSelector": vendor_node_selector("nvidia"),
+        "tolerations": [vendor_toleration("nvidia")],
+        "serviceMonitor": {
+            "enabled": service_monitor,
+            # Keep the exporter's pod/namespace/container labels (the GPU's workload) instead of renaming
+            # them to exported_* under the exporter pod's own: dashboards and alerts join on them.
+            "honorLabels": True,
+            "interval": "15s",
+        },
+        "kubernetes": {"enablePodLabels": True, "podLabelAllowlistRegex": POD_LABEL_ALLOWLIST},
+    }
+
+
+# The amd-gpu chart selects nodes only through `node_selector` (a fixed default we cannot extend without
+# leaving the chart's declared values): the NFD label for an AMD display controller and the architecture.
+# AMD nodes carry that label from the catalog (`extra_labels`), so no NFD is needed.
+AMD_CHART_NODE_SELECTOR = {
+    "feature.node.kubernetes.io/pci-0300_1002.present": "true",
+    "kubernetes.io/arch": "amd64",
+}
+
+
+def amd_device_plugin_values() -> dict[str, Any]:
+    return {
+        "node_selector_enabled": True,
+        "node_selector": AMD_CHART_NODE_SELECTOR,
+        "tolerations": [_CRITICAL_ADDONS, vendor_toleration("amd")],
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuSoftwareArgs:
+    config: GpuSoftwareConfig
+    k8s_provider: k8s.Provider
+    # DCGM's ServiceMonitor needs the Prometheus Operator CRDs: pass the observability release.
+    service_monitor_after: pulumi.Resource | None = None
+    depends_on: Sequence[pulumi.Resource] = ()
+
+
+class GpuSoftware(pulumi.ComponentResource):
+    releases: dict[str, k8s.helm.v3.Release]
+
+    def __init__(self, name: str, args: GpuSoftwareArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("mlops-eks:infra:GpuSoftware", name, None, opts)
+        cfg = args.config
+        base = pulumi.ResourceOptions(
+            parent=self, provider=args.k8s_provider, depends_on=list(args.depends_on)
+        )
+        self.releases = {}
+        if cfg.nvidia_device_plugin:
+            self.releases["nvidia-device-plugin"] = release(
+                "nvidia-device-plugin", "nvidia-device-plugin", NAMESPACE, nvidia_device_plugin_values(), base
+            )
+        if cfg.dcgm_exporter:
+            monitored = args.service_monitor_after is not None
+            after = [args.service_monitor_after] if args.service_monitor_after else []
+            self.releases["dcgm-exporter"] = release(
+                "dcgm-exporter",
+                "dcgm-exporter",
+                NAMESPACE,
+                dcgm_exporter_values(service_monitor=monitored),
+                pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(depends_on=after)),
+            )
+        if cfg.amd_device_plugin:
+            self.releases["amd-gpu"] = release(
+                "amd-gpu", "amd-gpu", NAMESPACE, amd_device_plugin_values(), base
+            )
+        self.register_outputs({"releases": list(self.releases)})

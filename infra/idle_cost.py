@@ -1,0 +1,55 @@
+"""What a platform stack costs per hour with no job running, from the catalog's indicative prices.
+
+Idle means: the EKS control plane, the NAT gateways, the system nodes at their desired size and every
+GPU pool at its minimum size (0 by default, so GPUs cost nothing idle). GPU pools are priced on
+demand even when Spot: an upper bound. Data transfer, EBS, S3, CloudWatch logs and KMS are left out.
+"""
+
+from __future__ import annotations
+
+from infra.accelerators import (
+    EKS_CONTROL_PLANE_USD_PER_HOUR,
+    NAT_GATEWAY_USD_PER_HOUR,
+    PRICE_REGION,
+    PRICES_READ,
+    SYSTEM_INSTANCE_USD_PER_HOUR,
+)
+from infra.config import PlatformConfig
+
+
+def idle_cost_lines(config: PlatformConfig) -> list[tuple[str, float]]:
+    """(item, USD per hour) for each idle cost of the stack."""
+    nats = 1 if config.nat_gateways == "single" else config.availability_zone_count
+    system = config.system_nodes
+    system_type = system.instance_types[0]
+    lines = [
+        ("EKS control plane", EKS_CONTROL_PLANE_USD_PER_HOUR),
+        (f"NAT gateways ({nats})", nats * NAT_GATEWAY_USD_PER_HOUR),
+        (
+            f"system nodes ({system.desired} x {system_type})",
+            system.desired * SYSTEM_INSTANCE_USD_PER_HOUR[system_type],
+        ),
+    ]
+    for pool in config.gpu_pools:
+        instance = pool.catalog_entry.instance(pool.instance_type_names[0])
+        lines.append(
+            (
+                f"GPU pool {pool.name} ({pool.min_size} x {instance.name})",
+                pool.min_size * instance.usd_per_hour,
+            )
+        )
+    return lines
+
+
+def idle_cost_report(config: PlatformConfig) -> str:
+    lines = idle_cost_lines(config)
+    width = max(len(item) for item, _ in lines)
+    rows = [f"  {item:<{width}}  ${usd:8.3f}" for item, usd in lines]
+    total = sum(usd for _, usd in lines)
+    return "\n".join(
+        [
+            f"Estimated idle cost (indicative {PRICE_REGION} on-demand prices read {PRICES_READ}):",
+            *rows,
+            f"  {'total per hour':<{width}}  ${total:8.3f}   (~${total * 730:,.0f} per month)",
+        ]
+    )

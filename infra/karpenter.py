@@ -1,0 +1,255 @@
+"""Karpenter 1.14: GPU and CPU nodes on demand, sized to the pending pods.
+
+The controller's AWS identity is an IAM role bound to its service account with EKS Pod Identity, holding
+the reference policies of `karpenter_iam` scoped to this cluster. Nodes get their own role with an
+`EC2_LINUX` access entry. Spot interruptions, rebalance recommendations, instance state changes, AWS
+Health and capacity-reservation events reach the controller through an SQS queue fed by EventBridge.
+
+Teardown order is dependency wiring: NodePools and EC2NodeClasses depend on the Helm release, so
+`pulumi destroy` deletes them first while the controller still runs and terminates their instances;
+the release depends on the cluster and its node groups, so it goes before them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from infra import karpenter_iam as iam
+from infra.accelerators import CATALOG
+from infra.addons_config import KarpenterConfig
+from infra.charts import release
+from infra.karpenter_pools import (
+    CPU_NODE_CLASS,
+    NODE_CLASS_API,
+    NVIDIA_NODE_CLASS,
+    NodeClassFacts,
+    cpu_node_pool,
+    ec2_node_class,
+    gpu_node_class_name,
+    gpu_node_pool,
+)
+from infra.manifests import custom_resource
+
+NAMESPACE = "kube-system"
+SERVICE_ACCOUNT = "karpenter"
+
+
+@dataclass(frozen=True, kw_only=True)
+class KarpenterArgs:
+    config: KarpenterConfig
+    cluster_name: pulumi.Input[str]
+    region: str
+    account_id: pulumi.Input[str]
+    k8s_provider: k8s.Provider
+    # Tags on the private subnets (karpenter.sh/discovery: <cluster>) and the cluster security group.
+    subnet_tags: dict[str, str]
+    security_group_id: pulumi.Input[str]
+    partition: str = "aws"
+    # Create a ServiceMonitor for the controller's metrics (needs the Prometheus Operator CRDs).
+    service_monitor: bool = False
+    tags: dict[str, str] = field(default_factory=dict)
+    # The cluster and its node groups: the controller must run before NodePools and go after them.
+    depends_on: Sequence[pulumi.Resource] = ()
+
+
+def karpenter_values(*, cluster_name: str, queue_name: str, service_monitor: bool) -> dict[str, Any]:
+    """Helm values for the karpenter chart."""
+    return {
+        "serviceAccount": {"name": SERVICE_ACCOUNT},
+        "settings": {"clusterName": cluster_name, "interruptionQueue": queue_name},
+        "serviceMonitor": {"enabled": service_monitor},
+        "controller": {
+            "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
+        },
+        "logLevel": "info",
+    }
+
+
+class Karpenter(pulumi.ComponentResource):
+    node_role: aws.iam.Role
+    interruption_queue: aws.sqs.Queue
+    release: k8s.helm.v3.Release
+    node_classes: dict[str, k8s.apiextensions.CustomResource]
+    node_pools: dict[str, k8s.apiextensions.CustomResource]
+
+    def __init__(self, name: str, args: KarpenterArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("mlops-eks:infra:Karpenter", name, None, opts)
+        aws_opts = pulumi.ResourceOptions(parent=self)
+        cfg = args.config
+
+        self.node_role = aws.iam.Role(
+            f"{name}-node",
+            assume_role_policy=json.dumps(iam.node_trust_policy()),
+            tags=args.tags,
+            opts=aws_opts,
+        )
+        for policy in iam.NODE_MANAGED_POLICIES:
+            aws.iam.RolePolicyAttachment(
+                f"{name}-node-{policy}",
+                role=self.node_role.name,
+                policy_arn=f"arn:{args.partition}:iam::aws:policy/{policy}",
+                opts=aws_opts,
+            )
+        access_entry = aws.eks.AccessEntry(
+            f"{name}-node",
+            cluster_name=args.cluster_name,
+            principal_arn=self.node_role.arn,
+            type="EC2_LINUX",
+            tags=args.tags,
+            opts=aws_opts,
+        )
+
+        self.interruption_queue = aws.sqs.Queue(
+            f"{name}-interruption",
+            message_retention_seconds=300,
+            sqs_managed_sse_enabled=True,
+            tags=args.tags,
+            opts=aws_opts,
+        )
+        queue_policy = aws.sqs.QueuePolicy(
+            f"{name}-interruption",
+            queue_url=self.interruption_queue.url,
+            policy=self.interruption_queue.arn.apply(
+                lambda arn: json.dumps(iam.interruption_queue_policy(arn))
+            ),
+            opts=aws_opts,
+        )
+        for suffix, source, detail_type in iam.INTERRUPTION_EVENTS:
+            rule = aws.cloudwatch.EventRule(
+                f"{name}-{suffix}",
+                event_pattern=json.dumps({"source": [source], "detail-type": [detail_type]}),
+                tags=args.tags,
+                opts=aws_opts,
+            )
+            aws.cloudwatch.EventTarget(
+                f"{name}-{suffix}",
+                rule=rule.name,
+                target_id="KarpenterInterruptionQueueTarget",
+                arn=self.interruption_queue.arn,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[queue_policy]),
+            )
+
+        controller_role = aws.iam.Role(
+            f"{name}-controller",
+            assume_role_policy=pulumi.Output.from_input(args.account_id).apply(
+                lambda account: json.dumps(iam.pod_identity_trust_policy(account, NAMESPACE, SERVICE_ACCOUNT))
+            ),
+            tags=args.tags,
+            opts=aws_opts,
+        )
+        documents = pulumi.Output.all(
+            args.cluster_name, args.account_id, self.node_role.arn, self.interruption_queue.arn
+        ).apply(
+            lambda v: iam.controller_policies(
+                partition=args.partition,
+                region=args.region,
+                account_id=v[1],
+                cluster_name=v[0],
+                node_role_arn=v[2],
+                queue_arn=v[3],
+            )
+        )
+        attachments = []
+        for suffix in ("node-lifecycle", "iam-integration", "eks-integration", "interruption", "zonal-shift",
+                       "resource-discovery"):  # fmt: skip
+            policy = aws.iam.Policy(
+                f"{name}-{suffix}",
+                policy=documents.apply(lambda docs, s=suffix: json.dumps(docs[s])),
+                tags=args.tags,
+                opts=aws_opts,
+            )
+            attachments.append(
+                aws.iam.RolePolicyAttachment(
+                    f"{name}-{suffix}", role=controller_role.name, policy_arn=policy.arn, opts=aws_opts
+                )
+            )
+        identity = aws.eks.PodIdentityAssociation(
+            f"{name}-controller",
+            cluster_name=args.cluster_name,
+            namespace=NAMESPACE,
+            service_account=SERVICE_ACCOUNT,
+            role_arn=controller_role.arn,
+            tags=args.tags,
+            opts=aws_opts,
+        )
+
+        values = pulumi.Output.all(args.cluster_name, self.interruption_queue.name).apply(
+            lambda v: karpenter_values(
+                cluster_name=v[0], queue_name=v[1], service_monitor=args.service_monitor
+            )
+        )
+        self.release = release(
+            "karpenter",
+            "karpenter",
+            NAMESPACE,
+            values,
+            pulumi.ResourceOptions(
+                parent=self,
+                provider=args.k8s_provider,
+                depends_on=[*args.depends_on, identity, access_entry, *attachments],
+            ),
+        )
+
+        facts = pulumi.Output.all(
+            args.cluster_name, self.node_role.name, args.subnet_tags, args.security_group_id
+        )
+        self.node_classes = {}
+        self.node_pools = {}
+        # Deleted before the release (they depend on it): the controller must still run to drain and
+        # terminate their nodes.
+        cr_opts = pulumi.ResourceOptions(parent=self, provider=args.k8s_provider, depends_on=[self.release])
+
+        def node_class(class_name: str, ami_id: str | None = None) -> None:
+            def render(v: list[Any]) -> dict[str, Any]:
+                shared = NodeClassFacts(
+                    cluster_name=v[0],
+                    node_role_name=v[1],
+                    subnet_tags=v[2],
+                    security_group_id=v[3],
+                    ami_alias=cfg.ami_alias,
+                    root_volume_gib=cfg.root_volume_gib,
+                    tags=args.tags,
+                )
+                return ec2_node_class(class_name, shared, ami_id=ami_id)["spec"]
+
+            self.node_classes[class_name] = custom_resource(
+                f"{name}-class-{class_name}",
+                {"apiVersion": NODE_CLASS_API, "kind": "EC2NodeClass", "metadata": {"name": class_name}},
+                cr_opts,
+                spec=facts.apply(render),
+            )
+
+        if any(CATALOG[p.accelerator].vendor == "nvidia" for p in cfg.gpu_pools):
+            node_class(NVIDIA_NODE_CLASS)
+        for pool in cfg.gpu_pools:
+            if CATALOG[pool.accelerator].vendor == "amd":
+                node_class(gpu_node_class_name(pool), pool.ami_id)
+        if cfg.cpu_pool.enabled:
+            node_class(CPU_NODE_CLASS)
+
+        pool_bodies = [gpu_node_pool(p) for p in cfg.gpu_pools]
+        if cfg.cpu_pool.enabled:
+            pool_bodies.append(cpu_node_pool(cfg.cpu_pool))
+        for body in pool_bodies:
+            pool_name = body["metadata"]["name"]
+            node_class_ref = self.node_classes[body["spec"]["template"]["spec"]["nodeClassRef"]["name"]]
+            self.node_pools[pool_name] = custom_resource(
+                f"{name}-pool-{pool_name}",
+                body,
+                pulumi.ResourceOptions.merge(cr_opts, pulumi.ResourceOptions(depends_on=[node_class_ref])),
+            )
+
+        self.register_outputs(
+            {
+                "node_role_arn": self.node_role.arn,
+                "interruption_queue": self.interruption_queue.name,
+                "node_pools": list(self.node_pools),
+            }
+        )

@@ -1,0 +1,177 @@
+"""Managed node groups (pulumi-eks `eks.ManagedNodeGroup`): the system pool and one pool per accelerator.
+
+Every pool gets its own launch template, because the one pulumi-eks would generate allows a metadata
+hop limit of 2: here IMDSv2 is required with hop limit 1 (pods cannot reach the node's credentials),
+there is no SSH key, and the root volume is encrypted gp3. Custom-AMI pools (AMD) bootstrap through
+nodeadm user data; EFA pools get their EFA interfaces and a cluster placement group in one AZ.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any, Literal
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_eks as eks
+
+from infra.accelerators import Accelerator, NodeImage
+from infra.cluster import SERVICE_CIDR, _Args
+
+# The EKS NodeGroup API spells taint effects differently from Kubernetes.
+_EFFECT = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE", "PreferNoSchedule": "PREFER_NO_SCHEDULE"}
+SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
+SYSTEM_LABELS = {"mlops-eks.io/node-role": "system"}
+
+
+class NodePoolArgs(_Args):
+    cluster: eks.Cluster
+    node_role: aws.iam.Role
+    subnet_ids: pulumi.Output[list[str]]
+    instance_types: list[str]
+    # An EKS AMI type (botocore's eks AMITypes); CUSTOM means `ami_id` with nodeadm bootstrap.
+    ami_type: str
+    ami_id: str | None = None
+    labels: dict[str, str]
+    taints: list[dict[str, str]] = []
+    min_size: int
+    max_size: int
+    desired_size: int
+    capacity_type: Literal["ON_DEMAND", "SPOT"]
+    disk_size_gib: int
+    # >0: attach this many EFA interfaces and keep the nodes in a cluster placement group (pass
+    # `subnet_ids` of one AZ: a placement group cannot span AZs).
+    efa_interfaces: int = 0
+    # aws.eks.get_cluster result: endpoint, CA, security group for custom AMIs and EFA interfaces.
+    cluster_info: pulumi.Output[Any] | None = None
+    tags: dict[str, str]
+
+
+class NodePool(pulumi.ComponentResource):
+    def __init__(self, name: str, args: NodePoolArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("mlops-eks:infra:NodePool", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        custom_ami = args.ami_type == NodeImage.CUSTOM
+        if (custom_ami or args.efa_interfaces) and args.cluster_info is None:
+            raise ValueError(f"{name}: custom AMIs and EFA need cluster_info")
+
+        placement = None
+        if args.efa_interfaces:
+            group = aws.ec2.PlacementGroup(
+                f"{name}-placement", strategy="cluster", tags=args.tags, opts=child
+            )
+            placement = aws.ec2.LaunchTemplatePlacementArgs(group_name=group.name)
+
+        device = "/dev/xvdb" if args.ami_type.startswith("BOTTLEROCKET") else "/dev/xvda"
+        template = aws.ec2.LaunchTemplate(
+            f"{name}-lt",
+            description=f"{name}: IMDSv2 only (hop limit 1), no SSH, encrypted gp3 root volume",
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=1
+            ),
+            block_device_mappings=[
+                aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                    device_name=device,
+                    ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                        volume_size=args.disk_size_gib,
+                        volume_type="gp3",
+                        encrypted="true",
+                        delete_on_termination="true",
+                    ),
+                )
+            ],
+            image_id=args.ami_id if custom_ami else None,
+            user_data=self._nodeadm_user_data(args) if custom_ami else None,
+            placement=placement,
+            network_interfaces=self._efa_interfaces(args) if args.efa_interfaces else None,
+            tag_specifications=[
+                aws.ec2.LaunchTemplateTagSpecificationArgs(
+                    resource_type=kind, tags={**args.tags, "Name": name}
+                )
+                for kind in ("instance", "volume")
+            ],
+            update_default_version=True,
+            tags=args.tags,
+            opts=child,
+        )
+        self.node_group = eks.ManagedNodeGroup(
+            name,
+            cluster=args.cluster,
+            node_role=args.node_role,
+            subnet_ids=args.subnet_ids,
+            instance_types=args.instance_types,
+            ami_type=args.ami_type,
+            capacity_type=args.capacity_type,
+            labels=args.labels,
+            taints=[
+                aws.eks.NodeGroupTaintArgs(key=t["key"], value=t["value"], effect=_EFFECT[t["effect"]])
+                for t in args.taints
+            ],
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
+                min_size=args.min_size, max_size=args.max_size, desired_size=args.desired_size
+            ),
+            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
+                id=template.id, version=template.latest_version.apply(str)
+            ),
+            tags=args.tags,
+            opts=child,
+        )
+        self.register_outputs({"launch_template_id": template.id})
+
+    @staticmethod
+    def _nodeadm_user_data(args: NodePoolArgs) -> pulumi.Output[str]:
+        """EKS passes no bootstrap to a custom AMI: join the cluster with nodeadm (AL2023-based AMIs),
+        registering the pool's labels and taints with the kubelet."""
+        labels = ",".join(f"{k}={v}" for k, v in args.labels.items())
+        taints = ",".join(f"{t['key']}={t['value']}:{t['effect']}" for t in args.taints)
+        flags = [f"--node-labels={labels}"] + ([f"--register-with-taints={taints}"] if taints else [])
+
+        def render(info: Any) -> str:
+            node_config = {
+                "apiVersion": "node.eks.aws/v1alpha1",
+                "kind": "NodeConfig",
+                "spec": {
+                    "cluster": {
+                        "name": info.name,
+                        "apiServerEndpoint": info.endpoint,
+                        "certificateAuthority": info.certificate_authorities[0].data,
+                        "cidr": SERVICE_CIDR,
+                    },
+                    "kubelet": {"flags": flags},
+                },
+            }
+            mime = (
+                'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="//"\n\n--//\n'
+                f"Content-Type: application/node.eks.aws\n\n{json.dumps(node_config, indent=2)}\n\n--//--\n"
+            )
+            return base64.b64encode(mime.encode()).decode()
+
+        assert args.cluster_info is not None
+        return args.cluster_info.apply(render)
+
+    @staticmethod
+    def _efa_interfaces(
+        args: NodePoolArgs,
+    ) -> pulumi.Output[list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]]:
+        """One EFA interface per network card; the first card carries the primary (device 0) interface."""
+        assert args.cluster_info is not None
+        security_group = args.cluster_info.vpc_config.cluster_security_group_id
+        return pulumi.Output.all(
+            *[
+                aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+                    device_index=0 if card == 0 else 1,
+                    network_card_index=card,
+                    interface_type="efa",
+                    delete_on_termination="true",
+                    security_groups=[security_group],
+                )
+                for card in range(args.efa_interfaces)
+            ]
+        )
+
+
+def gpu_pool_scheduling(acc: Accelerator) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """The labels and taints every node of accelerator `acc` carries (from the catalog)."""
+    t = acc.taint
+    return acc.node_labels, [{"key": t.key, "value": t.value, "effect": t.effect}]

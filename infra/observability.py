@@ -1,0 +1,168 @@
+"""Metrics and dashboards: kube-prometheus-stack (Prometheus, Alertmanager, Grafana, node exporter,
+kube-state-metrics) and metrics-server (the resource metrics API behind `kubectl top` and the HPA).
+
+Prometheus selects every ServiceMonitor, PodMonitor and PrometheusRule in the cluster
+(`*SelectorNilUsesHelmValues: false`): without that, DCGM's and Kubecost's monitors, installed by other
+releases, are silently never scraped. Grafana's admin password comes from a Pulumi secret (generated when
+none is configured) through a Kubernetes Secret, so it never appears in the Helm values; dashboards are
+ConfigMaps picked up by Grafana's sidecar, so Grafana itself keeps no state worth a volume.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+import pulumi_random as random
+
+from infra.addons_config import ObservabilityConfig
+from infra.alerts import prometheus_rules
+from infra.charts import release
+from infra.dashboards import DASHBOARDS
+
+NAMESPACE = "monitoring"
+RELEASE = "kube-prometheus-stack"
+# The chart names its Prometheus service "<release>-prometheus".
+PROMETHEUS_URL = f"http://{RELEASE}-prometheus.{NAMESPACE}.svc:9090"
+GRAFANA_SERVICE = f"{RELEASE}-grafana"
+GRAFANA_SECRET = "grafana-admin"
+DASHBOARD_LABEL = "grafana_dashboard"
+
+
+def _volume_claim(storage_class: str, gib: int) -> dict[str, Any]:
+    return {
+        "volumeClaimTemplate": {
+            "spec": {
+                "storageClassName": storage_class,
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": f"{gib}Gi"}},
+            }
+        }
+    }
+
+
+def kube_prometheus_stack_values(config: ObservabilityConfig, *, storage_class: str) -> dict[str, Any]:
+    return {
+        "prometheus": {
+            "prometheusSpec": {
+                "serviceMonitorSelectorNilUsesHelmValues": False,
+                "podMonitorSelectorNilUsesHelmValues": False,
+                "ruleSelectorNilUsesHelmValues": False,
+                "retention": config.retention,
+                "storageSpec": _volume_claim(storage_class, config.prometheus_storage_gib),
+            }
+        },
+        "alertmanager": {"alertmanagerSpec": {"storage": _volume_claim(storage_class, 10)}},
+        "grafana": {
+            "admin": {
+                "existingSecret": GRAFANA_SECRET,
+                "userKey": "admin-user",
+                "passwordKey": "admin-password",
+            },
+            "sidecar": {
+                "dashboards": {
+                    "enabled": True,
+                    "label": DASHBOARD_LABEL,
+                    "labelValue": "1",
+                    "searchNamespace": "ALL",
+                }
+            },
+        },
+        "additionalPrometheusRulesMap": prometheus_rules(),
+    }
+
+
+def metrics_server_values(*, service_monitor: bool) -> dict[str, Any]:
+    return {
+        "metrics": {"enabled": service_monitor},
+        "serviceMonitor": {"enabled": service_monitor},
+        "podDisruptionBudget": {"enabled": True, "minAvailable": 1},
+        "replicas": 2,
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObservabilityArgs:
+    config: ObservabilityConfig
+    k8s_provider: k8s.Provider
+    # The gp3 StorageClass the platform creates.
+    storage_class: str = "gp3"
+    # From the stack's secret config; None: generate one.
+    grafana_admin_password: pulumi.Input[str] | None = None
+    depends_on: Sequence[pulumi.Resource] = ()
+
+
+class Observability(pulumi.ComponentResource):
+    release: k8s.helm.v3.Release
+    grafana_admin_password: pulumi.Output[str]
+
+    def __init__(self, name: str, args: ObservabilityArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("mlops-eks:infra:Observability", name, None, opts)
+        k8s_opts = pulumi.ResourceOptions(
+            parent=self, provider=args.k8s_provider, depends_on=list(args.depends_on)
+        )
+        if args.grafana_admin_password is None:
+            generated = random.RandomPassword(
+                f"{name}-grafana-admin", length=32, special=False, opts=pulumi.ResourceOptions(parent=self)
+            )
+            password = generated.result
+        else:
+            password = pulumi.Output.secret(args.grafana_admin_password)
+        self.grafana_admin_password = pulumi.Output.secret(password)
+
+        namespace = k8s.core.v1.Namespace(
+            f"{name}-namespace", metadata={"name": NAMESPACE, "labels": {"name": NAMESPACE}}, opts=k8s_opts
+        )
+        in_namespace = pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(depends_on=[namespace]))
+        secret = k8s.core.v1.Secret(
+            f"{name}-grafana-admin",
+            metadata={"name": GRAFANA_SECRET, "namespace": NAMESPACE},
+            string_data={"admin-user": "admin", "admin-password": self.grafana_admin_password},
+            opts=in_namespace,
+        )
+        for file_name, render in DASHBOARDS.items():
+            k8s.core.v1.ConfigMap(
+                f"{name}-dashboard-{file_name.removesuffix('.json')}",
+                metadata={"name": f"dashboard-{file_name.removesuffix('.json')}", "namespace": NAMESPACE,
+                          "labels": {DASHBOARD_LABEL: "1"}},
+                data={file_name: json.dumps(render(), indent=1)},
+                opts=in_namespace,
+            )  # fmt: skip
+        self.release = release(
+            RELEASE,
+            "kube-prometheus-stack",
+            NAMESPACE,
+            kube_prometheus_stack_values(args.config, storage_class=args.storage_class),
+            pulumi.ResourceOptions.merge(in_namespace, pulumi.ResourceOptions(depends_on=[secret])),
+            timeout_s=900,
+        )
+        self.register_outputs(
+            {"grafana_admin_password": self.grafana_admin_password, "prometheus_url": PROMETHEUS_URL}
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricsServerArgs:
+    k8s_provider: k8s.Provider
+    service_monitor_after: pulumi.Resource | None = None
+    depends_on: Sequence[pulumi.Resource] = ()
+
+
+class MetricsServer(pulumi.ComponentResource):
+    def __init__(self, name: str, args: MetricsServerArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("mlops-eks:infra:MetricsServer", name, None, opts)
+        after = [args.service_monitor_after] if args.service_monitor_after else []
+        self.release = release(
+            "metrics-server",
+            "metrics-server",
+            "kube-system",
+            metrics_server_values(service_monitor=args.service_monitor_after is not None),
+            pulumi.ResourceOptions(
+                parent=self, provider=args.k8s_provider, depends_on=[*args.depends_on, *after]
+            ),
+        )
+        self.register_outputs({})

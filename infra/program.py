@@ -1,0 +1,248 @@
+"""The platform stack: config -> network -> cluster -> node pools -> managed add-ons, storage -> exports.
+
+`program()` is what `pulumi up` runs (through the root `__main__.py`). `build()` returns a `Platform`
+holding every component, so later stages (Helm add-ons, Karpenter) plug in with the handles they need
+(`platform.k8s_provider`, `platform.node_role`, `platform.node_groups`, ...) instead of re-deriving them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_eks as eks
+import pulumi_kubernetes as k8s
+
+from infra.addons import install_addons
+from infra.cluster import Cluster, ClusterArgs, ManagedAddons, ManagedAddonsArgs
+from infra.config import ConfigError, GpuPoolConfig, PlatformConfig
+from infra.network import Network, NetworkArgs
+from infra.nodegroups import SYSTEM_AMI_TYPE, SYSTEM_LABELS, NodePool, NodePoolArgs, gpu_pool_scheduling
+from infra.storage import Storage, StorageArgs
+
+
+@dataclass
+class Platform:
+    """Every component of a platform stack and the facts add-ons need about it."""
+
+    config: PlatformConfig
+    stack: str
+    cluster_name: str
+    partition: str
+    account_id: pulumi.Output[str]
+    network: Network
+    cluster: Cluster
+    system_pool: NodePool
+    gpu_pools: dict[str, NodePool]
+    managed_addons: ManagedAddons
+    storage: Storage
+    exports: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def region(self) -> str:
+        return self.config.region
+
+    @property
+    def k8s_provider(self) -> k8s.Provider:
+        return self.cluster.k8s_provider
+
+    @property
+    def eks_cluster(self) -> eks.Cluster:
+        return self.cluster.eks
+
+    @property
+    def node_role(self) -> aws.iam.Role:
+        return self.cluster.node_role
+
+    @property
+    def node_groups(self) -> list[eks.ManagedNodeGroup]:
+        """Every managed node group; Helm releases that need nodes depend on these."""
+        return [self.system_pool.node_group, *(p.node_group for p in self.gpu_pools.values())]
+
+
+def partition_of(region: str) -> str:
+    if region.startswith("cn-"):
+        return "aws-cn"
+    return "aws-us-gov" if region.startswith("us-gov-") else "aws"
+
+
+def build(config: PlatformConfig, stack: str) -> Platform:
+    """Register the platform's resources for `stack`."""
+    cluster_name = f"mlops-eks-{stack}"
+    tags = {"mlops-eks:stack": stack, "managed-by": "pulumi", **config.tags}
+    partition = partition_of(config.region)
+
+    network = Network(
+        "network",
+        NetworkArgs(
+            cluster_name=cluster_name,
+            region=config.region,
+            vpc_cidr=config.vpc_cidr,
+            private_subnet_cidrs=config.private_subnets,
+            public_subnet_cidrs=config.public_subnets,
+            nat_gateways=config.nat_gateways,
+            tags=tags,
+        ),
+    )
+    cluster = Cluster(
+        "cluster",
+        ClusterArgs(
+            cluster_name=cluster_name,
+            partition=partition,
+            kubernetes_version=config.kubernetes_version,
+            vpc_id=network.vpc_id,
+            private_subnet_ids=network.private_subnet_ids,
+            public_subnet_ids=network.public_subnet_ids,
+            endpoint_public_access=config.endpoint_public_access,
+            public_access_cidrs=config.public_access_cidrs,
+            admin_principal_arns=config.admin_principal_arns,
+            tags=tags,
+        ),
+    )
+    system = config.system_nodes
+    system_pool = NodePool(
+        "system",
+        NodePoolArgs(
+            cluster=cluster.eks,
+            node_role=cluster.node_role,
+            subnet_ids=network.private_subnet_ids,
+            instance_types=system.instance_types,
+            ami_type=SYSTEM_AMI_TYPE,
+            labels=SYSTEM_LABELS,
+            min_size=system.min_size,
+            max_size=system.max_size,
+            desired_size=system.desired,
+            capacity_type=system.capacity_type,
+            disk_size_gib=system.disk_size_gib,
+            tags=tags,
+        ),
+    )
+    gpu_pools = {pool.name: _gpu_pool(pool, cluster, network, tags) for pool in config.gpu_pools}
+    managed_addons = ManagedAddons(
+        "addons",
+        ManagedAddonsArgs(
+            cluster_name=cluster_name,
+            partition=partition,
+            k8s_provider=cluster.k8s_provider,
+            node_groups=[system_pool.node_group],
+            tags=tags,
+        ),
+        opts=pulumi.ResourceOptions(depends_on=[cluster.eks]),
+    )
+    storage = Storage(
+        "storage",
+        StorageArgs(
+            stack=stack,
+            noncurrent_days=config.checkpoint_noncurrent_days,
+            keep_images=config.ecr_keep_images,
+            force_destroy=config.force_destroy,
+            tags=tags,
+        ),
+    )
+    return Platform(
+        config=config,
+        stack=stack,
+        cluster_name=cluster_name,
+        partition=partition,
+        account_id=aws.get_caller_identity_output().account_id,
+        network=network,
+        cluster=cluster,
+        system_pool=system_pool,
+        gpu_pools=gpu_pools,
+        managed_addons=managed_addons,
+        storage=storage,
+    )
+
+
+def _gpu_pool(pool: GpuPoolConfig, cluster: Cluster, network: Network, tags: dict[str, str]) -> NodePool:
+    acc = pool.catalog_entry
+    labels, taints = gpu_pool_scheduling(acc)
+    efa_interfaces = acc.instance(pool.instance_type_names[0]).efa_interfaces if pool.efa else 0
+    # A cluster placement group lives in one AZ: EFA pools use the first AZ's private subnet only.
+    subnets = (
+        network.private_subnet_ids.apply(lambda ids: ids[:1])
+        if efa_interfaces
+        else network.private_subnet_ids
+    )
+    return NodePool(
+        f"gpu-{pool.name}",
+        NodePoolArgs(
+            cluster=cluster.eks,
+            node_role=cluster.node_role,
+            subnet_ids=subnets,
+            instance_types=pool.instance_type_names,
+            ami_type=str(acc.node_image),
+            ami_id=pool.ami_id,
+            labels=labels,
+            taints=taints,
+            min_size=pool.min_size,
+            max_size=pool.max_size,
+            desired_size=pool.desired,
+            capacity_type=pool.capacity_type,
+            disk_size_gib=pool.disk_size_gib,
+            efa_interfaces=efa_interfaces,
+            cluster_info=cluster.info,
+            tags={**tags, "mlops-eks:gpu-pool": pool.name},
+        ),
+    )
+
+
+def accelerator_pools(config: PlatformConfig) -> dict[str, dict]:
+    """The scheduling facts of each GPU pool that a workload stack needs (plain data)."""
+    pools = {}
+    for pool in config.gpu_pools:
+        acc = pool.catalog_entry
+        labels, taints = gpu_pool_scheduling(acc)
+        pools[pool.name] = {
+            "accelerator": acc.key,
+            "instance_types": pool.instance_type_names,
+            "gpus_per_node": pool.gpus_per_node,
+            "resource_name": acc.resource_name,
+            "node_labels": labels,
+            "taints": taints,
+            "min_size": pool.min_size,
+            "max_size": pool.max_size,
+            "capacity_type": pool.capacity_type,
+            "efa": pool.efa,
+        }
+    return pools
+
+
+def export(platform: Platform) -> None:
+    """The platform stack's outputs, read by workload stacks through a StackReference."""
+    cluster, network, storage = platform.cluster, platform.network, platform.storage
+    platform.exports.update(
+        cluster_name=platform.cluster_name,
+        kubeconfig=pulumi.Output.secret(cluster.kubeconfig_json),
+        region=platform.region,
+        oidc_provider_arn=cluster.oidc_provider_arn,
+        oidc_provider_url=cluster.oidc_provider_url,
+        vpc_id=network.vpc_id,
+        private_subnet_ids=network.private_subnet_ids,
+        public_subnet_ids=network.public_subnet_ids,
+        bucket_name=storage.bucket_name,
+        ecr_repository_urls=storage.repository_urls,
+        node_role_arn=cluster.node_role.arn,
+        accelerator_pools=accelerator_pools(platform.config),
+    )
+    for name, value in platform.exports.items():
+        pulumi.export(name, value)
+
+
+def program() -> Platform:
+    """Entry point of a platform stack (dev, prod)."""
+    try:
+        config = PlatformConfig.from_pulumi()
+    except ConfigError as e:
+        raise pulumi.RunError(str(e)) from None
+    platform = build(config, pulumi.get_stack())
+    password = config.grafana_admin_password
+    secret = (
+        pulumi.Output.secret(password.get_secret_value())
+        if password and password.get_secret_value()
+        else None
+    )
+    platform.exports.update(install_addons(platform, config.addons, secret))
+    export(platform)
+    return platform

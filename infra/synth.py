@@ -1,0 +1,195 @@
+"""Evaluate the platform program offline: Pulumi mocks stand in for AWS, no CLI, no credentials.
+
+`PlatformMocks` answers resource registrations and data-source calls with plausible outputs (the
+camelCase outputs pulumi-eks components would return); `RecordingMonitor` keeps what the program
+registered, with each resource's parent and its inputs as sent (secrets stay masked). Tests use both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import yaml
+from google.protobuf import json_format
+from pulumi.runtime import mocks as runtime_mocks
+from pulumi.runtime import rpc
+
+from infra.config import PROJECT, PlatformConfig
+
+ACCOUNT_ID = "123456789012"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _kubeconfig(cluster_name: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": cluster_name, "cluster": {"server": "https://mock.eks.amazonaws.com"}}],
+        "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": cluster_name}}],
+        "current-context": cluster_name,
+        "users": [{"name": cluster_name, "user": {"exec": {"command": "aws"}}}],
+    }
+
+
+class PlatformMocks(pulumi.runtime.Mocks):
+    def __init__(self, region: str):
+        self.region = region
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict]:
+        name, inputs = args.name, dict(args.inputs)
+        arn = f"arn:aws:mock:{self.region}:{ACCOUNT_ID}:{name}"
+        outputs: dict[str, Any] = {"arn": arn, "name": inputs.get("name", name)}
+        if args.typ == "eks:index:Cluster":
+            cluster_name = inputs.get("name", name)
+            issuer = f"oidc.eks.{self.region}.amazonaws.com/id/MOCK{cluster_name.upper()}"
+            outputs = {
+                "kubeconfig": _kubeconfig(cluster_name),
+                # pulumi-eks returns the kubeconfig as a secret: so does the mock, so synth masks it.
+                "kubeconfigJson": pulumi.Output.secret(json.dumps(_kubeconfig(cluster_name))),
+                "oidcProviderArn": f"arn:aws:iam::{ACCOUNT_ID}:oidc-provider/{issuer}",
+                "oidcProviderUrl": issuer,
+                "clusterSecurityGroupId": "sg-0cluster",
+                "nodeSecurityGroupId": "sg-0node",
+            }
+        elif args.typ == "aws:iam/role:Role":
+            outputs = {"arn": f"arn:aws:iam::{ACCOUNT_ID}:role/{name}", "name": name}
+        elif args.typ == "aws:kms/key:Key":
+            outputs = {"arn": f"arn:aws:kms:{self.region}:{ACCOUNT_ID}:key/{name}", "keyId": f"{name}-key-id"}
+        elif args.typ == "aws:s3/bucket:Bucket":
+            bucket = inputs.get("bucket") or f"{inputs.get('bucketPrefix', name)}mock"
+            outputs = {"bucket": bucket, "arn": f"arn:aws:s3:::{bucket}"}
+        elif args.typ == "aws:ecr/repository:Repository":
+            repo = inputs.get("name", name)
+            outputs = {
+                "repositoryUrl": f"{ACCOUNT_ID}.dkr.ecr.{self.region}.amazonaws.com/{repo}",
+                "arn": arn,
+            }
+        elif args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
+            outputs = {"latestVersion": 1, "arn": arn}
+        return f"{name}-id", {**inputs, **outputs}
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict:
+        if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
+            return {
+                "accountId": ACCOUNT_ID,
+                "arn": f"arn:aws:iam::{ACCOUNT_ID}:user/mock",
+                "userId": "MOCK",
+                "id": "x",
+            }
+        if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
+            names = [f"{self.region}{letter}" for letter in "abcd"]
+            return {"names": names, "zoneIds": names, "id": self.region}
+        if args.token == "aws:eks/getCluster:getCluster":
+            return {
+                "name": args.args["name"],
+                "endpoint": "https://mock.eks.amazonaws.com",
+                "certificateAuthorities": [{"data": "TU9DSy1DQQ=="}],
+                "vpcConfig": {"clusterSecurityGroupId": "sg-0cluster"},
+                "kubernetesNetworkConfigs": [{"serviceIpv4Cidr": "172.20.0.0/16"}],
+            }
+        return {}
+
+
+class ImmediateExecutor(concurrent.futures.ThreadPoolExecutor):
+    """Runs the SDK's blocking RPC calls inline on the event loop's thread (pulumi/pulumi#7663): the mock
+    monitor then resolves resource references in inputs on the loop that awaits them."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as e:  # handed to the awaiting coroutine, as a thread pool would
+            future.set_exception(e)
+        return future
+
+
+def install_mocks(
+    mocks: pulumi.runtime.Mocks, stack: str, monitor: runtime_mocks.MockMonitor | None = None
+) -> None:
+    """set_mocks on a fresh event loop whose executor runs RPCs inline."""
+    loop = asyncio.new_event_loop()
+    loop.set_default_executor(ImmediateExecutor())
+    asyncio.set_event_loop(loop)
+    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
+
+
+@dataclass
+class Registered:
+    type: str
+    name: str
+    parent: str | None
+    inputs: dict
+
+
+class RecordingMonitor(runtime_mocks.MockMonitor):
+    """The mock monitor, also keeping every registration in order with its parent and raw inputs."""
+
+    def __init__(self, mocks: pulumi.runtime.Mocks):
+        super().__init__(mocks)
+        self.registered: list[Registered] = []
+
+    def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
+        parent = None
+        if request.parent and request.parent.split("::")[2].split("$")[-1] != "pulumi:pulumi:Stack":
+            parent = request.parent.split("::")[-1]
+        inputs = _masked(json_format.MessageToDict(request.object))
+        self.registered.append(Registered(request.type, request.name, parent, inputs))
+        return super().RegisterResource(request)
+
+
+def _masked(value: Any) -> Any:
+    """Replace Pulumi's wire sentinels: secrets by "[secret]", unknowns by "[unknown]"."""
+    if isinstance(value, dict):
+        sig = value.get(rpc._special_sig_key)
+        if sig == rpc._special_secret_sig:
+            return "[secret]"
+        if sig == rpc._special_resource_sig:
+            return f"[resource {value.get('urn', '').split('::')[-1]}]"
+        return {k: _masked(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)  # the wire format has only doubles
+    return "[unknown]" if value == rpc.UNKNOWN else value
+
+
+def stack_config(stack: str, path: Path | None = None) -> dict[str, Any]:
+    """The `config:` mapping of Pulumi.<stack>.yaml (or of the stack file at `path`)."""
+    path = path or REPO / f"Pulumi.{stack}.yaml"
+    if not path.exists():
+        raise FileNotFoundError(f"no stack file {path}; stacks here: {', '.join(available_stacks())}")
+    return (yaml.safe_load(path.read_text()) or {}).get("config") or {}
+
+
+def available_stacks() -> list[str]:
+    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in REPO.glob("Pulumi.*.yaml"))
+
+
+def synth(stack: str, values: dict[str, Any]) -> tuple[PlatformConfig, list[Registered], dict[str, Any]]:
+    """Run the real platform program for `stack` under mocks. Raises ConfigError on invalid config."""
+    from infra.program import program
+
+    config = PlatformConfig.from_mapping(values)  # fail with the config message before any mock runs
+    mocks = PlatformMocks(config.region)
+    monitor = RecordingMonitor(mocks)
+    pulumi.runtime.set_all_config({k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()})
+    install_mocks(mocks, stack, monitor)
+    exports: dict[str, Any] = {}
+
+    @pulumi.runtime.test
+    def run():
+        platform = program()
+        outputs = {k: pulumi.Output.from_input(v) for k, v in platform.exports.items()}
+        secret = {k: v for k, v in outputs.items() if k == "kubeconfig"}
+        return pulumi.Output.all(**{k: v for k, v in outputs.items() if k not in secret}).apply(
+            lambda values: exports.update(values, **dict.fromkeys(secret, "[secret]"))
+        )
+
+    run()
+    return config, monitor.registered, exports

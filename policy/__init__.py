@@ -1,0 +1,3 @@
+"""Guardrails for every mlops-eks stack: CrossGuard policies (pure checks over a resource's type and
+inputs, wrapped for pulumi-policy in `policy.pack`) and the checkov / hadolint scanner gates
+(`policy.scan`). The pack's entry point is policy/__main__.py (`pulumi preview --policy-pack policy`)."""

@@ -1,0 +1,165 @@
+"""The rule model every policy is written in, free of the Pulumi engine.
+
+A rule is a plain function over (resource type, inputs, stack facts) that returns violation messages,
+plus the metadata CrossGuard shows (description, remediation, enforcement level, severity). Tests call
+rules directly on synthesized resources; `policy.pack` wraps the same rules as pulumi-policy policies.
+Inputs may be pulumi-policy's read-only proxies, so checks only use the Mapping / Sequence protocols.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Level = Literal["mandatory", "advisory"]
+Severity = Literal["low", "medium", "high", "critical"]
+# Which stacks a rule runs in: the "advisory in prod" rules come as a non-prod + prod pair.
+Scope = Literal["all", "prod", "non-prod"]
+
+PROD_TAG = "environment"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resource:
+    """One resource as the engine (or `infra synth`) shows it. `deps` maps an input name to the names
+    of the resources it was computed from, where known (the engine knows; synth output may not)."""
+
+    type: str
+    name: str
+    inputs: Mapping[str, Any]
+    deps: Mapping[str, Sequence[str]] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rule:
+    name: str
+    description: str
+    remediation: str
+    level: Level
+    severity: Severity
+    # Exact type tokens, or prefixes ending in ":" / "/" (e.g. "kubernetes:").
+    types: tuple[str, ...]
+    check: Callable[[str, Mapping[str, Any]], Iterable[str]]
+    scope: Scope = "all"
+
+    def applies_to(self, type_: str, prod: bool) -> bool:
+        if not in_scope(self.scope, prod):
+            return False
+        return any(type_ == t or (t[-1] in ":/" and type_.startswith(t)) for t in self.types)
+
+    def violations(self, type_: str, inputs: Mapping[str, Any], prod: bool = False) -> list[str]:
+        return list(self.check(type_, inputs)) if self.applies_to(type_, prod) else []
+
+
+@dataclass(frozen=True, kw_only=True)
+class StackRule:
+    """A rule over all resources of a stack (relations such as "every bucket has a versioning
+    resource"). `check` returns (resource name or None, message) pairs."""
+
+    name: str
+    description: str
+    remediation: str
+    level: Level
+    severity: Severity
+    check: Callable[[Sequence[Resource]], Iterable[tuple[str | None, str]]]
+    scope: Scope = "all"
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    level: Level
+    resource_type: str
+    resource_name: str | None
+    message: str
+
+    def __str__(self) -> str:
+        return f"[{self.level}] {self.rule}: {self.resource_type} {self.resource_name}: {self.message}"
+
+
+def in_scope(scope: Scope, prod: bool) -> bool:
+    return scope == "all" or (scope == "prod") == prod
+
+
+def is_prod(stack_tags: Mapping[str, str], stack_name: str = "") -> bool:
+    """A stack is prod when tagged `environment=prod` (`pulumi stack tag set environment prod`);
+    an untagged stack named `prod` or `prod-…` counts as prod too, so a missing tag fails safe."""
+    tag = str(stack_tags.get(PROD_TAG, "")).lower()
+    if tag:
+        return tag in ("prod", "production")
+    return stack_name == "prod" or stack_name.startswith("prod-")
+
+
+def evaluate(
+    resources: Iterable[Resource],
+    rules: Sequence[Rule],
+    stack_rules: Sequence[StackRule] = (),
+    *,
+    prod: bool = False,
+) -> list[Finding]:
+    """Run every rule over every resource (and the stack rules over all of them)."""
+    resources = list(resources)
+    findings = [
+        Finding(rule.name, rule.level, r.type, r.name, message)
+        for r in resources
+        for rule in rules
+        for message in rule.violations(r.type, r.inputs, prod)
+    ]
+    by_name = {r.name: r.type for r in resources}
+    for rule in stack_rules:
+        if not in_scope(rule.scope, prod):
+            continue
+        for name, message in rule.check(resources):
+            findings.append(Finding(rule.name, rule.level, by_name.get(name or "", "stack"), name, message))
+    return findings
+
+
+# Helpers for the checks.
+
+
+def as_list(value: Any) -> list[Any]:
+    """AWS JSON allows a single value where a list is meant ("Action": "s3:*")."""
+    if value is None:
+        return []
+    if isinstance(value, str) or isinstance(value, Mapping):
+        return [value]
+    if isinstance(value, Sequence):
+        return list(value)
+    return [value]
+
+
+def dig(obj: Any, *path: str | int, default: Any = None) -> Any:
+    for key in path:
+        if isinstance(key, int):
+            if not isinstance(obj, Sequence) or isinstance(obj, str) or len(obj) <= key:
+                return default
+            obj = obj[key]
+        else:
+            if not isinstance(obj, Mapping) or key not in obj:
+                return default
+            obj = obj[key]
+    return default if obj is None else obj
+
+
+def policy_document(value: Any) -> Mapping[str, Any] | None:
+    """An IAM / resource policy as a dict, whether given as a JSON string or an object."""
+    if isinstance(value, str):
+        try:
+            doc = json.loads(value)
+        except json.JSONDecodeError:
+            return None
+        return doc if isinstance(doc, Mapping) else None
+    return value if isinstance(value, Mapping) else None
+
+
+def statements(doc: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+    if doc is None:
+        return []
+    return [s for s in as_list(doc.get("Statement")) if isinstance(s, Mapping)]
+
+
+def from_synth(records: Iterable[Mapping[str, Any]]) -> list[Resource]:
+    """Resources from `python -m infra synth --json` records ({"type", "name", "parent", "inputs"})."""
+    return [Resource(type=r["type"], name=r["name"], inputs=r["inputs"]) for r in records]

@@ -1,0 +1,78 @@
+"""Every rule, and the pulumi-policy wrappers that hand them to the Pulumi engine."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pulumi_policy import (
+    EnforcementLevel,
+    ReportViolation,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+    Severity,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
+
+from policy import eks, iam, k8s, storage
+from policy.core import Resource, Rule, StackRule, in_scope, is_prod
+
+PACK_NAME = "mlops-eks-guardrails"
+RULES: tuple[Rule, ...] = (*eks.RULES, *storage.RULES, *iam.RULES, *k8s.RULES)
+STACK_RULES: tuple[StackRule, ...] = storage.STACK_RULES
+
+
+def _prod(stack_tags: Mapping[str, str]) -> bool:
+    # The policy pack runs with PULUMI_STACK set by the CLI (pulumi.policy's runner configures it).
+    return is_prod(stack_tags, os.environ.get("PULUMI_STACK", ""))
+
+
+def _message(text: str, remediation: str) -> str:
+    return f"{text}\nRemediation: {remediation}"
+
+
+def resource_policy(rule: Rule) -> ResourceValidationPolicy:
+    def validate(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+        for text in rule.violations(args.resource_type, args.props, _prod(args.stack_tags)):
+            report_violation(_message(text, rule.remediation), None)
+
+    return ResourceValidationPolicy(
+        name=rule.name,
+        description=rule.description,
+        validate=validate,
+        enforcement_level=EnforcementLevel(rule.level),
+        severity=Severity(rule.severity),
+        remediation_steps=rule.remediation,
+    )
+
+
+def _dependency_names(deps: Mapping[str, Sequence[Any]]) -> dict[str, list[str]]:
+    return {prop: [d.name for d in resources] for prop, resources in deps.items()}
+
+
+def stack_policy(rule: StackRule) -> StackValidationPolicy:
+    def validate(args: StackValidationArgs, report_violation: ReportViolation) -> None:
+        if not in_scope(rule.scope, _prod(args.stack_tags)):
+            return
+        resources = [
+            Resource(type=r.resource_type, name=r.name, inputs=r.props, deps=_dependency_names(r.property_dependencies))
+            for r in args.resources
+        ]
+        urns = {r.name: r.urn for r in args.resources}
+        for name, text in rule.check(resources):
+            report_violation(_message(text, rule.remediation), urns.get(name or ""))
+
+    return StackValidationPolicy(
+        name=rule.name,
+        description=rule.description,
+        validate=validate,
+        enforcement_level=EnforcementLevel(rule.level),
+        severity=Severity(rule.severity),
+        remediation_steps=rule.remediation,
+    )
+
+
+def policies() -> list[ResourceValidationPolicy | StackValidationPolicy]:
+    return [*map(resource_policy, RULES), *map(stack_policy, STACK_RULES)]

@@ -1,0 +1,201 @@
+"""Scanner gates: checkov over every Kubernetes object the stacks render and over docker/, hadolint over
+the Dockerfiles. `python -m policy.scan` (what `make lint` runs) prints the findings and exits 1 on any
+failure that policy/checkov_skips.yaml does not explain.
+
+checkov's Kubernetes checks only know built-in kinds, so each pod template nested in a custom resource
+(PyTorchJob replicas, TrainJob runtimePatches, ClusterTrainingRuntime, NodePool-free kinds) is also
+written out as a Pod named `<kind>-<name>-<n>`: the training pods get the same container checks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from policy.k8s import pod_specs
+
+REPO = Path(__file__).resolve().parents[1]
+SKIPS_FILE = Path(__file__).with_name("checkov_skips.yaml")
+VENV_BIN = Path(sys.executable).parent
+PLATFORM_STACKS = ("dev", "prod")
+# No network calls from checkov: it would try to fetch its guideline mappings on every run.
+CHECKOV_ENV = {"BC_SKIP_MAPPING": "TRUE", "CHECKOV_RUN_SCA_PACKAGE_SCAN_V2": "false", "LOG_LEVEL": "ERROR"}
+
+
+def _run(args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, cwd=REPO)
+
+
+def workload_stacks() -> list[str]:
+    """Every stack file that sets mlops-eks:platformStack (a workload stack)."""
+    stacks = []
+    for path in sorted(REPO.glob("Pulumi.*.yaml")):
+        config = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
+        if "mlops-eks:platformStack" in config:
+            stacks.append(path.name[len("Pulumi.") : -len(".yaml")])
+    return stacks
+
+
+def synth_resources(stack: str) -> list[dict[str, Any]]:
+    """`python -m infra synth --stack <stack> --json`: [{"type", "name", "parent", "inputs"}]."""
+    p = _run([sys.executable, "-m", "infra", "synth", "--stack", stack, "--json"])
+    if p.returncode != 0:
+        raise RuntimeError(f"infra synth --stack {stack} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout)
+
+
+def rendered_objects(stack: str) -> list[dict[str, Any]]:
+    """`python -m workloads render --stack <stack>`: the Kubernetes objects of a workload stack."""
+    p = _run([sys.executable, "-m", "workloads", "render", "--stack", stack])
+    if p.returncode != 0:
+        raise RuntimeError(f"workloads render --stack {stack} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    return [d for d in yaml.safe_load_all(p.stdout) if isinstance(d, dict)]
+
+
+def platform_objects(resources: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The Kubernetes objects among synthesized resources (CustomResources, StorageClasses, ...)."""
+    return [
+        r["inputs"]
+        for r in resources
+        if r["type"].startswith("kubernetes:") and "apiVersion" in r["inputs"] and "kind" in r["inputs"]
+    ]
+
+
+def _name(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name", "unnamed"))
+
+
+def template_pods(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """Pods for checkov from the pod templates nested in a custom resource (none for built-in kinds)."""
+    if obj.get("apiVersion", "").split("/")[0] in ("v1", "apps", "batch"):
+        return []
+    meta = obj.get("metadata") or {}
+    pods = []
+    for i, (_, spec) in enumerate(pod_specs(obj.get("spec") or {})):
+        metadata = {"name": f"{obj.get('kind', 'object').lower()}-{_name(obj)}-{i}"}
+        if meta.get("namespace"):
+            metadata["namespace"] = meta["namespace"]
+        pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": dict(spec)})
+    return pods
+
+
+def write_scan_tree(root: Path, objects: dict[str, list[dict[str, Any]]]) -> None:
+    """root/k8s/<source>/NNN-<kind>-<name>.yaml for every object (plus template pods), root/docker/..."""
+    for source, objs in objects.items():
+        out = root / "k8s" / source
+        out.mkdir(parents=True, exist_ok=True)
+        for i, obj in enumerate(o for obj in objs for o in (obj, *template_pods(obj))):
+            (out / f"{i:03d}-{obj.get('kind', 'object').lower()}-{_name(obj)}.yaml").write_text(yaml.safe_dump(obj))
+    for dockerfile in dockerfiles():
+        target = root / dockerfile.relative_to(REPO)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(dockerfile, target)
+
+
+def dockerfiles() -> list[Path]:
+    return sorted((REPO / "docker").glob("**/Dockerfile*"))
+
+
+@dataclass(frozen=True)
+class Failure:
+    check: str
+    name: str
+    resource: str
+    file: str
+
+    def __str__(self) -> str:
+        return f"{self.check} {self.name}: {self.resource} ({self.file})"
+
+
+def run_checkov(root: Path) -> tuple[list[Failure], dict[str, Any]]:
+    """One checkov run over `root` (kubernetes + dockerfile): every failed check, and the summaries."""
+    args = [str(VENV_BIN / "checkov"), "-d", str(root), "--framework", "kubernetes", "dockerfile"]
+    args += ["-o", "json", "--quiet", "--compact", "--skip-download"]
+    p = subprocess.run(args, capture_output=True, text=True, env={**os.environ, **CHECKOV_ENV})
+    if p.returncode not in (0, 1) or not p.stdout.strip():
+        raise RuntimeError(f"checkov did not run ({p.returncode}):\n{p.stderr[-3000:]}")
+    reports = json.loads(p.stdout)
+    reports = reports if isinstance(reports, list) else [reports]
+    failures, summary = [], {}
+    for report in reports:
+        summary[report.get("check_type")] = report.get("summary")
+        for f in report.get("results", {}).get("failed_checks", []):
+            failures.append(Failure(f["check_id"], f["check_name"], f["resource"], f["file_path"]))
+    return failures, summary
+
+
+def load_skips() -> list[dict[str, str]]:
+    """Explained exceptions: {check, applies_to (regex on checkov's resource id), reason}."""
+    return yaml.safe_load(SKIPS_FILE.read_text())["skips"]
+
+
+def unexplained(failures: Iterable[Failure], skips: list[dict[str, str]]) -> list[Failure]:
+    return [
+        f
+        for f in failures
+        if not any(s["check"] == f.check and re.match(s["applies_to"], f.resource) for s in skips)
+    ]
+
+
+def unused_skips(failures: Iterable[Failure], skips: list[dict[str, str]]) -> list[str]:
+    """Skips no failure needs any more: they must be deleted, not kept "just in case"."""
+    failures = list(failures)
+    return [
+        s["check"]
+        for s in skips
+        if not any(s["check"] == f.check and re.match(s["applies_to"], f.resource) for f in failures)
+    ]
+
+
+def run_hadolint(files: Iterable[Path]) -> list[str]:
+    """hadolint findings (warning and above), one line each."""
+    findings = []
+    for path in files:
+        p = _run([str(VENV_BIN / "hadolint"), "--failure-threshold", "warning", "-f", "tty", str(path)])
+        if p.returncode != 0:
+            findings.extend(line for line in (p.stdout + p.stderr).splitlines() if line.strip())
+    return findings
+
+
+def collect_objects() -> dict[str, list[dict[str, Any]]]:
+    objects = {f"platform-{s}": platform_objects(synth_resources(s)) for s in PLATFORM_STACKS}
+    objects.update({f"workload-{s}": rendered_objects(s) for s in workload_stacks()})
+    return objects
+
+
+def main() -> int:
+    print("rendering platform stacks and workload stacks ...", flush=True)
+    objects = collect_objects()
+    for source, objs in objects.items():
+        print(f"  {source}: {len(objs)} Kubernetes objects")
+    with tempfile.TemporaryDirectory(prefix="mlops-eks-scan-") as tmp:
+        write_scan_tree(Path(tmp), objects)
+        print(f"checkov over {tmp} (kubernetes, dockerfile) ...", flush=True)
+        failures, summary = run_checkov(Path(tmp))
+    skips = load_skips()
+    bad, stale = unexplained(failures, skips), unused_skips(failures, skips)
+    print(f"checkov: {summary}; {len(failures) - len(bad)} failures explained by {SKIPS_FILE.name}")
+    for f in bad:
+        print(f"  FAILED {f}")
+    for check in stale:
+        print(f"  STALE skip {check}: nothing fails it any more; delete it from {SKIPS_FILE.name}")
+    lint = run_hadolint(dockerfiles())
+    print(f"hadolint: {len(dockerfiles())} Dockerfiles, {len(lint)} findings")
+    for line in lint:
+        print(f"  {line}")
+    return 1 if bad or stale or lint else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""S3, ECR, SQS and KMS rules. S3 settings live on companion resources in pulumi-aws 7 (public access
+block, encryption, versioning, bucket policy), so each companion is checked on its own and a stack rule
+checks that every bucket has all of them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from policy.core import Resource, Rule, StackRule, as_list, dig, policy_document, statements
+
+BUCKETS = ("aws:s3/bucket:Bucket", "aws:s3/bucketV2:BucketV2")
+PUBLIC_ACCESS_BLOCK = "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock"
+ENCRYPTION = (
+    "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
+    "aws:s3/bucketServerSideEncryptionConfigurationV2:BucketServerSideEncryptionConfigurationV2",
+)
+VERSIONING = ("aws:s3/bucketVersioning:BucketVersioning", "aws:s3/bucketVersioningV2:BucketVersioningV2")
+BUCKET_POLICY = "aws:s3/bucketPolicy:BucketPolicy"
+ECR_REPOSITORY = "aws:ecr/repository:Repository"
+SQS_QUEUE = "aws:sqs/queue:Queue"
+KMS_KEY = "aws:kms/key:Key"
+
+BLOCK_FLAGS = ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets")
+SSE_ALGORITHMS = ("aws:kms", "aws:kms:dsse", "AES256")
+PUBLIC_ACLS = ("public-read", "public-read-write", "authenticated-read")
+
+
+def check_public_access_block(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
+    if type_ in BUCKETS:
+        acl = dig(inputs, "acl")
+        if acl in PUBLIC_ACLS:
+            yield f"acl {acl!r} makes the bucket readable outside the account"
+        return
+    off = [f for f in BLOCK_FLAGS if dig(inputs, f) is not True]
+    if off:
+        yield f"{', '.join(off)} not true: the bucket can be made public"
+
+
+def check_encryption(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
+    algorithms = [
+        dig(r, "applyServerSideEncryptionByDefault", "sseAlgorithm") for r in as_list(dig(inputs, "rules"))
+    ]
+    if not any(a in SSE_ALGORITHMS for a in algorithms):
+        yield f"no default encryption rule with one of {', '.join(SSE_ALGORITHMS)} (found {algorithms})"
+
+
+def denies_insecure_transport(policy: Any) -> bool:
+    for s in statements(policy_document(policy)):
+        secure = dig(s, "Condition", "Bool", "aws:SecureTransport")
+        actions = {str(a) for a in as_list(s.get("Action"))}
+        if s.get("Effect") == "Deny" and str(secure).lower() == "false" and actions & {"s3:*", "*"}:
+            return True
+    return False
+
+
+def check_tls_only(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
+    if not denies_insecure_transport(dig(inputs, "policy")):
+        yield "the bucket policy has no Deny of s3:* when aws:SecureTransport is false"
+
+
+def check_versioning(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
+    status = dig(inputs, "versioningConfiguration", "status")
+    if status != "Enabled":
+        yield f"versioningConfiguration.status is {status!r}: an overwritten checkpoint cannot be recovered"
+
+
+def _companion_matches(bucket: Resource, companion: Resource) -> bool:
+    """Whether `companion` configures `bucket`: by the engine's property dependencies where known,
+    else by the bucket input (the bucket's name or id, which mocks derive from the resource name)."""
+    if companion.deps and bucket.name in companion.deps.get("bucket", ()):
+        return True
+    target = str(dig(companion.inputs, "bucket", default=""))
+    keys = {bucket.name, str(dig(bucket.inputs, "bucket", default=bucket.name))}
+    return target in keys or any(target.startswith(k) for k in keys if k)
+
+
+def check_bucket_companions(resources: Sequence[Resource]) -> Iterator[tuple[str | None, str]]:
+    wanted = {
+        "public access block": ((PUBLIC_ACCESS_BLOCK,), check_public_access_block),
+        "default encryption": (ENCRYPTION, check_encryption),
+        "versioning": (VERSIONING, check_versioning),
+        "TLS-only bucket policy": ((BUCKET_POLICY,), check_tls_only),
+    }
+    for bucket in (r for r in resources if r.type in BUCKETS):
+        for what, (types, check) in wanted.items():
+            companions = [r for r in resources if r.type in types and _companion_matches(bucket, r)]
+            if not any(not list(check(c.type, c.inputs)) for c in companions):
+                yield bucket.name, f"bucket has no compliant {what} ({' / '.join(types)})"
+
+
+def check_ecr(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
+    if dig(inputs, "imageScanningConfiguration", "scanOnPush") is not True:
+        yield "imageScanningConfiguration.scanOnPush is not true"
+    if dig(inputs, "imageTagMutability") != "IMMUTABLE":
+        yield f"imageTagMutability is {dig(inputs, 'imageTagMutability', default='MUTABLE')!r}, not 'IMMUTABLE'"
+
+
+def check_sqs(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
+    if dig(inputs, "sqsManagedSseEnabled") is not True and not dig(inputs, "kmsMasterKeyId"):
+        yield "neither sqsManagedSseEnabled nor kmsMasterKeyId is set: messages are stored unencrypted"
+
+
+def check_kms_rotation(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
+    spec = dig(inputs, "customerMasterKeySpec", default="SYMMETRIC_DEFAULT")
+    if spec != "SYMMETRIC_DEFAULT":
+        return  # AWS rotates only symmetric encryption keys
+    if dig(inputs, "enableKeyRotation") is not True:
+        yield "enableKeyRotation is not true"
+
+
+RULES = (
+    Rule(
+        name="s3-public-access-blocked",
+        description="S3 buckets block every form of public access (all four public access block flags, "
+        "no public ACL).",
+        remediation="aws.s3.BucketPublicAccessBlock(bucket=..., block_public_acls=True, "
+        "block_public_policy=True, ignore_public_acls=True, restrict_public_buckets=True); drop public ACLs.",
+        level="mandatory",
+        severity="critical",
+        types=(PUBLIC_ACCESS_BLOCK, *BUCKETS),
+        check=check_public_access_block,
+    ),
+    Rule(
+        name="s3-encryption",
+        description="S3 buckets encrypt objects by default (SSE-KMS for the data/checkpoint bucket).",
+        remediation="aws.s3.BucketServerSideEncryptionConfiguration with "
+        "apply_server_side_encryption_by_default={'sse_algorithm': 'aws:kms', 'kms_master_key_id': ...}.",
+        level="mandatory",
+        severity="high",
+        types=ENCRYPTION,
+        check=check_encryption,
+    ),
+    Rule(
+        name="s3-tls-only",
+        description="S3 bucket policies deny every request that does not use TLS.",
+        remediation="Add a statement {Effect: Deny, Principal: '*', Action: 's3:*', Resource: [bucket, "
+        "bucket/*], Condition: {Bool: {'aws:SecureTransport': 'false'}}}.",
+        level="mandatory",
+        severity="high",
+        types=(BUCKET_POLICY,),
+        check=check_tls_only,
+    ),
+    Rule(
+        name="s3-versioning",
+        description="S3 bucket versioning is enabled (the checkpoint bucket keeps overwritten checkpoints).",
+        remediation="aws.s3.BucketVersioning(bucket=..., versioning_configuration={'status': 'Enabled'}) "
+        "and a lifecycle rule that expires non-current versions.",
+        level="mandatory",
+        severity="medium",
+        types=VERSIONING,
+        check=check_versioning,
+    ),
+    Rule(
+        name="ecr-scan-and-immutable-tags",
+        description="ECR repositories scan images on push and have immutable tags.",
+        remediation="aws.ecr.Repository(image_scanning_configuration={'scan_on_push': True}, "
+        "image_tag_mutability='IMMUTABLE').",
+        level="mandatory",
+        severity="medium",
+        types=(ECR_REPOSITORY,),
+        check=check_ecr,
+    ),
+    Rule(
+        name="sqs-encryption",
+        description="SQS queues (e.g. the Karpenter interruption queue) are encrypted at rest.",
+        remediation="Set sqs_managed_sse_enabled=True or kms_master_key_id=<key>.",
+        level="mandatory",
+        severity="medium",
+        types=(SQS_QUEUE,),
+        check=check_sqs,
+    ),
+    Rule(
+        name="kms-key-rotation",
+        description="Symmetric KMS keys rotate yearly.",
+        remediation="Set enable_key_rotation=True on aws.kms.Key.",
+        level="mandatory",
+        severity="medium",
+        types=(KMS_KEY,),
+        check=check_kms_rotation,
+    ),
+)
+
+STACK_RULES = (
+    StackRule(
+        name="s3-bucket-guardrails-present",
+        description="Every S3 bucket has a public access block, default encryption, versioning and a "
+        "TLS-only bucket policy.",
+        remediation="Create the four companion resources for the bucket (see infra/storage.py).",
+        level="mandatory",
+        severity="high",
+        check=check_bucket_companions,
+    ),
+)

@@ -1,0 +1,59 @@
+"""The fault ledger: every hostile input the fault tests feed is recorded with whether it was rejected,
+whether the message named the offending key (or said what was refused), and what was created anyway.
+The figures are printed at the end of the pytest run (section "fault and bad-input figures")."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import pytest
+
+
+@dataclass
+class Entry:
+    category: str
+    case: str
+    rejected: bool  # refused (or, for outages, survived) as the issue requires
+    clear: bool  # the message names the key / file and what is allowed or what was wrong
+    created: int  # resources registered (config) or checkpoints damaged (storage) despite the fault
+
+
+LEDGER: list[Entry] = []
+
+
+@pytest.fixture
+def ledger():
+    def record(category: str, case: str, *, rejected: bool, clear: bool, created: int = 0) -> None:
+        LEDGER.append(Entry(category, case, rejected, clear, created))
+
+    return record
+
+
+def figures() -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = defaultdict(lambda: {"hostile": 0, "rejected": 0, "clear": 0, "created": 0})
+    for e in LEDGER:
+        row = out[e.category]
+        row["hostile"] += 1
+        row["rejected"] += e.rejected
+        row["clear"] += e.rejected and e.clear
+        row["created"] += e.created
+    return dict(out)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not LEDGER:
+        return
+    terminalreporter.section("fault and bad-input figures")
+    total = {"hostile": 0, "rejected": 0, "clear": 0, "created": 0}
+    for category, row in sorted(figures().items()):
+        terminalreporter.write_line(
+            f"{category:<28} {row['hostile']:>3} hostile inputs, {row['rejected']:>3} rejected/survived, "
+            f"{row['clear']:>3} with a clear message, {row['created']} created/damaged"
+        )
+        for k in total:
+            total[k] += row[k]
+    terminalreporter.write_line(
+        f"{'total':<28} {total['hostile']:>3} hostile inputs, {total['rejected']:>3} rejected/survived, "
+        f"{total['clear']:>3} with a clear message, {total['created']} created/damaged"
+    )

@@ -1,0 +1,142 @@
+"""Every Helm values dict and every custom resource the add-ons render, checked against the upstream
+chart defaults and CRDs at the pinned versions (../shared/upstream)."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.accelerators import CATALOG
+from infra.addons_config import AddonsConfig
+from infra.charts import CHARTS
+from infra.cost import cost_analyzer_values
+from infra.gpu import amd_device_plugin_values, dcgm_exporter_values, nvidia_device_plugin_values
+from infra.karpenter import karpenter_values
+from infra.karpenter_pools import NodeClassFacts, cpu_node_pool, ec2_node_class, gpu_node_pool
+from infra.observability import kube_prometheus_stack_values, metrics_server_values
+from infra.training import (
+    kueue_objects,
+    kueue_values,
+    torch_distributed_runtime,
+    trainer_values,
+    volcano_queues,
+    volcano_values,
+)
+
+FULL = AddonsConfig.model_validate(
+    {
+        "karpenter": {
+            "gpuPools": [
+                {"name": "t4", "accelerator": "t4", "capacityTypes": ["spot", "on-demand"]},
+                {"name": "a100", "accelerator": "a100", "gpuLimit": 16, "consolidateAfter": "30m"},
+                {"name": "amd", "accelerator": "amd-v520", "amiId": "ami-0123456789abcdef0"},
+            ]
+        },
+        "gpu": {"amdDevicePlugin": True},
+        "training": {
+            "gangScheduler": "kueue",
+            "queues": [{"name": "team-a", "gpus": {"t4": 8, "a100": 8, "amd-v520": 2}}, {"name": "team-b"}],
+        },
+    }
+)
+FACTS = NodeClassFacts(
+    cluster_name="mlops-eks-dev",
+    node_role_name="karpenter-node",
+    subnet_tags={"karpenter.sh/discovery": "mlops-eks-dev"},
+    security_group_id="sg-0123456789abcdef0",
+    ami_alias="al2023@latest",
+    root_volume_gib=200,
+    tags={"managed-by": "pulumi"},
+)
+
+VALUES = {
+    "karpenter": karpenter_values(cluster_name="mlops-eks-dev", queue_name="q", service_monitor=True),
+    "nvidia-device-plugin": nvidia_device_plugin_values(),
+    "dcgm-exporter": dcgm_exporter_values(service_monitor=True),
+    "amd-gpu": amd_device_plugin_values(),
+    "kube-prometheus-stack": kube_prometheus_stack_values(FULL.observability, storage_class="gp3"),
+    "cost-analyzer": cost_analyzer_values(cluster_name="mlops-eks-dev"),
+    "kubeflow-trainer": trainer_values(),
+    "kueue": kueue_values(service_monitor=True),
+    "volcano": volcano_values(),
+    "metrics-server": metrics_server_values(service_monitor=True),
+}
+
+
+def test_every_pinned_chart_has_a_values_renderer():
+    assert set(VALUES) == set(CHARTS)
+
+
+@pytest.mark.parametrize("chart_key", sorted(VALUES))
+def test_values_keys_exist_in_the_chart_at_its_pinned_version(chart_key, values_check):
+    chart = CHARTS[chart_key]
+    code, output = values_check(chart.short_name, chart.version, VALUES[chart_key])
+    assert code == 0, output
+
+
+def test_values_check_rejects_a_key_the_chart_does_not_have(values_check):
+    code, output = values_check("kube-prometheus-stack", "88.5.3", {"grafana": {"adminPasswordd": "x"}})
+    assert code == 1 and "grafana.adminPasswordd" in output
+
+
+def test_every_rendered_custom_resource_matches_its_upstream_crd(crd_check):
+    objects = [
+        ec2_node_class("nvidia", FACTS),
+        ec2_node_class("amd-amd", FACTS, ami_id="ami-0123456789abcdef0"),
+        *(gpu_node_pool(p) for p in FULL.karpenter.gpu_pools),
+        cpu_node_pool(FULL.karpenter.cpu_pool),
+        torch_distributed_runtime(),
+        *kueue_objects(FULL.training.queues),
+        *volcano_queues(FULL.training.queues),
+    ]
+    code, output = crd_check(objects)
+    assert code == 0, output
+    assert f"{len(objects)} checked against upstream CRDs, 0 invalid, 0 without a CRD" in output
+
+
+def test_prometheus_selects_monitors_and_rules_of_other_releases():
+    spec = VALUES["kube-prometheus-stack"]["prometheus"]["prometheusSpec"]
+    assert spec["serviceMonitorSelectorNilUsesHelmValues"] is False
+    assert spec["podMonitorSelectorNilUsesHelmValues"] is False
+    assert spec["ruleSelectorNilUsesHelmValues"] is False
+    assert VALUES["dcgm-exporter"]["serviceMonitor"]["enabled"] is True
+
+
+def test_grafana_password_comes_from_a_secret_not_the_values():
+    grafana = VALUES["kube-prometheus-stack"]["grafana"]
+    assert grafana["admin"]["existingSecret"] == "grafana-admin"
+    assert "adminPassword" not in grafana
+
+
+def test_prometheus_keeps_data_on_gp3_for_the_configured_retention():
+    spec = VALUES["kube-prometheus-stack"]["prometheus"]["prometheusSpec"]
+    claim = spec["storageSpec"]["volumeClaimTemplate"]["spec"]
+    assert (spec["retention"], claim["storageClassName"]) == ("15d", "gp3")
+    assert claim["resources"]["requests"]["storage"] == "50Gi"
+
+
+def test_kubecost_reads_our_prometheus_instead_of_bundling_one():
+    values = VALUES["cost-analyzer"]
+    assert values["global"]["prometheus"] == {
+        "enabled": False,
+        "fqdn": "http://kube-prometheus-stack-prometheus.monitoring.svc:9090",
+    }
+    assert values["serviceMonitor"]["enabled"] and values["prometheusRule"]["enabled"]
+
+
+def test_trainer_chart_installs_no_runtimes_of_its_own_and_bundles_jobset():
+    values = VALUES["kubeflow-trainer"]
+    assert values["runtimes"]["torchDistributed"]["enabled"] is False
+    assert values["jobset"]["install"] is True
+    assert torch_distributed_runtime()["metadata"]["name"] == "torch-distributed"
+
+
+def test_kueue_flavors_pin_pods_to_the_accelerators_nodes():
+    flavors = {
+        o["metadata"]["name"]: o for o in kueue_objects(FULL.training.queues) if o["kind"] == "ResourceFlavor"
+    }
+    t4 = CATALOG["t4"]
+    assert flavors["gpu-t4"]["spec"]["nodeLabels"] == t4.node_labels
+    assert flavors["gpu-t4"]["spec"]["tolerations"][0]["key"] == t4.taint.key
+    queue = next(o for o in kueue_objects(FULL.training.queues) if o["metadata"]["name"] == "team-a")
+    covered = [g["coveredResources"] for g in queue["spec"]["resourceGroups"]]
+    assert covered == [["cpu", "memory"], ["amd.com/gpu"], ["nvidia.com/gpu"]]

@@ -1,0 +1,94 @@
+"""`python -m infra synth` in a subprocess (it registers its own root stack), as a reviewer runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infra.config import PlatformConfig
+from infra.idle_cost import idle_cost_lines
+from infra.synth import stack_config
+
+REPO = Path(__file__).resolve().parents[2]
+EXPECTED_TYPES = {
+    "mlops-eks:infra:Network",
+    "mlops-eks:infra:Cluster",
+    "mlops-eks:infra:NodePool",
+    "mlops-eks:infra:ManagedAddons",
+    "mlops-eks:infra:Storage",
+    "aws:ec2/vpc:Vpc",
+    "aws:ec2/subnet:Subnet",
+    "aws:ec2/natGateway:NatGateway",
+    "aws:ec2/vpcEndpoint:VpcEndpoint",
+    "aws:kms/key:Key",
+    "aws:iam/role:Role",
+    "eks:index:Cluster",
+    "eks:index:ManagedNodeGroup",
+    "aws:ec2/launchTemplate:LaunchTemplate",
+    "aws:eks/addon:Addon",
+    "pulumi:providers:kubernetes",
+    "kubernetes:storage.k8s.io/v1:StorageClass",
+    "aws:s3/bucket:Bucket",
+    "aws:s3/bucketPolicy:BucketPolicy",
+    "aws:ecr/repository:Repository",
+}
+
+
+def run_synth(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "infra", "synth", *args], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_synth_json_lists_every_resource_with_type_name_parent_inputs(stack):
+    p = run_synth("--stack", stack, "--json")
+    assert p.returncode == 0, p.stderr
+    resources = json.loads(p.stdout)
+    assert {r["type"] for r in resources} >= EXPECTED_TYPES
+    assert all(set(r) == {"type", "name", "parent", "inputs"} for r in resources)
+    provider = next(r for r in resources if r["type"] == "pulumi:providers:kubernetes")
+    assert provider["inputs"]["kubeconfig"] == "[secret]"
+
+
+def test_synth_text_prints_exports_and_the_idle_cost():
+    p = run_synth("--stack", "dev")
+    assert p.returncode == 0, p.stderr
+    assert "eks:index:Cluster  cluster-eks  (parent: cluster)" in p.stdout
+    assert 'kubeconfig: "[secret]"' in p.stdout
+    assert "total per hour                   $   0.311" in p.stdout
+
+
+def test_synth_fails_with_the_config_error_and_creates_nothing(tmp_path):
+    config = stack_config("dev")
+    config["mlops-eks:gpuPools"][1].pop("amiId")
+    bad = tmp_path / "Pulumi.bad.yaml"
+    bad.write_text(yaml.safe_dump({"config": config}))
+    p = run_synth("--stack", "dev", "--file", str(bad), "--json")
+    assert p.returncode == 2 and p.stdout == ""
+    assert "mlops-eks:gpuPools[1].amiId" in p.stderr and "ami-0123456789abcdef0" in p.stderr
+
+
+def test_unknown_stack_lists_the_stacks_there_are():
+    p = run_synth("--stack", "staging")
+    assert p.returncode == 2 and "Pulumi.staging.yaml" in p.stderr and "dev" in p.stderr
+
+
+def test_idle_cost_counts_control_plane_nat_system_nodes_and_gpu_minimums():
+    dev = dict(idle_cost_lines(PlatformConfig.from_mapping(stack_config("dev"))))
+    prod = dict(idle_cost_lines(PlatformConfig.from_mapping(stack_config("prod"))))
+    assert dev["NAT gateways (1)"] == pytest.approx(0.045) and prod["NAT gateways (3)"] == pytest.approx(
+        0.135
+    )
+    assert dev["system nodes (2 x t3.large)"] == pytest.approx(0.1664)
+    assert prod["system nodes (3 x m6i.xlarge)"] == pytest.approx(0.576)
+    assert dev["GPU pool t4 (0 x g4dn.12xlarge)"] == 0
+    warm = stack_config("dev")
+    warm["mlops-eks:gpuPools"][0]["minSize"] = 1
+    lines = dict(idle_cost_lines(PlatformConfig.from_mapping(warm)))
+    assert lines["GPU pool t4 (1 x g4dn.12xlarge)"] == pytest.approx(3.912)

@@ -1,0 +1,239 @@
+"""Each policy reports a minimal bad resource and passes the matching good one, so no policy can pass
+by accident; plus the engine wrappers, run through pulumi-policy's own analyzer servicer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from policy.core import Resource, evaluate, is_prod
+from policy.pack import RULES, STACK_RULES
+
+RULE = {r.name: r for r in RULES}
+LOGS = ["api", "audit", "authenticator", "controllerManager", "scheduler"]
+GOOD_AWS_CLUSTER = {
+    "version": "1.33",
+    "enabledClusterLogTypes": LOGS,
+    "encryptionConfig": {"provider": {"keyArn": "arn:aws:kms:us-east-1:1:key/k"}, "resources": ["secrets"]},
+    "vpcConfig": {"endpointPrivateAccess": True, "endpointPublicAccess": False},
+}
+GOOD_EKS_CLUSTER = {
+    "version": "1.34",
+    "enabledClusterLogTypes": LOGS,
+    "encryptionConfigKeyArn": "arn:aws:kms:us-east-1:1:key/k",
+    "endpointPrivateAccess": True,
+    "endpointPublicAccess": True,
+    "publicAccessCidrs": ["203.0.113.0/24"],
+    "skipDefaultNodeGroup": True,
+}
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
+GOOD_GPU_NODE_GROUP = {
+    "instanceTypes": ["g4dn.12xlarge"],
+    "taints": [GPU_TAINT],
+    "scalingConfig": {"minSize": 0, "maxSize": 2, "desiredSize": 0},
+    "launchTemplate": {"id": "lt-1", "version": "1"},
+}
+GOOD_LT = {"metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 1, "httpEndpoint": "enabled"}}
+TLS_POLICY = json.dumps(
+    {
+        "Statement": [
+            {
+                "Effect": "Deny",
+                "Principal": "*",
+                "Action": "s3:*",
+                "Resource": ["arn:aws:s3:::b", "arn:aws:s3:::b/*"],
+                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+            }
+        ]
+    }
+)
+OIDC = "oidc.eks.us-east-1.amazonaws.com/id/ABC"
+
+
+def trust(statement: dict) -> dict:
+    return {"assumeRolePolicy": json.dumps({"Version": "2012-10-17", "Statement": [statement]})}
+
+
+IRSA = {"Effect": "Allow", "Principal": {"Federated": f"arn:aws:iam::1:oidc-provider/{OIDC}"}}
+IRSA["Action"] = "sts:AssumeRoleWithWebIdentity"
+POD_ID = {"Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"}}
+POD_ID["Action"] = ["sts:AssumeRole", "sts:TagSession"]
+POD_ID_SCOPE = {
+    "aws:RequestTag/kubernetes-namespace": "team-a",
+    "aws:RequestTag/kubernetes-service-account": "trainer",
+}
+
+
+def pod(spec_extra: dict | None = None, container_extra: dict | None = None, kind: str = "Pod") -> dict:
+    container = {"name": "trainer", "image": "1.dkr.ecr.us-east-1.amazonaws.com/cuda:0.1.0"}
+    container.update(container_extra or {})
+    spec = {"securityContext": {"runAsNonRoot": True, "runAsUser": 1000}, "containers": [container]}
+    spec.update(spec_extra or {})
+    if kind == "Pod":
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
+    replica = {"replicas": 1, "restartPolicy": "ExitCode", "template": {"spec": spec}}
+    return {"apiVersion": "kubeflow.org/v1", "kind": kind, "spec": {"pytorchReplicaSpecs": {"Master": replica}}}
+
+
+GPU = {"resources": {"limits": {"nvidia.com/gpu": 4}}}
+GPU_TOLERATION = {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
+
+# rule, type, good inputs, bad inputs
+CASES = [
+    ("eks-secrets-encryption", "aws:eks/cluster:Cluster", GOOD_AWS_CLUSTER, {**GOOD_AWS_CLUSTER, "encryptionConfig": None}),
+    ("eks-secrets-encryption", "eks:index:Cluster", GOOD_EKS_CLUSTER, {**GOOD_EKS_CLUSTER, "encryptionConfigKeyArn": None}),
+    ("eks-control-plane-logs", "aws:eks/cluster:Cluster", GOOD_AWS_CLUSTER, {**GOOD_AWS_CLUSTER, "enabledClusterLogTypes": ["api"]}),
+    ("eks-control-plane-logs", "eks:index:Cluster", GOOD_EKS_CLUSTER, {**GOOD_EKS_CLUSTER, "enabledClusterLogTypes": LOGS[:4]}),
+    ("eks-endpoint-not-open", "eks:index:Cluster", GOOD_EKS_CLUSTER, {**GOOD_EKS_CLUSTER, "publicAccessCidrs": None}),
+    ("eks-endpoint-not-open", "eks:index:Cluster", GOOD_EKS_CLUSTER, {**GOOD_EKS_CLUSTER, "endpointPrivateAccess": False}),
+    (
+        "eks-endpoint-not-open",
+        "aws:eks/cluster:Cluster",
+        GOOD_AWS_CLUSTER,
+        {**GOOD_AWS_CLUSTER, "vpcConfig": {"endpointPrivateAccess": True, "publicAccessCidrs": ["0.0.0.0/0"]}},
+    ),
+    ("eks-supported-version", "eks:index:Cluster", GOOD_EKS_CLUSTER, {**GOOD_EKS_CLUSTER, "version": "1.29"}),
+    ("eks-supported-version", "aws:eks/cluster:Cluster", GOOD_AWS_CLUSTER, {**GOOD_AWS_CLUSTER, "version": None}),
+    ("nodes-imdsv2-hop-limit-1", "aws:ec2/launchTemplate:LaunchTemplate", GOOD_LT, {"metadataOptions": {"httpTokens": "optional", "httpPutResponseHopLimit": 1}}),
+    ("nodes-imdsv2-hop-limit-1", "aws:ec2/launchTemplate:LaunchTemplate", GOOD_LT, {"metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 2}}),
+    ("nodes-imdsv2-hop-limit-1", "eks:index:ManagedNodeGroup", GOOD_GPU_NODE_GROUP, {**GOOD_GPU_NODE_GROUP, "launchTemplate": None, "enableIMDSv2": True}),
+    ("nodes-imdsv2-hop-limit-1", "aws:eks/nodeGroup:NodeGroup", GOOD_GPU_NODE_GROUP, {**GOOD_GPU_NODE_GROUP, "launchTemplate": None}),
+    (
+        "nodes-imdsv2-hop-limit-1",
+        "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass",
+        {"spec": {"role": "r"}},
+        {"spec": {"metadataOptions": {"httpPutResponseHopLimit": 2}}},
+    ),
+    ("nodes-no-ssh", "aws:eks/nodeGroup:NodeGroup", GOOD_GPU_NODE_GROUP, {**GOOD_GPU_NODE_GROUP, "remoteAccess": {"ec2SshKey": "k"}}),
+    ("nodes-no-ssh", "aws:ec2/launchTemplate:LaunchTemplate", GOOD_LT, {**GOOD_LT, "keyName": "ops"}),
+    ("nodes-no-ssh", "eks:index:Cluster", GOOD_EKS_CLUSTER, {**GOOD_EKS_CLUSTER, "nodePublicKey": "ssh-ed25519 AAA"}),
+    ("gpu-nodes-tainted", "eks:index:ManagedNodeGroup", GOOD_GPU_NODE_GROUP, {**GOOD_GPU_NODE_GROUP, "taints": []}),
+    (
+        "gpu-nodes-tainted",
+        "aws:eks/nodeGroup:NodeGroup",
+        {"instanceTypes": ["g4ad.16xlarge"], "taints": [{**GPU_TAINT, "key": "amd.com/gpu"}]},
+        {"instanceTypes": ["g4ad.16xlarge"], "taints": [GPU_TAINT]},  # NVIDIA taint on an AMD pool
+    ),
+    (
+        "gpu-nodes-tainted",
+        "kubernetes:karpenter.sh/v1:NodePool",
+        {"spec": {"template": {"spec": {"requirements": [{"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["p4d"]}], "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]}}}},
+        {"spec": {"template": {"spec": {"requirements": [{"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["p4d"]}]}}}},
+    ),
+    ("gpu-node-groups-scale-to-zero", "eks:index:ManagedNodeGroup", GOOD_GPU_NODE_GROUP, {**GOOD_GPU_NODE_GROUP, "scalingConfig": {"minSize": 1}}),
+    ("s3-public-access-blocked", "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock", dict.fromkeys(["blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets"], True), {"blockPublicAcls": True}),
+    ("s3-public-access-blocked", "aws:s3/bucket:Bucket", {"bucket": "b"}, {"bucket": "b", "acl": "public-read"}),
+    ("s3-encryption", "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration", {"rules": [{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "aws:kms"}}]}, {"rules": []}),
+    ("s3-tls-only", "aws:s3/bucketPolicy:BucketPolicy", {"policy": TLS_POLICY}, {"policy": json.dumps({"Statement": []})}),
+    ("s3-versioning", "aws:s3/bucketVersioning:BucketVersioning", {"versioningConfiguration": {"status": "Enabled"}}, {"versioningConfiguration": {"status": "Suspended"}}),
+    ("ecr-scan-and-immutable-tags", "aws:ecr/repository:Repository", {"imageScanningConfiguration": {"scanOnPush": True}, "imageTagMutability": "IMMUTABLE"}, {"imageScanningConfiguration": {"scanOnPush": True}}),
+    ("ecr-scan-and-immutable-tags", "aws:ecr/repository:Repository", {"imageScanningConfiguration": {"scanOnPush": True}, "imageTagMutability": "IMMUTABLE"}, {"imageTagMutability": "IMMUTABLE"}),
+    ("sqs-encryption", "aws:sqs/queue:Queue", {"sqsManagedSseEnabled": True}, {"messageRetentionSeconds": 300}),
+    ("kms-key-rotation", "aws:kms/key:Key", {"enableKeyRotation": True}, {"enableKeyRotation": False}),
+    ("iam-no-star-on-star", "aws:iam/policy:Policy", {"policy": json.dumps({"Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": "*"}]})}, {"policy": json.dumps({"Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]})}),
+    ("iam-no-star-on-star", "aws:iam/role:Role", {"inlinePolicies": []}, {"inlinePolicies": [{"name": "x", "policy": {"Statement": {"Effect": "Allow", "Action": ["*:*"], "Resource": ["*"]}}}]}),
+    ("iam-no-star-on-star", "aws:iam/rolePolicyAttachment:RolePolicyAttachment", {"policyArn": "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy"}, {"policyArn": "arn:aws:iam::aws:policy/AdministratorAccess"}),
+    (
+        "iam-pod-role-trust-scoped",
+        "aws:iam/role:Role",
+        trust({**IRSA, "Condition": {"StringEquals": {f"{OIDC}:sub": "system:serviceaccount:team-a:trainer"}}}),
+        trust({**IRSA, "Condition": {"StringLike": {f"{OIDC}:sub": "system:serviceaccount:team-a:*"}}}),
+    ),
+    ("iam-pod-role-trust-scoped", "aws:iam/role:Role", trust({**POD_ID, "Condition": {"StringEquals": POD_ID_SCOPE}}), trust(POD_ID)),
+    ("k8s-no-privileged-containers", "kubernetes:core/v1:Pod", pod(), pod(container_extra={"securityContext": {"privileged": True}})),
+    ("k8s-training-no-host-namespaces", "kubernetes:kubeflow.org/v1:PyTorchJob", pod(kind="PyTorchJob"), pod({"hostNetwork": True}, kind="PyTorchJob")),
+    ("k8s-training-no-host-namespaces", "kubernetes:core/v1:Pod", pod(), pod({"hostIPC": True})),
+    ("k8s-training-run-as-non-root", "kubernetes:core/v1:Pod", pod(), pod({"securityContext": {}})),
+    ("k8s-training-run-as-non-root", "kubernetes:kubeflow.org/v1:PyTorchJob", pod(kind="PyTorchJob"), pod(container_extra={"securityContext": {"runAsUser": 0}}, kind="PyTorchJob")),
+    ("k8s-images-pinned", "kubernetes:core/v1:Pod", pod(), pod(container_extra={"image": "busybox:latest"})),
+    ("k8s-images-pinned", "kubernetes:core/v1:Pod", pod(container_extra={"image": "r/x@sha256:" + "a" * 64}), pod(container_extra={"image": "registry:5000/busybox"})),
+    (
+        "k8s-images-pinned",
+        "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob",
+        {"kind": "TrainJob", "spec": {"trainer": {"image": "r/cuda:1"}}},
+        {"kind": "TrainJob", "spec": {"trainer": {"image": "r/cuda"}}},
+    ),
+    ("k8s-gpu-requests-tolerate-taint", "kubernetes:kubeflow.org/v1:PyTorchJob", pod(GPU_TOLERATION, GPU, kind="PyTorchJob"), pod(None, GPU, kind="PyTorchJob")),
+    (
+        "k8s-gpu-requests-tolerate-taint",
+        "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob",
+        {"kind": "TrainJob", "spec": {"trainer": {"resourcesPerNode": GPU["resources"]}, "runtimePatches": [{"manager": "m", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {**GPU_TOLERATION, "containers": []}}}}}]}}}}]}},
+        {"kind": "TrainJob", "spec": {"trainer": {"resourcesPerNode": GPU["resources"]}}},
+    ),
+]
+
+
+@pytest.mark.parametrize(("rule", "type_", "good", "bad"), CASES, ids=[f"{c[0]}-{c[1].rsplit(':', 1)[-1]}-{i}" for i, c in enumerate(CASES)])
+def test_rule_reports_bad_and_passes_good(rule, type_, good, bad):
+    assert RULE[rule].violations(type_, good) == []
+    assert RULE[rule].violations(type_, bad), f"{rule} missed {bad}"
+
+
+def test_every_rule_has_a_bad_case():
+    assert {c[0] for c in CASES} | {"eks-no-public-endpoint-in-prod", "gpu-node-groups-scale-to-zero-prod"} == set(RULE)
+
+
+def test_prod_only_rules_apply_only_in_prod():
+    dev = evaluate([Resource(type="eks:index:Cluster", name="c", inputs=GOOD_EKS_CLUSTER)], RULES)
+    prod = evaluate([Resource(type="eks:index:Cluster", name="c", inputs=GOOD_EKS_CLUSTER)], RULES, prod=True)
+    assert dev == []
+    assert [f.rule for f in prod] == ["eks-no-public-endpoint-in-prod"]
+    warm = Resource(type="eks:index:ManagedNodeGroup", name="g", inputs={**GOOD_GPU_NODE_GROUP, "scalingConfig": {"minSize": 1}})
+    assert [(f.rule, f.level) for f in evaluate([warm], RULES, prod=True)] == [("gpu-node-groups-scale-to-zero-prod", "advisory")]
+    assert [(f.rule, f.level) for f in evaluate([warm], RULES)] == [("gpu-node-groups-scale-to-zero", "mandatory")]
+
+
+def test_is_prod_prefers_the_tag_and_falls_back_to_the_stack_name():
+    assert is_prod({"environment": "prod"}, "anything")
+    assert not is_prod({"environment": "dev"}, "prod")
+    assert is_prod({}, "prod") and is_prod({}, "prod-a100") and not is_prod({}, "dev-zimdb")
+
+
+def _bucket_stack(*skip: str) -> list[Resource]:
+    companions = {
+        "pab": ("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock", dict.fromkeys(["blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets"], True)),
+        "sse": ("aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration", {"rules": [{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "aws:kms"}}]}),
+        "ver": ("aws:s3/bucketVersioning:BucketVersioning", {"versioningConfiguration": {"status": "Enabled"}}),
+        "pol": ("aws:s3/bucketPolicy:BucketPolicy", {"policy": TLS_POLICY}),
+    }
+    out = [Resource(type="aws:s3/bucket:Bucket", name="data", inputs={"bucket": "mlops-data"})]
+    for key, (type_, inputs) in companions.items():
+        if key not in skip:
+            out.append(Resource(type=type_, name=f"data-{key}", inputs={**inputs, "bucket": "mlops-data"}))
+    return out
+
+
+def test_bucket_stack_rule_requires_every_companion():
+    (rule,) = STACK_RULES
+    assert list(rule.check(_bucket_stack())) == []
+    for missing in ("pab", "sse", "ver", "pol"):
+        assert [name for name, _ in rule.check(_bucket_stack(missing))] == ["data"], missing
+
+
+def test_pack_wrappers_report_through_the_policy_servicer():
+    """The pulumi-policy analyzer (what `pulumi preview --policy-pack` talks to) runs our rules on
+    protobuf-encoded inputs behind its read-only proxies, with severity, level and remediation."""
+    from google.protobuf import json_format, struct_pb2
+    from pulumi.runtime.proto import analyzer_pb2
+    from pulumi_policy.policy import EnforcementLevel, _PolicyAnalyzerServicer
+
+    from policy.pack import policies
+
+    servicer = _PolicyAnalyzerServicer("mlops-eks-guardrails", "0.1.0", policies(), EnforcementLevel.MANDATORY)
+
+    def analyze(type_: str, props: dict) -> list:
+        request = analyzer_pb2.AnalyzeRequest(
+            type=type_, properties=json_format.ParseDict(props, struct_pb2.Struct()), urn=f"urn:x::{type_}::r", name="r"
+        )
+        return list(servicer.Analyze(request, None).diagnostics)
+
+    bad = analyze("aws:ec2/launchTemplate:LaunchTemplate", {"metadataOptions": {"httpTokens": "optional"}})
+    assert {d.policyName for d in bad} == {"nodes-imdsv2-hop-limit-1"}
+    assert "Remediation:" in bad[0].message and "httpTokens" in bad[0].message
+    assert bad[0].enforcementLevel == analyzer_pb2.MANDATORY
+    assert analyze("aws:ec2/launchTemplate:LaunchTemplate", GOOD_LT) == []
+    assert analyze("kubernetes:kubeflow.org/v1:PyTorchJob", pod(GPU_TOLERATION, GPU, kind="PyTorchJob")) == []
+    assert [d.policyName for d in analyze("kubernetes:kubeflow.org/v1:PyTorchJob", pod(None, GPU, kind="PyTorchJob"))] == [
+        "k8s-gpu-requests-tolerate-taint"
+    ]

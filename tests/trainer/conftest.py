@@ -1,0 +1,79 @@
+"""Helpers for real trainer runs: torchrun (through trainer.launch) with two gloo processes on CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+# A model and corpus small enough that a 2-process run takes seconds on a shared 2-core machine.
+TINY = {
+    "data.synthetic_train_size": 512,
+    "data.synthetic_val_size": 64,
+    "data.max_len": 24,
+    "model.dim": 16,
+    "model.layers": 1,
+    "model.heads": 2,
+    "model.ffn_dim": 32,
+    "model.dropout": 0.1,  # non-zero so the resume test also covers the saved RNG streams
+    "train.batch_size": 8,
+    "train.warmup_steps": 5,
+    "train.log_every": 5,
+    "train.eval_every": 1000,
+    "train.max_steps": 300,
+    "checkpoint.every_steps": 1000,
+}
+
+
+def trainer_args(out: Path, **overrides) -> list[str]:
+    values = {**TINY, "output.dir": out, "checkpoint.dir": out / "ckpt", **overrides}
+    return [a for k, v in values.items() for a in (f"--{k}", str(v))]
+
+
+def launch_cmd(out: Path, nproc: int = 2, **overrides) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "trainer.launch",
+        "--nproc-per-node",
+        str(nproc),
+        "-m",
+        "trainer",
+        *trainer_args(out, **overrides),
+    ]
+
+
+def run_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in {"RANK", "WORLD_SIZE", "LOCAL_RANK"}}
+    return {**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+
+
+def launch(out: Path, **overrides) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        launch_cmd(out, **overrides),
+        cwd=out.parent,
+        env=run_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def metrics(out: Path, event: str) -> list[dict]:
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if r["event"] == event]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """One complete 2-process run, shared by the tests that compare against it."""
+    out = tmp_path_factory.mktemp("uninterrupted") / "out"
+    proc = launch(out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out, proc

@@ -1,0 +1,141 @@
+import json
+
+import boto3
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from moto import mock_aws
+
+from trainer import data
+from trainer.config import DataConfig
+
+ROWS = [("a wonderful film", 1), ("dull and messy", 0), ("not great at all", 0), ("superb cast", 1)] * 5
+
+
+def _write(path, rows, fmt):
+    if fmt == "jsonl":
+        path.write_text("".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in rows))
+    elif fmt == "csv":
+        path.write_text("text,label\n" + "".join(f'"{t}",{y}\n' for t, y in rows))
+    else:
+        pq.write_table(pa.table({"text": [t for t, _ in rows], "label": [y for _, y in rows]}), path)
+
+
+def test_synthetic_corpus_is_deterministic_and_has_both_labels():
+    a, b = data.synthetic_corpus(200, seed=3), data.synthetic_corpus(200, seed=3)
+    assert a == b
+    assert data.synthetic_corpus(200, seed=4) != a
+    share = sum(y for _, y in a) / len(a)
+    assert 0.3 < share < 0.7
+
+
+def test_synthetic_label_follows_negated_sentiment_words():
+    for text, label in data.synthetic_corpus(300, seed=0):
+        words, score = text.split(), 0
+        for i, w in enumerate(words):
+            sign = 1 if w in data.POSITIVE else -1 if w in data.NEGATIVE else 0
+            score += -sign if i and words[i - 1] in data.NEGATIONS else sign
+        assert label == int(score > 0)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+def test_file_loader_reads_text_and_label_and_holds_out_validation(tmp_path, fmt):
+    f = tmp_path / f"reviews.{fmt}"
+    _write(f, ROWS, fmt)
+    train, val = data.load_splits(DataConfig(source=str(f), val_fraction=0.25), tmp_path)
+    assert len(val) == 5 and len(train) == 15
+    assert sorted(train + val) == sorted(ROWS)
+
+
+def test_separate_validation_file_is_used_as_is(tmp_path):
+    _write(tmp_path / "train.jsonl", ROWS, "jsonl")
+    _write(tmp_path / "val.csv", ROWS[:3], "csv")
+    cfg = DataConfig(source=str(tmp_path / "train.jsonl"), val_source=str(tmp_path / "val.csv"))
+    train, val = data.load_splits(cfg, tmp_path)
+    assert (train, val) == (ROWS, ROWS[:3])
+
+
+def test_s3_source_is_downloaded_and_read(tmp_path):
+    _write(tmp_path / "r.parquet", ROWS, "parquet")
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="data")
+        s3.upload_file(str(tmp_path / "r.parquet"), "data", "imdb/train.parquet")
+        path = data.fetch_to_local("s3://data/imdb/train.parquet", tmp_path, client=s3)
+        assert data._read_rows(path, "text", "label") == ROWS
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"text": "ok", "label": "positive"}\n', "row 1: label 'positive' is not an integer class id"),
+        ('{"review": "ok", "label": 1}\n', "every record needs 'text' and 'label'"),
+        ("{not json\n", "not valid JSON lines"),
+    ],
+)
+def test_bad_rows_name_the_file_and_the_problem(tmp_path, content, message):
+    f = tmp_path / "bad.jsonl"
+    f.write_text(content)
+    with pytest.raises(data.DataError) as err:
+        data._read_rows(f, "text", "label")
+    assert str(f) in str(err.value) and message in str(err.value)
+
+
+def test_csv_without_the_label_column_is_refused(tmp_path):
+    f = tmp_path / "bad.csv"
+    f.write_text("text,stars\nfine,5\n")
+    with pytest.raises(data.DataError, match="no column 'label'"):
+        data._read_rows(f, "text", "label")
+
+
+def test_label_outside_the_model_classes_is_refused():
+    with pytest.raises(data.DataError, match="label 3 is outside 0..1"):
+        data.check_labels([("x", 3)], 2, "training data")
+
+
+@pytest.mark.parametrize("kind", ["wordlevel", "bpe", "bytes"])
+def test_tokenizer_is_offline_reproducible_and_survives_serialisation(kind):
+    texts = [t for t, _ in data.synthetic_corpus(300, seed=1)]
+    a = data.train_tokenizer(kind, texts, vocab_size=200)
+    b = data.train_tokenizer(kind, texts, vocab_size=200)
+    assert a.spec == b.spec
+    ids = a.encode(texts[:5], max_len=6)
+    assert ids == data.TextEncoder(a.spec).encode(texts[:5], max_len=6)
+    assert all(0 < len(row) <= 6 and all(0 < i < a.vocab_size for i in row) for row in ids)
+
+
+def test_wordlevel_maps_unseen_words_to_unknown_not_padding():
+    enc = data.train_tokenizer("wordlevel", ["good film"], vocab_size=64)
+    assert enc.encode(["good zebra"], max_len=8) == [[enc.encode(["good"], 8)[0][0], 1]]
+
+
+def test_batches_are_padded_to_a_multiple_with_a_matching_mask():
+    batch = data.PadCollate(8)([([5, 6, 7], 1), ([9] * 10, 0)])
+    assert batch["input_ids"].shape == (2, 16)
+    assert batch["attention_mask"].sum(1).tolist() == [3, 10]
+    assert batch["labels"].tolist() == [1, 0]
+
+
+def test_resumed_sampler_continues_the_same_epoch_order():
+    ds = data.EncodedDataset([[1]] * 40, [0] * 40)
+    full = data.ResumableSampler(ds, num_replicas=2, rank=1, shuffle=True, seed=7)
+    full.set_epoch(3)
+    resumed = data.ResumableSampler(ds, num_replicas=2, rank=1, shuffle=True, seed=7)
+    resumed.set_epoch(3)
+    resumed.skip = 8
+    assert list(resumed) == list(full)[8:] and len(resumed) == 12
+
+
+def test_validation_shards_cover_every_example_exactly_once():
+    ds = data.EncodedDataset([[i + 1] for i in range(11)], [0] * 11)
+    seen = []
+    for rank in range(3):
+        for batch in data.val_loader(ds, DataConfig(), batch_size=4, rank=rank, world=3):
+            seen += batch["input_ids"][:, 0].tolist()
+    assert sorted(seen) == list(range(1, 12))
+
+
+def test_too_few_examples_for_one_batch_per_rank_is_a_data_error():
+    ds = data.EncodedDataset([[1]] * 10, [0] * 10)
+    with pytest.raises(data.DataError, match="fewer than train.batch_size=8"):
+        data.train_loader(ds, DataConfig(), batch_size=8, rank=0, world=2, seed=0, pin_memory=False)

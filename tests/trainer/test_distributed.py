@@ -1,0 +1,73 @@
+"""Real 2-process gloo runs under torchrun (through trainer.launch), as a pod would start them."""
+
+import json
+import signal
+import subprocess
+import time
+
+import torch
+
+from tests.trainer.conftest import launch, launch_cmd, metrics, run_env
+from trainer.launch import exit_code
+
+
+def _weights(out):
+    return torch.load(out / "model.pt", weights_only=True)["model"]
+
+
+def test_two_process_run_keeps_ranks_identical_and_lowers_the_loss(uninterrupted):
+    out, proc = uninterrupted
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["ranks_identical"] is True and summary["world_size"] == 2
+    losses = [row["loss"] for row in metrics(out, "train")]
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5
+    assert summary["checkpoint"].endswith("ckpt/step-000000300")
+    assert (out / "ckpt" / "latest").read_text() == "step-000000300"
+    assert "[trainer] done:" in proc.stdout
+
+
+def test_resume_after_sigterm_continues_from_last_step_and_matches_uninterrupted_run(uninterrupted, tmp_path):
+    out = tmp_path / "out"
+    # A Spot reclaim as the kubelet does it: SIGTERM to the container's main process (the launcher).
+    first = subprocess.Popen(
+        launch_cmd(out),
+        cwd=tmp_path,
+        env=run_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and first.poll() is None:
+        if (out / "metrics.jsonl").exists() and any(r["step"] >= 10 for r in metrics(out, "train")):
+            break
+        time.sleep(0.05)
+    first.send_signal(signal.SIGTERM)
+    log = first.communicate(timeout=120)[0]
+    assert first.returncode == 143, log
+    saved = metrics(out, "checkpoint")
+    assert len(saved) == 1 and 10 <= saved[0]["step"] < 300, log
+    stopped_at = saved[0]["step"]
+    assert f"SIGTERM: checkpointing at step {stopped_at}" in log
+    assert (out / "ckpt" / "latest").read_text() == f"step-{stopped_at:09d}"
+
+    second = launch(out)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert f"resuming from {out / 'ckpt'}/step-{stopped_at:09d} (step {stopped_at})" in second.stdout
+    assert min(r["step"] for r in metrics(out, "train") if r["time"] > saved[0]["time"]) > stopped_at
+
+    reference, resumed = _weights(uninterrupted[0]), _weights(out)
+    assert reference.keys() == resumed.keys()
+    for key in reference:
+        assert torch.equal(reference[key], resumed[key]), key
+
+
+def test_invalid_config_exits_2_through_torchrun(tmp_path):
+    proc = launch(tmp_path / "out", **{"train.lr": -1})
+    assert proc.returncode == 2
+    assert "train.lr=-1.0 is invalid: allowed > 0" in proc.stderr
+    assert "rank 0 failed first with exit code 2" in proc.stderr or "rank 1 failed first" in proc.stderr
+
+
+def test_worker_exit_codes_map_to_what_a_shell_reports():
+    assert [exit_code(c) for c in (0, 1, 2, 143, -15, -9)] == [0, 1, 2, 143, 143, 137]

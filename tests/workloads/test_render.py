@@ -1,0 +1,258 @@
+"""Every object of every workload stack file against its upstream schema, and the facts rendering derives."""
+
+from __future__ import annotations
+
+import kubernetes_validate
+import pytest
+from kubeflow_trainer_api.models import TrainerV1alpha1TrainingRuntime, TrainerV1alpha1TrainJob
+
+from infra.accelerators import CATALOG
+from workloads.platform import example_outputs_path, load_platform_outputs
+from workloads.render import render
+from workloads.spec import parse_spec
+from workloads.stacks import load_stack, program_text, workload_stacks
+
+EKS_KUBERNETES = "1.33.0"  # the EKS version the platform pins
+CRD_GROUPS = ("trainer.kubeflow.org/", "kubeflow.org/", "kueue.x-k8s.io/")
+STACKS = workload_stacks()
+VOLUMES_SPEC = {
+    "name": "big",
+    "accelerator": "a100",
+    "gpusPerNode": 8,
+    "imageTag": "1",
+    "queue": "gpu",
+    "spotTolerant": False,
+    "checkpoint": {"pvc": {"size": "500Gi", "storageClass": "gp3"}},
+    "data": {"pvc": {"claim": "datasets"}, "path": "imdb/train.parquet"},
+    "priority": "training-high",
+}
+ELASTIC_SPEC = {
+    "name": "el",
+    "accelerator": "t4",
+    "nodes": 2,
+    "imageTag": "1",
+    "operator": "pytorchjob",
+    "elastic": {"minNodes": 1, "maxNodes": 4},
+}
+TRAINER_MODELS = {"TrainJob": TrainerV1alpha1TrainJob, "TrainingRuntime": TrainerV1alpha1TrainingRuntime}
+
+
+def render_stack(name: str) -> list[dict]:
+    stack = load_stack(name)
+    platform = load_platform_outputs(example_outputs_path(stack.platform_stack))
+    return render(stack.spec, platform, program_text=program_text(stack.spec))
+
+
+def by_kind(objects: list[dict], kind: str) -> dict:
+    (obj,) = [o for o in objects if o["kind"] == kind]
+    return obj
+
+
+def pod_spec(objects: list[dict]) -> dict:
+    """The pod spec the cluster will run: PyTorchJob's template, or TrainJob's runtime patch."""
+    if any(o["kind"] == "PyTorchJob" for o in objects):
+        return next(iter(by_kind(objects, "PyTorchJob")["spec"]["pytorchReplicaSpecs"].values()))["template"][
+            "spec"
+        ]
+    patch = by_kind(objects, "TrainJob")["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]
+    return patch["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+
+
+def test_the_issue_stack_files_exist():
+    assert {"dev-zimdb", "dev-zimdb-multinode", "prod-a100", "dev-amd", "dev-gpu-check"} <= set(STACKS)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_core_objects_validate_strictly_at_the_eks_version(stack):
+    core = [o for o in render_stack(stack) if not o["apiVersion"].startswith(CRD_GROUPS)]
+    assert {"Namespace", "ResourceQuota", "ServiceAccount"} <= {o["kind"] for o in core}
+    for obj in core:
+        kubernetes_validate.validate(obj, EKS_KUBERNETES, strict=True)
+
+
+def test_custom_resources_validate_against_the_upstream_crds(crd_check, dev_platform, prod_platform):
+    # One checker run for every stack (it parses all upstream CRDs, seconds each time), plus the shapes
+    # no stack file uses: PVCs, a Kueue queue, a priority, an elastic PyTorchJob.
+    extra = render(parse_spec(VOLUMES_SPEC), prod_platform) + render(parse_spec(ELASTIC_SPEC), dev_platform)
+    objects = [o for s in STACKS for o in render_stack(s)] + extra
+    custom = [o for o in objects if o["apiVersion"].startswith(CRD_GROUPS)]
+    assert {"TrainJob", "TrainingRuntime", "PyTorchJob", "LocalQueue"} <= {o["kind"] for o in custom}
+    code, output = crd_check(custom)
+    assert code == 0, output
+    assert f"{len(custom)} checked against upstream CRDs, 0 invalid" in output
+
+
+@pytest.mark.parametrize("stack", [s for s in STACKS if load_stack(s).spec.operator == "trainjob"])
+def test_trainjob_and_runtime_round_trip_through_the_kubeflow_trainer_models(stack):
+    # The models drop fields they do not know: an unchanged round trip means every field is in the API.
+    for obj in render_stack(stack):
+        if obj["kind"] in TRAINER_MODELS:
+            assert TRAINER_MODELS[obj["kind"]].from_dict(obj).to_dict() == obj
+
+
+@pytest.mark.parametrize(
+    ("stack", "accelerator"), [("dev-zimdb", "t4"), ("prod-a100", "a100"), ("dev-amd", "amd-v520")]
+)
+def test_scheduling_facts_match_the_accelerator_catalog(stack, accelerator):
+    acc = CATALOG[accelerator]
+    objects = render_stack(stack)
+    spec = pod_spec(objects)
+    assert spec["nodeSelector"] == acc.node_labels
+    assert spec["tolerations"] == [
+        {"key": acc.taint.key, "operator": "Equal", "value": acc.taint.value, "effect": acc.taint.effect}
+    ]
+    expr = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    types = expr["nodeSelectorTerms"][0]["matchExpressions"][0]["values"]
+    gpus = load_stack(stack).spec.gpus_per_node
+    assert types and all(acc.instance(t).gpus >= gpus for t in types)
+    trainer = by_kind(objects, "TrainJob")["spec"]["trainer"]
+    assert trainer["resourcesPerNode"]["limits"][acc.resource_name] == str(gpus)
+    assert by_kind(objects, "TrainJob")["metadata"]["labels"]["mlops-eks.io/accelerator"] == accelerator
+
+
+def test_a100_on_efa_requests_every_interface_and_sets_nccl_for_efa():
+    trainer = by_kind(render_stack("prod-a100"), "TrainJob")["spec"]["trainer"]
+    assert trainer["resourcesPerNode"]["limits"]["vpc.amazonaws.com/efa"] == str(
+        CATALOG["a100"].instance("p4d.24xlarge").efa_interfaces
+    )
+    env = {e["name"]: e["value"] for e in trainer["env"]}
+    assert env["FI_PROVIDER"] == "efa" and env["FI_EFA_USE_DEVICE_RDMA"] == "1"
+    assert "NCCL_P2P_DISABLE" not in env  # NVLink on p4d
+
+
+def test_t4_without_efa_disables_p2p_and_requests_no_efa():
+    trainer = by_kind(render_stack("dev-zimdb"), "TrainJob")["spec"]["trainer"]
+    env = {e["name"]: e["value"] for e in trainer["env"]}
+    assert env["NCCL_P2P_DISABLE"] == "1" and env["NCCL_SOCKET_IFNAME"] == "^lo" and "FI_PROVIDER" not in env
+    assert "vpc.amazonaws.com/efa" not in trainer["resourcesPerNode"]["limits"]
+
+
+def test_seed_shape_single_node_four_t4_runs_standalone_torchrun_through_the_trainer_launcher():
+    trainer = by_kind(render_stack("dev-zimdb"), "TrainJob")["spec"]["trainer"]
+    assert trainer["command"] == [
+        "python",
+        "-m",
+        "trainer.launch",  # torchrun that passes the trainer's exit codes (2, 143) on to the pod
+        "--standalone",
+        "--nproc_per_node=4",
+        "-m",
+        "trainer",
+        "--config",
+        "/etc/trainer/config.yaml",
+    ]
+    assert (trainer["numNodes"], trainer["numProcPerNode"]) == (1, 4)
+
+
+def test_seed_shape_four_pods_one_t4_as_pytorchjob_with_exit_code_restarts():
+    job = by_kind(render_stack("dev-zimdb-multinode"), "PyTorchJob")["spec"]
+    replicas = job["pytorchReplicaSpecs"]
+    assert (replicas["Master"]["replicas"], replicas["Worker"]["replicas"]) == (1, 3)
+    assert {r["restartPolicy"] for r in replicas.values()} == {"ExitCode"}
+    assert job["nprocPerNode"] == "1" and job["runPolicy"]["backoffLimit"] == 5
+    container = replicas["Worker"]["template"]["spec"]["containers"][0]
+    assert container["name"] == "pytorch"
+    assert "--standalone" not in container["command"]  # the operator's PET_* variables drive rendezvous
+
+
+def test_seed_shape_configmap_mounted_script():
+    objects = render_stack("dev-gpu-check")
+    program = next(
+        o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "gpu-check-program"
+    )
+    assert "def main(" in program["data"]["gpu_check.py"]
+    trainer = by_kind(objects, "TrainJob")["spec"]["trainer"]
+    assert trainer["command"][:4] == [
+        "torchrun",
+        "--standalone",
+        "--nproc_per_node=4",
+        "/opt/program/gpu_check.py",
+    ]
+    mounts = pod_spec(objects)["containers"][0]["volumeMounts"]
+    assert {"name": "program", "mountPath": "/opt/program", "readOnly": True} in mounts
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_pods_are_non_root_read_only_and_carry_no_api_token(stack):
+    objects = render_stack(stack)
+    spec = pod_spec(objects)
+    assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["runAsUser"] != 0
+    container = spec["containers"][0]["securityContext"]
+    assert container["allowPrivilegeEscalation"] is False and container["readOnlyRootFilesystem"] is True
+    assert container["capabilities"] == {"drop": ["ALL"]}
+    assert by_kind(objects, "ServiceAccount")["automountServiceAccountToken"] is False
+    assert spec["terminationGracePeriodSeconds"] > 120  # the Spot notice is 2 minutes
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
+    assert (
+        by_kind(objects, "Namespace")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
+        == "restricted"
+    )
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_object_and_pod_carries_the_dashboard_labels(stack):
+    spec = load_stack(stack).spec
+    objects = render_stack(stack)
+    for obj in objects:
+        assert obj["metadata"]["labels"]["mlops-eks.io/job"] == spec.name
+    assert (
+        by_kind(objects, "ServiceAccount")["metadata"]["labels"]["mlops-eks.io/accelerator"]
+        == spec.accelerator
+    )
+
+
+def test_trainjob_runtime_fails_fast_on_permanent_exit_codes_and_retries_the_rest():
+    runtime = by_kind(render_stack("dev-zimdb"), "TrainingRuntime")["spec"]["template"]["spec"]
+    assert runtime["failurePolicy"]["maxRestarts"] == 3
+    job = runtime["replicatedJobs"][0]["template"]["spec"]
+    fail = next(r for r in job["podFailurePolicy"]["rules"] if r["action"] == "FailJob")["onExitCodes"]
+    assert 2 in fail["values"] and 143 not in fail["values"] and 137 not in fail["values"]
+    assert job["template"]["spec"]["restartPolicy"] == "Never"
+
+
+def test_trainer_config_points_at_the_job_prefix_in_the_platform_bucket():
+    config_map = by_kind(render_stack("dev-zimdb"), "ConfigMap")
+    text = config_map["data"]["config.yaml"]
+    assert "dir: s3://mlops-eks-dev-artifacts-example/jobs/zimdb/checkpoints" in text
+    assert "max_steps: 300" in text
+
+
+def test_volumes_and_kueue_queue_render_as_asked(prod_platform):
+    spec = parse_spec(VOLUMES_SPEC)
+    objects = render(spec, prod_platform)
+    pvc = by_kind(objects, "PersistentVolumeClaim")
+    assert pvc["spec"] == {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "500Gi"}},
+        "storageClassName": "gp3",
+    }
+    assert by_kind(objects, "LocalQueue")["spec"] == {"clusterQueue": "gpu"}
+    assert by_kind(objects, "TrainJob")["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu"
+    runtime_pod = by_kind(objects, "TrainingRuntime")["spec"]["template"]["spec"]["replicatedJobs"][0]
+    assert runtime_pod["template"]["spec"]["template"]["spec"]["priorityClassName"] == "training-high"
+    claims = {
+        v["name"]: v["persistentVolumeClaim"]
+        for v in pod_spec(objects)["volumes"]
+        if "persistentVolumeClaim" in v
+    }
+    assert claims == {
+        "data": {"claimName": "datasets", "readOnly": True},
+        "checkpoint": {"claimName": "big-checkpoint", "readOnly": False},
+    }
+    config = by_kind(objects, "ConfigMap")["data"]["config.yaml"]
+    assert "source: /mnt/data/imdb/train.parquet" in config and "dir: /mnt/checkpoint" in config
+    for obj in objects:
+        if not obj["apiVersion"].startswith(CRD_GROUPS):
+            kubernetes_validate.validate(obj, EKS_KUBERNETES, strict=True)
+
+
+def test_elastic_pytorchjob_has_only_workers_and_an_elastic_policy(dev_platform):
+    spec = parse_spec(ELASTIC_SPEC)
+    job = by_kind(render(spec, dev_platform), "PyTorchJob")["spec"]
+    assert list(job["pytorchReplicaSpecs"]) == ["Worker"]
+    assert job["elasticPolicy"] == {
+        "minReplicas": 1,
+        "maxReplicas": 4,
+        "rdzvBackend": "c10d",
+        "maxRestarts": 3,
+    }

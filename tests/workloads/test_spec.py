@@ -1,0 +1,117 @@
+"""TrainingJobSpec validation, alone and against the platform: every error names key, value and allowed."""
+
+from __future__ import annotations
+
+import pytest
+
+from workloads.placement import place
+from workloads.spec import SpecError, parse_spec
+
+BASE = {"name": "zimdb", "accelerator": "t4", "gpusPerNode": 4, "imageTag": "0.1.0"}
+
+
+def _error(raw: dict, platform=None) -> str:
+    with pytest.raises(SpecError) as info:
+        spec = parse_spec(raw)
+        place(spec, platform)
+    return str(info.value)
+
+
+def test_valid_spec_defaults_to_trainjob_one_process_per_gpu_with_s3_checkpoints():
+    spec = parse_spec(BASE)
+    assert (spec.operator, spec.processes_per_node, spec.nodes) == ("trainjob", 4, 1)
+    assert spec.checkpoint is not None and spec.checkpoint.s3 == "checkpoints"
+    assert spec.uses_s3
+
+
+def test_missing_image_names_the_key_and_both_ways_to_set_it():
+    msg = _error({"name": "zimdb", "accelerator": "t4"})
+    assert msg.startswith("mlops-eks:job.image: missing")
+    assert "`image`" in msg and "`imageTag`" in msg
+
+
+def test_unknown_key_and_bad_values_are_all_reported_with_their_values():
+    msg = _error({**BASE, "name": "Zimdb", "gpusPerNode": 0, "gpus": 4})
+    assert "mlops-eks:job.name:" in msg and "(got 'Zimdb')" in msg
+    assert "mlops-eks:job.gpusPerNode: Input should be greater than or equal to 1 (got 0)" in msg
+    assert "mlops-eks:job.gpus: Extra inputs are not permitted" in msg
+
+
+def test_not_an_object_is_rejected():
+    assert _error("zimdb").startswith("mlops-eks:job: expected an object")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"procsPerNode": 8}, "mlops-eks:job.procsPerNode: 8 is more than gpusPerNode (4); allowed: 1-4"),
+        ({"elastic": {"minNodes": 1, "maxNodes": 2}}, "mlops-eks:job.elastic: only operator `pytorchjob`"),
+        ({"image": "repo/x:1"}, "mlops-eks:job.image: set either `image` or `imageTag`"),
+        ({"checkpoint": {"s3": "c", "pvc": {"size": "1Gi"}}}, "mlops-eks:job.checkpoint: set exactly one"),
+        ({"data": {"pvc": {"size": "10Gi"}}}, "mlops-eks:job.data: a new, empty volume holds no data"),
+        (
+            {"trainerConfig": {"checkpoint": {"dir": "/x"}}},
+            "mlops-eks:job.trainerConfig.checkpoint.dir: also",
+        ),
+        ({"program": {"delivery": "configmap"}}, "mlops-eks:job.program: delivery `configmap` needs `file`"),
+        ({"operator": "mpijob"}, "mlops-eks:job.operator: Input should be 'trainjob' or 'pytorchjob'"),
+    ],
+)
+def test_inconsistent_spec_is_rejected_naming_the_key(change, expected):
+    assert expected in _error({**BASE, **change})
+
+
+def test_shared_new_volume_on_several_nodes_needs_a_readwritemany_class():
+    msg = _error({**BASE, "gpusPerNode": 1, "nodes": 2, "checkpoint": {"pvc": {"size": "50Gi"}}})
+    assert "mlops-eks:job.checkpoint.pvc.storageClass: a new volume shared by 2 nodes" in msg
+
+
+def test_accelerator_the_platform_does_not_offer(dev_platform):
+    msg = _error({**BASE, "accelerator": "a100"}, dev_platform)
+    assert (
+        msg
+        == "mlops-eks:job.accelerator: 'a100' is not offered by platform mlops-eks-dev; allowed: amd-v520, t4"
+    )
+
+
+def test_more_gpus_per_node_than_the_pools_instance_types_have(dev_platform):
+    msg = _error({**BASE, "gpusPerNode": 8}, dev_platform)
+    assert msg.startswith("mlops-eks:job.gpusPerNode: 8 is more than the t4 pools' instance types have")
+    assert "g4dn.12xlarge" in msg and msg.endswith("allowed: 1-4")
+
+
+def test_more_nodes_than_the_pool_grows_to(dev_platform):
+    msg = _error({**BASE, "gpusPerNode": 1, "nodes": 5}, dev_platform)
+    assert msg == "mlops-eks:job.nodes: 5 is more than pool t4 grows to (max_size 4); allowed: 1-4"
+
+
+def test_spot_intolerant_job_on_a_spot_only_accelerator(dev_platform):
+    msg = _error({**BASE, "spotTolerant": False}, dev_platform)
+    assert msg.startswith("mlops-eks:job.spotTolerant: false, but every t4 pool of mlops-eks-dev is Spot")
+
+
+def test_cpu_beyond_the_largest_fitting_instance(dev_platform):
+    msg = _error({**BASE, "cpuPerNode": 64}, dev_platform)
+    assert msg.startswith("mlops-eks:job.cpuPerNode: 64 vCPU")
+    assert "g4dn.12xlarge: 48 vCPU, 192 GiB" in msg
+
+
+def test_queue_without_a_gang_scheduler_and_unknown_kueue_queue(dev_platform, prod_platform):
+    assert _error({**BASE, "queue": "gpu"}, dev_platform).startswith("mlops-eks:job.queue: 'gpu', but")
+    a100 = {**BASE, "accelerator": "a100", "gpusPerNode": 8, "queue": "cpu"}
+    assert "allowed: gpu" in _error(a100, prod_platform)
+
+
+def test_operator_not_installed_on_the_platform(dev_platform):
+    platform = dev_platform.model_copy(update={"training_operators": {"trainjob": True, "pytorchjob": False}})
+    msg = _error({**BASE, "operator": "pytorchjob"}, platform)
+    assert msg == "mlops-eks:job.operator: 'pytorchjob' is not installed on mlops-eks-dev; allowed: trainjob"
+
+
+def test_image_from_the_platform_ecr_repository_of_the_vendor(dev_platform):
+    amd = place(parse_spec({**BASE, "accelerator": "amd-v520", "gpusPerNode": 1}), dev_platform)
+    assert amd.image == "123456789012.dkr.ecr.us-east-1.amazonaws.com/mlops-eks-dev/rocm:0.1.0"
+    t4 = place(parse_spec(BASE), dev_platform)
+    assert t4.image.endswith("/mlops-eks-dev/cuda:0.1.0")
+    assert [t.name for t in t4.instance_types] == ["g4dn.12xlarge"]
+    assert (t4.cpu, t4.memory_gib, t4.shm_gib) == (36, 144, 36)

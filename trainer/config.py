@@ -1,0 +1,353 @@
+"""The trainer's configuration: kw-only dataclasses validated on construction.
+
+A job is `JobConfig` = data + model + train + checkpoint + output. It is built from defaults (the zIMDB
+job on synthetic data), then an optional YAML/JSON file, then `--<section>.<field> VALUE` overrides.
+Every error names the key, the value and what is allowed, and maps to exit code 2 (a permanent failure:
+retrying the same pod would fail the same way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """An invalid job configuration (exit code 2)."""
+
+
+def _help(text: str) -> Any:
+    return {"help": text}
+
+
+def _require(ok: bool, key: str, value: Any, allowed: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}={value!r} is invalid: allowed {allowed}")
+
+
+def _require_package(module: str, key: str, value: Any, pip_name: str) -> None:
+    # No silent fallback: an option that needs a package that is not installed is a config error.
+    if importlib.util.find_spec(module) is None:
+        raise ConfigError(
+            f"{key}={value!r} needs the '{pip_name}' package, which is not installed: "
+            f"pip install {pip_name} (or choose another {key})"
+        )
+
+
+@dataclass(kw_only=True)
+class DataConfig:
+    source: str = field(
+        default="synthetic",
+        metadata=_help(
+            "'synthetic' (deterministic zIMDB corpus, offline), a .jsonl/.csv/.parquet file with text,label "
+            "(local path or s3://bucket/key), or 'hf:<dataset>' (needs the datasets package)"
+        ),
+    )
+    val_source: str = field(
+        default="", metadata=_help("validation file (same formats); empty: split val_fraction off source")
+    )
+    val_fraction: float = field(default=0.1, metadata=_help("share of source held out when no val_source"))
+    text_field: str = field(default="text", metadata=_help("column holding the review text"))
+    label_field: str = field(default="label", metadata=_help("column holding the integer class label"))
+    synthetic_train_size: int = field(default=6000, metadata=_help("synthetic training examples"))
+    synthetic_val_size: int = field(default=1000, metadata=_help("synthetic validation examples"))
+    tokenizer: str = field(
+        default="wordlevel",
+        metadata=_help("'wordlevel' or 'bpe' (trained on the training split, offline) or 'bytes'"),
+    )
+    vocab_size: int = field(default=8000, metadata=_help("maximum vocabulary size of a trained tokenizer"))
+    max_len: int = field(default=64, metadata=_help("tokens per example after truncation"))
+    pad_to_multiple: int = field(default=8, metadata=_help("pad each batch's length to a multiple of this"))
+    num_workers: int = field(default=0, metadata=_help("DataLoader worker processes per rank"))
+    seed: int = field(default=0, metadata=_help("seed of the synthetic corpus and of the train/val split"))
+
+    def __post_init__(self) -> None:
+        src = self.source
+        _require(bool(src), "data.source", src, "'synthetic', a file path, s3://bucket/key or hf:<name>")
+        if src.startswith("hf:"):
+            _require(len(src) > 3, "data.source", src, "hf:<dataset name>, e.g. hf:imdb")
+            _require_package("datasets", "data.source", src, "datasets")
+        elif src != "synthetic":
+            _require_file_source(src, "data.source")
+        if self.val_source:
+            _require_file_source(self.val_source, "data.val_source")
+        _require(0.0 < self.val_fraction < 1.0, "data.val_fraction", self.val_fraction, "0 < x < 1")
+        _require(
+            self.synthetic_train_size >= 8, "data.synthetic_train_size", self.synthetic_train_size, ">= 8"
+        )
+        _require(self.synthetic_val_size >= 2, "data.synthetic_val_size", self.synthetic_val_size, ">= 2")
+        _require(
+            self.tokenizer in TOKENIZERS, "data.tokenizer", self.tokenizer, " | ".join(sorted(TOKENIZERS))
+        )
+        _require(self.vocab_size >= 64, "data.vocab_size", self.vocab_size, ">= 64")
+        _require(self.max_len >= 4, "data.max_len", self.max_len, ">= 4")
+        _require(self.pad_to_multiple >= 1, "data.pad_to_multiple", self.pad_to_multiple, ">= 1")
+        _require(self.num_workers >= 0, "data.num_workers", self.num_workers, ">= 0")
+
+
+TOKENIZERS = {"wordlevel", "bpe", "bytes"}
+FILE_FORMATS = (".jsonl", ".json", ".csv", ".parquet")
+
+
+def _require_file_source(src: str, key: str) -> None:
+    _require(src.lower().endswith(FILE_FORMATS), key, src, f"a file ending in {', '.join(FILE_FORMATS)}")
+    if src.startswith("s3://"):
+        _require(len(src[5:].split("/", 1)) == 2, key, src, "s3://bucket/key")
+    else:
+        _require(Path(src).is_file(), key, src, "an existing file (no such file)")
+
+
+@dataclass(kw_only=True)
+class ModelConfig:
+    name: str = field(
+        default="transformer",
+        metadata=_help("'transformer' (built-in encoder) or 'hf:<model>' (fine-tune; needs transformers)"),
+    )
+    dim: int = field(default=64, metadata=_help("embedding width of the built-in encoder"))
+    layers: int = field(default=2, metadata=_help("encoder layers"))
+    heads: int = field(default=4, metadata=_help("attention heads (must divide dim)"))
+    ffn_dim: int = field(default=128, metadata=_help("feed-forward width"))
+    dropout: float = field(
+        default=0.0,
+        metadata=_help("dropout probability (0: the synthetic corpus has no label noise to resist)"),
+    )
+    num_labels: int = field(default=2, metadata=_help("number of classes"))
+
+    def __post_init__(self) -> None:
+        if self.name.startswith("hf:"):
+            _require(len(self.name) > 3, "model.name", self.name, "hf:<model name>")
+            _require_package("transformers", "model.name", self.name, "transformers")
+        else:
+            _require(self.name == "transformer", "model.name", self.name, "'transformer' or 'hf:<model>'")
+        for key in ("dim", "layers", "heads", "ffn_dim"):
+            value = getattr(self, key)
+            _require(value >= 1, f"model.{key}", value, ">= 1")
+        _require(self.dim % self.heads == 0, "model.heads", self.heads, f"a divisor of model.dim={self.dim}")
+        _require(0.0 <= self.dropout < 1.0, "model.dropout", self.dropout, "0 <= x < 1")
+        _require(self.num_labels >= 2, "model.num_labels", self.num_labels, ">= 2")
+
+
+PRECISIONS = {"auto", "fp32", "bf16", "fp16"}
+
+
+@dataclass(kw_only=True)
+class TrainConfig:
+    device: str = field(default="auto", metadata=_help("'auto' (cuda if available), 'cpu' or 'cuda'"))
+    precision: str = field(
+        default="auto",
+        metadata=_help(
+            "'auto' (bf16 on GPUs that support it, fp16+GradScaler on others, fp32 on CPU), "
+            "'fp32', 'bf16' or 'fp16'"
+        ),
+    )
+    parallelism: str = field(default="ddp", metadata=_help("'ddp' or 'fsdp' (shards params, for big models)"))
+    batch_size: int = field(default=32, metadata=_help("micro-batch size per rank"))
+    grad_accum_steps: int = field(default=1, metadata=_help("micro-batches per optimizer step"))
+    max_steps: int = field(default=600, metadata=_help("optimizer steps in the whole run"))
+    lr: float = field(default=4e-3, metadata=_help("peak learning rate (AdamW)"))
+    weight_decay: float = field(default=0.01, metadata=_help("AdamW weight decay"))
+    warmup_steps: int = field(default=50, metadata=_help("linear warmup steps, then cosine decay"))
+    min_lr_ratio: float = field(default=0.1, metadata=_help("final LR as a share of the peak"))
+    grad_clip: float = field(default=1.0, metadata=_help("max gradient norm; 0 disables clipping"))
+    grad_checkpointing: bool = field(default=False, metadata=_help("recompute activations in backward"))
+    compile: bool = field(default=False, metadata=_help("torch.compile the model"))
+    eval_every: int = field(default=100, metadata=_help("evaluate every N steps (and at the end)"))
+    log_every: int = field(default=20, metadata=_help("progress line + metrics JSON line every N steps"))
+    seed: int = field(default=0, metadata=_help("seed of model init, shuffling and dropout"))
+    dist_timeout_s: int = field(default=600, metadata=_help("timeout of collective operations, seconds"))
+
+    def __post_init__(self) -> None:
+        _require(self.device in {"auto", "cpu", "cuda"}, "train.device", self.device, "auto | cpu | cuda")
+        _require(
+            self.precision in PRECISIONS, "train.precision", self.precision, " | ".join(sorted(PRECISIONS))
+        )
+        _require(self.parallelism in {"ddp", "fsdp"}, "train.parallelism", self.parallelism, "ddp | fsdp")
+        for key in (
+            "batch_size",
+            "grad_accum_steps",
+            "max_steps",
+            "eval_every",
+            "log_every",
+            "dist_timeout_s",
+        ):
+            value = getattr(self, key)
+            _require(value >= 1, f"train.{key}", value, ">= 1")
+        _require(self.lr > 0, "train.lr", self.lr, "> 0")
+        _require(self.weight_decay >= 0, "train.weight_decay", self.weight_decay, ">= 0")
+        _require(
+            0 <= self.warmup_steps < self.max_steps,
+            "train.warmup_steps",
+            self.warmup_steps,
+            f"0 <= x < train.max_steps={self.max_steps}",
+        )
+        _require(0 <= self.min_lr_ratio <= 1, "train.min_lr_ratio", self.min_lr_ratio, "0 <= x <= 1")
+        _require(self.grad_clip >= 0, "train.grad_clip", self.grad_clip, ">= 0")
+
+
+@dataclass(kw_only=True)
+class CheckpointConfig:
+    dir: str = field(
+        default="runs/zimdb/checkpoints", metadata=_help("local directory or s3://bucket/prefix")
+    )
+    every_steps: int = field(default=200, metadata=_help("checkpoint every N steps (and at the end)"))
+    keep: int = field(
+        default=2, metadata=_help("complete checkpoints kept (>= 2, so one bad write is survivable)")
+    )
+    resume: bool = field(default=True, metadata=_help("resume from the latest good checkpoint in dir"))
+    upload_retries: int = field(default=4, metadata=_help("attempts per S3 upload before giving up"))
+    retry_backoff_s: float = field(default=1.0, metadata=_help("first retry delay; doubles per attempt"))
+
+    def __post_init__(self) -> None:
+        _require(bool(self.dir), "checkpoint.dir", self.dir, "a local directory or s3://bucket/prefix")
+        _require_dir_uri(self.dir, "checkpoint.dir")
+        _require(self.every_steps >= 1, "checkpoint.every_steps", self.every_steps, ">= 1")
+        _require(self.keep >= 2, "checkpoint.keep", self.keep, ">= 2")
+        _require(self.upload_retries >= 1, "checkpoint.upload_retries", self.upload_retries, ">= 1")
+        _require(self.retry_backoff_s >= 0, "checkpoint.retry_backoff_s", self.retry_backoff_s, ">= 0")
+
+
+@dataclass(kw_only=True)
+class OutputConfig:
+    dir: str = field(
+        default="runs/zimdb", metadata=_help("final model, summary.json, metrics.jsonl: local or s3://")
+    )
+    tensorboard: bool = field(
+        default=False, metadata=_help("also write TensorBoard events (needs tensorboard)")
+    )
+
+    def __post_init__(self) -> None:
+        _require(bool(self.dir), "output.dir", self.dir, "a local directory or s3://bucket/prefix")
+        _require_dir_uri(self.dir, "output.dir")
+        if self.tensorboard:
+            _require_package("tensorboard", "output.tensorboard", True, "tensorboard")
+
+
+def _require_dir_uri(uri: str, key: str) -> None:
+    if uri.startswith("s3://"):
+        _require(bool(uri[5:].split("/", 1)[0]), key, uri, "s3://bucket[/prefix]")
+
+
+@dataclass(kw_only=True)
+class JobConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return dataclasses.asdict(self)
+
+
+SECTIONS: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(JobConfig)}  # type: ignore[misc]
+
+
+def _coerce(key: str, raw: Any, kind: type) -> Any:
+    """Convert a file or CLI value to the field's type; a wrong type is a ConfigError naming the key."""
+    if kind is bool:
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.lower() in {"true", "false"}:
+            return raw.lower() == "true"
+        raise ConfigError(f"{key}={raw!r} is invalid: allowed true | false")
+    if kind in (int, float):
+        if isinstance(raw, bool):
+            raise ConfigError(f"{key}={raw!r} is invalid: allowed a number")
+        try:
+            value = kind(raw)
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"{key}={raw!r} is invalid: allowed {'an integer' if kind is int else 'a number'}"
+            ) from None
+        if kind is int and isinstance(raw, float) and raw != value:
+            raise ConfigError(f"{key}={raw!r} is invalid: allowed an integer")
+        return value
+    if not isinstance(raw, str):
+        raise ConfigError(f"{key}={raw!r} is invalid: allowed a string")
+    return raw
+
+
+def _field_types(section_cls: type) -> dict[str, type]:
+    kinds = {"str": str, "int": int, "float": float, "bool": bool}
+    return {f.name: kinds[str(f.type)] for f in dataclasses.fields(section_cls)}
+
+
+def build(values: dict[str, Any]) -> JobConfig:
+    """Build a JobConfig from {section: {field: value}}; unknown sections/fields are errors."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"config must be a mapping of sections, got {type(values).__name__}")
+    sections = {}
+    for name, raw in values.items():
+        if name not in SECTIONS:
+            raise ConfigError(f"unknown config section {name!r}: allowed {', '.join(SECTIONS)}")
+        if not isinstance(raw, dict):
+            raise ConfigError(f"config section {name!r} must be a mapping, got {raw!r}")
+        types = _field_types(SECTIONS[name])
+        for key in raw:
+            if key not in types:
+                raise ConfigError(f"unknown key {name}.{key}: allowed {', '.join(sorted(types))}")
+    try:
+        for name, cls in SECTIONS.items():
+            types = _field_types(cls)
+            raw = values.get(name, {})
+            sections[name] = cls(**{k: _coerce(f"{name}.{k}", v, types[k]) for k, v in raw.items()})
+    except TypeError as err:  # a dataclass refusing its arguments: report it as a config error
+        raise ConfigError(str(err)) from None
+    return JobConfig(**sections)
+
+
+def load_file(path: str) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"--config {path!r}: no such file")
+    if p.suffix not in {".yaml", ".yml", ".json"}:
+        raise ConfigError(f"--config {path!r}: allowed a .yaml, .yml or .json file")
+    try:
+        data = json.loads(p.read_text()) if p.suffix == ".json" else yaml.safe_load(p.read_text())
+    except (json.JSONDecodeError, yaml.YAMLError) as err:
+        raise ConfigError(f"--config {path!r} is not valid {p.suffix[1:].upper()}: {err}") from None
+    return data or {}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m trainer",
+        description="Distributed PyTorch text classifier (run under torchrun; or `python -m trainer.launch` "
+        "to get exit code 143 on SIGTERM). With no arguments: the zIMDB job on synthetic data. "
+        "Exit codes: 0 done, 2 invalid config, 143 stopped by SIGTERM after a checkpoint (retryable).",
+    )
+    p.add_argument("--config", help="YAML or JSON file of {section: {field: value}}; flags override it")
+    for name, cls in SECTIONS.items():
+        group = p.add_argument_group(name)
+        for f in dataclasses.fields(cls):
+            group.add_argument(
+                f"--{name}.{f.name}",
+                dest=f"{name}.{f.name}",
+                metavar=str(f.type).upper(),
+                default=argparse.SUPPRESS,
+                help=f"{f.metadata['help']} (default: {f.default!r})",
+            )
+    return p
+
+
+def from_args(argv: list[str] | None = None) -> JobConfig:
+    """Parse CLI arguments into a JobConfig. argparse exits 2 on unknown flags, as ConfigError does."""
+    args = vars(parser().parse_args(argv))
+    values: dict[str, Any] = load_file(args.pop("config")) if args.get("config") else {}
+    args.pop("config", None)
+    if not isinstance(values, dict):
+        raise ConfigError(f"--config must hold a mapping of sections, got {type(values).__name__}")
+    for dotted, raw in args.items():
+        section, key = dotted.split(".", 1)
+        values.setdefault(section, {})
+        if not isinstance(values[section], dict):
+            raise ConfigError(f"config section {section!r} must be a mapping, got {values[section]!r}")
+        values[section][key] = raw
+    return build(values)

@@ -1,0 +1,132 @@
+"""Process group set-up and teardown, and the SIGTERM flag that every rank agrees on.
+
+Rank and world size come from torchrun (RANK, WORLD_SIZE, LOCAL_RANK). Without torchrun, a pod started by
+Kubeflow with one process per pod has only PET_NNODES/PET_NODE_RANK/PET_MASTER_*: those are mapped; with
+neither, the run is a single process without a process group.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from trainer.config import ConfigError, TrainConfig
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def _ranks_from_env(env: dict[str, str]) -> tuple[int, int, int]:
+    if "RANK" in env:
+        return int(env["RANK"]), int(env.get("WORLD_SIZE", "1")), int(env.get("LOCAL_RANK", "0"))
+    if "PET_NNODES" in env:
+        if env.get("PET_NPROC_PER_NODE", "1") not in {"1", "auto"}:
+            raise ConfigError(
+                f"PET_NPROC_PER_NODE={env['PET_NPROC_PER_NODE']} needs torchrun: "
+                "start the trainer with `python -m trainer.launch -m trainer ...`"
+            )
+        # One process per pod: the node rank is the global rank; torchrun-style rendezvous variables.
+        os.environ.setdefault("MASTER_ADDR", env.get("PET_MASTER_ADDR", "localhost"))
+        os.environ.setdefault("MASTER_PORT", env.get("PET_MASTER_PORT", "29500"))
+        return int(env.get("PET_NODE_RANK", "0")), int(env["PET_NNODES"]), 0
+    return 0, 1, 0
+
+
+def _device(choice: str, local_rank: int) -> torch.device:
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("train.device='cuda' but no CUDA/ROCm device is visible: allowed auto | cpu")
+    if choice == "cpu" or not torch.cuda.is_available():
+        return torch.device("cpu")
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
+
+
+def setup(cfg: TrainConfig) -> DistEnv:
+    rank, world, local_rank = _ranks_from_env(dict(os.environ))
+    device = _device(cfg.device, local_rank)
+    if world > 1:
+        # nccl on CUDA (PyTorch's ROCm build maps it to RCCL), gloo on CPU.
+        dist.init_process_group(
+            backend="nccl" if device.type == "cuda" else "gloo",
+            timeout=datetime.timedelta(seconds=cfg.dist_timeout_s),
+            rank=rank,
+            world_size=world,
+            device_id=device if device.type == "cuda" else None,
+        )
+    return DistEnv(rank=rank, world_size=world, local_rank=local_rank, device=device)
+
+
+def teardown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def broadcast_object(env: DistEnv, obj: Any) -> Any:
+    """Rank 0's `obj` on every rank."""
+    if not env.distributed:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def gather_objects(env: DistEnv, obj: Any) -> list[Any]:
+    """Every rank's `obj`, in rank order, on every rank."""
+    if not env.distributed:
+        return [obj]
+    out: list[Any] = [None] * env.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def all_reduce_sum(env: DistEnv, values: list[float]) -> list[float]:
+    t = torch.tensor(values, dtype=torch.float64, device=env.device)
+    if env.distributed:
+        dist.all_reduce(t)
+    return t.tolist()
+
+
+def barrier(env: DistEnv) -> None:
+    if env.distributed:
+        dist.barrier()
+
+
+class StopFlag:
+    """SIGTERM (Spot reclaim, pod eviction, torchrun forwarding) asks for a checkpoint and a clean exit.
+
+    The handler only sets a flag: the training step in flight finishes, then all ranks agree at the step
+    boundary (a MAX all-reduce), so every rank stops at the same step even if only one got the signal.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        signal.signal(signal.SIGTERM, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def agreed(self, env: DistEnv) -> bool:
+        if not env.distributed:
+            return self.requested
+        flag = torch.tensor([int(self.requested)], device=env.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())

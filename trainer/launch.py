@@ -1,0 +1,52 @@
+"""`python -m trainer.launch [torchrun options] -m trainer [...]`: torchrun, with exit codes a pod can use.
+
+torchrun (torch 2.13) exits 1 whatever happened to its workers: when they exit 143 after a Spot
+checkpoint, when they exit 2 for a bad config, and when torchrun itself gets SIGTERM (it forwards the
+signal, waits --shutdown-timeout seconds, then raises). In a pod the container's exit code is torchrun's,
+so PyTorchJob's `restartPolicy: ExitCode` would treat a reclaim as a permanent failure. This wrapper runs
+the same launcher (same flags, same PET_* environment defaults) and maps the outcome:
+
+  torchrun received signal N            -> 128 + N   (SIGTERM: 143, retryable)
+  first failing worker exited with code -> that code (2 stays permanent, 143 stays retryable)
+  first failing worker killed by signal -> 128 + N   (e.g. OOM kill: 137)
+"""
+
+from __future__ import annotations
+
+import sys
+
+from torch.distributed import run as torchrun
+from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+
+def exit_code(failure_code: int) -> int:
+    """A worker's exit code as a shell would report it (a process killed by signal N reports -N)."""
+    return 128 - failure_code if failure_code < 0 else failure_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = torchrun.parse_args(argv if argv is not None else sys.argv[1:])
+    try:
+        torchrun.run(args)
+    except SignalException as err:
+        print(
+            f"trainer.launch: torchrun stopped by signal {int(err.sigval)}; exit {128 + int(err.sigval)}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 128 + int(err.sigval)
+    except ChildFailedError as err:
+        rank, failure = err.get_first_failure()  # the root cause; later failures are the teardown
+        code = exit_code(failure.exitcode)
+        print(
+            f"trainer.launch: rank {rank} failed first with exit code {code}; exit {code}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,370 @@
+"""The training run, top to bottom: set up, resume, train with periodic eval and checkpoints, write outputs.
+
+`run(cfg)` returns the process exit code: 0 when done, 143 when stopped by SIGTERM after a checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from trainer import checkpoint, data
+from trainer.config import JobConfig, TrainConfig
+from trainer.dist import (
+    DistEnv,
+    StopFlag,
+    all_reduce_sum,
+    barrier,
+    broadcast_object,
+    gather_objects,
+    setup,
+    teardown,
+)
+from trainer.metrics import Metrics
+from trainer.model import build_model
+from trainer.storage import LocalStorage, open_storage
+
+RETRYABLE_EXIT = 143  # 128 + SIGTERM: PyTorchJob restartPolicy ExitCode and JobSet retry codes >= 128
+
+
+def _precision(cfg: TrainConfig, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype, or None for fp32. 'auto': bf16 where the GPU has it, fp16 on older GPUs (T4)."""
+    choice = cfg.precision
+    if choice == "auto":
+        if device.type != "cuda":
+            return None
+        choice = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[choice]
+
+
+def _lr_lambda(cfg: TrainConfig):
+    def factor(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        progress = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)
+        return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+    return factor
+
+
+def _micro_batches(loader, epoch: int, position: int) -> Iterator[tuple[int, int, dict[str, torch.Tensor]]]:
+    """Endless batches as (epoch, batches done in that epoch, batch); starts mid-epoch after a resume."""
+    sampler = loader.sampler
+    while True:
+        sampler.set_epoch(epoch)
+        sampler.skip = position * loader.batch_size
+        for batch in loader:
+            position += 1
+            yield epoch, position, batch
+        epoch, position = epoch + 1, 0
+
+
+def _wrap(model: nn.Module, cfg: TrainConfig, env: DistEnv) -> nn.Module:
+    if cfg.compile:
+        model.compile()  # in place: state-dict keys stay the same
+    if not env.distributed:
+        return model
+    if cfg.parallelism == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in getattr(model, "layers", []):
+            fully_shard(layer)
+        return fully_shard(model)
+    return DistributedDataParallel(
+        model, device_ids=[env.device.index] if env.device.type == "cuda" else None
+    )
+
+
+def _sync_context(model: nn.Module, sync: bool):
+    """Skip the gradient all-reduce on all but the last micro-batch of an accumulation."""
+    if isinstance(model, DistributedDataParallel) and not sync:
+        return model.no_sync()
+    if hasattr(model, "set_requires_gradient_sync"):  # FSDP2
+        model.set_requires_gradient_sync(sync)
+    return contextlib.nullcontext()
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, loader, env: DistEnv, dtype: torch.dtype | None) -> dict[str, float]:
+    model.eval()
+    correct = total = loss_sum = 0.0
+    for batch in loader:
+        batch = {k: v.to(env.device, non_blocking=True) for k, v in batch.items()}
+        with torch.autocast(env.device.type, dtype=dtype, enabled=dtype is not None):
+            logits = model(batch["input_ids"], batch["attention_mask"])
+        loss_sum += nn.functional.cross_entropy(logits.float(), batch["labels"], reduction="sum").item()
+        correct += (logits.argmax(-1) == batch["labels"]).sum().item()
+        total += len(batch["labels"])
+    correct, total, loss_sum = all_reduce_sum(env, [correct, total, loss_sum])
+    model.train()
+    return {"val_accuracy": correct / total, "val_loss": loss_sum / total}
+
+
+def run(cfg: JobConfig, *, s3_client: Any = None) -> int:
+    started = time.time()
+    stop = StopFlag()  # installed first: a SIGTERM during set-up is honoured at the first step boundary
+    env = setup(cfg.train)
+    try:
+        return _train(cfg, env, stop, started, s3_client)
+    finally:
+        teardown()
+
+
+def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_client: Any) -> int:
+    t = cfg.train
+    workdir = Path(tempfile.mkdtemp(prefix="trainer-"))
+    output = open_storage(
+        cfg.output.dir,
+        client=s3_client,
+        retries=cfg.checkpoint.upload_retries,
+        backoff_s=cfg.checkpoint.retry_backoff_s,
+    )
+    local_out = output.root if isinstance(output, LocalStorage) else workdir / "output"
+    metrics = Metrics(
+        local_out / "metrics.jsonl",
+        enabled=env.is_main,
+        tensorboard_dir=local_out / "tensorboard" if cfg.output.tensorboard else None,
+    )
+    store = open_storage(
+        cfg.checkpoint.dir,
+        client=s3_client,
+        retries=cfg.checkpoint.upload_retries,
+        backoff_s=cfg.checkpoint.retry_backoff_s,
+    )
+    ckpt = checkpoint.CheckpointManager(store, keep=cfg.checkpoint.keep, workdir=workdir)
+    metrics.say(f"world size {env.world_size}, device {env.device}, checkpoints in {store.uri}")
+
+    # Resume: rank 0 picks the newest checkpoint that verifies; every rank then loads that one.
+    state = None
+    if cfg.checkpoint.resume:
+        found = ckpt.load_latest() if env.is_main else None
+        name = broadcast_object(env, found[0] if found else None)
+        if name is not None:
+            state = found[1] if found else ckpt.load(name)
+            metrics.say(f"resuming from {store.uri}/{name} (step {state['step']})")
+
+    train_examples, val_examples = data.load_splits(cfg.data, workdir)
+    data.check_labels(train_examples, cfg.model.num_labels, "training data")
+    data.check_labels(val_examples, cfg.model.num_labels, "validation data")
+    if state is not None:
+        spec = state["tokenizer"]
+    else:  # trained once on rank 0 and shared, so every rank maps text to the same ids
+        spec = broadcast_object(
+            env,
+            data.train_tokenizer(
+                cfg.data.tokenizer, [x for x, _ in train_examples], cfg.data.vocab_size, cfg.model.name
+            ).spec
+            if env.is_main
+            else None,
+        )
+    encoder = data.TextEncoder(spec)
+    train_ds = data.encode(train_examples, encoder, cfg.data.max_len)
+    val_ds = data.encode(val_examples, encoder, cfg.data.max_len)
+    pin = env.device.type == "cuda"
+    loader = data.train_loader(
+        train_ds,
+        cfg.data,
+        batch_size=t.batch_size,
+        rank=env.rank,
+        world=env.world_size,
+        seed=t.seed,
+        pin_memory=pin,
+        pad_id=encoder.pad_id,
+    )
+    val = data.val_loader(
+        val_ds,
+        cfg.data,
+        batch_size=t.batch_size * 2,
+        rank=env.rank,
+        world=env.world_size,
+        pad_id=encoder.pad_id,
+    )
+    metrics.say(
+        f"data {cfg.data.source}: {len(train_ds)} train / {len(val_ds)} val examples, "
+        f"vocab {encoder.vocab_size}"
+    )
+
+    torch.manual_seed(t.seed)  # identical initial weights on every rank
+    max_positions = -(-cfg.data.max_len // cfg.data.pad_to_multiple) * cfg.data.pad_to_multiple
+    model = build_model(cfg.model, vocab_size=encoder.vocab_size, max_positions=max_positions).to(env.device)
+    model.grad_checkpointing = t.grad_checkpointing
+    params = sum(p.numel() for p in model.parameters())
+    model = _wrap(model, t, env)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(t))
+    dtype = _precision(t, env.device)
+    scaler = torch.amp.GradScaler(env.device.type, enabled=dtype == torch.float16)
+    torch.manual_seed(t.seed + 1 + env.rank)  # dropout differs per rank, reproducibly
+
+    step, epoch, position = 0, 0, 0
+    if state is not None:
+        checkpoint.restore(env, state, model, optimizer)
+        scheduler.load_state_dict(state["scheduler"])
+        scaler.load_state_dict(state["scaler"])
+        step, epoch, position = state["step"], state["epoch"], state["position"]
+        state = None  # free the CPU copy
+    metrics.say(
+        f"model {cfg.model.name}: {params:,} parameters, precision {dtype or 'fp32'}, "
+        f"{t.parallelism if env.distributed else 'single process'}; steps {step}..{t.max_steps}"
+    )
+
+    def save(at_step: int) -> None:
+        extra = {
+            "step": at_step,
+            "epoch": epoch,
+            "position": position,
+            "tokenizer": spec,
+            "scheduler": scheduler.state_dict(),
+            "scaler": scaler.state_dict(),
+            "config": cfg.to_dict(),
+        }
+        full = checkpoint.capture(env, model, optimizer, extra)
+        if full is not None and ckpt.save(at_step, full):
+            metrics.record("checkpoint", at_step, path=f"{store.uri}/{checkpoint.checkpoint_name(at_step)}")
+        barrier(env)  # nobody exits (and makes torchrun kill rank 0) before the write is finished
+
+    batches = _micro_batches(loader, epoch, position)
+    samples_per_step = t.batch_size * t.grad_accum_steps * env.world_size
+    window_start, window_loss, window_tokens, window_steps = time.perf_counter(), 0.0, 0.0, 0
+    last_eval: dict[str, float] = {}
+    throughput: list[float] = []
+    first_step = True
+    model.train()
+    while step < t.max_steps:
+        for micro in range(t.grad_accum_steps):
+            epoch, position, batch = next(batches)
+            batch = {k: v.to(env.device, non_blocking=True) for k, v in batch.items()}
+            with (
+                _sync_context(model, micro == t.grad_accum_steps - 1),
+                torch.autocast(env.device.type, dtype=dtype, enabled=dtype is not None),
+            ):
+                logits = model(batch["input_ids"], batch["attention_mask"])
+                loss = nn.functional.cross_entropy(logits.float(), batch["labels"]) / t.grad_accum_steps
+            scaler.scale(loss).backward()
+            window_loss += loss.detach()
+            window_tokens += batch["attention_mask"].sum()
+        if t.grad_clip:
+            scaler.unscale_(optimizer)
+            nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        scheduler.step()
+        step += 1
+        window_steps += 1
+        if first_step:
+            metrics.record("first_step", step, seconds_since_start=round(time.time() - started, 2))
+            first_step = False
+
+        if step % t.log_every == 0 or step == t.max_steps:
+            loss_sum, tokens = all_reduce_sum(env, [float(window_loss), float(window_tokens)])
+            elapsed = time.perf_counter() - window_start
+            throughput.append(window_steps * samples_per_step / elapsed)
+            mem = (
+                {"gpu_mem_gb": round(torch.cuda.max_memory_allocated() / 2**30, 3)}
+                if env.device.type == "cuda"
+                else {}
+            )
+            metrics.record(
+                "train",
+                step,
+                loss=loss_sum / (window_steps * env.world_size),
+                lr=scheduler.get_last_lr()[0],
+                samples_per_s=throughput[-1],
+                tokens_per_s=tokens / elapsed,
+                **mem,
+            )
+            window_start, window_loss, window_tokens, window_steps = time.perf_counter(), 0.0, 0.0, 0
+        if step % t.eval_every == 0 or step == t.max_steps:
+            last_eval = evaluate(model, val, env, dtype)
+            metrics.record("eval", step, **last_eval)
+            window_start = time.perf_counter()  # eval time is not training throughput
+
+        if stop.agreed(env):
+            metrics.say(f"SIGTERM: checkpointing at step {step}, then exiting {RETRYABLE_EXIT} (retryable)")
+            save(step)
+            metrics.close()
+            return RETRYABLE_EXIT
+        if step % cfg.checkpoint.every_steps == 0 or step == t.max_steps:
+            save(step)
+
+    if not last_eval:  # resumed at the last step: report the model as it stands
+        last_eval = evaluate(model, val, env, dtype)
+    _write_outputs(
+        cfg,
+        env,
+        model,
+        output,
+        local_out,
+        spec,
+        metrics,
+        {
+            "steps": step,
+            "world_size": env.world_size,
+            **last_eval,
+            "samples_per_s": sum(throughput) / len(throughput) if throughput else None,
+            "wall_s": round(time.time() - started, 1),
+            "checkpoint": ckpt.latest_name() and f"{store.uri}/{ckpt.latest_name()}",
+        },
+    )
+    return 0
+
+
+def _write_outputs(
+    cfg: JobConfig,
+    env: DistEnv,
+    model: nn.Module,
+    output,
+    local_out: Path,
+    spec: str,
+    metrics: Metrics,
+    summary: dict[str, Any],
+) -> None:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    weights = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if isinstance(model, DistributedDataParallel):  # replicas must agree; a desync would be a silent bug
+        digests = gather_objects(env, _digest(model.module))
+        summary["ranks_identical"] = len(set(digests)) == 1
+    if env.is_main:
+        summary["model"] = f"{output.uri}/model.pt"
+        local_out.mkdir(parents=True, exist_ok=True)
+        torch.save(
+            {
+                "model": weights,
+                "model_config": asdict(cfg.model),
+                "tokenizer": spec,
+                "max_len": cfg.data.max_len,
+            },
+            local_out / "model.pt",
+        )
+        (local_out / "summary.json").write_text(json.dumps(summary, indent=1))
+        (local_out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
+        metrics.close()
+        if not isinstance(output, LocalStorage):
+            for name in ("model.pt", "summary.json", "config.json", "metrics.jsonl"):
+                output.put_file(name, local_out / name)
+        metrics.say(
+            "done: "
+            + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in summary.items())
+        )
+    barrier(env)
+
+
+def _digest(module: nn.Module) -> str:
+    h = hashlib.sha256()
+    for p in module.parameters():
+        h.update(p.detach().cpu().numpy().tobytes())
+    return h.hexdigest()

@@ -1,0 +1,64 @@
+"""The classifier: a small transformer encoder in plain PyTorch, or a Hugging Face encoder by name."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from trainer.config import ModelConfig
+
+
+class EncoderClassifier(nn.Module):
+    """Token + position embeddings, pre-norm transformer layers, masked mean pooling, linear head."""
+
+    def __init__(self, cfg: ModelConfig, *, vocab_size: int, max_positions: int):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, cfg.dim, padding_idx=0)
+        self.position = nn.Embedding(max_positions, cfg.dim)
+        self.layers = nn.ModuleList(
+            nn.TransformerEncoderLayer(
+                cfg.dim, cfg.heads, cfg.ffn_dim, cfg.dropout, batch_first=True, norm_first=True
+            )
+            for _ in range(cfg.layers)
+        )
+        self.norm = nn.LayerNorm(cfg.dim)
+        self.head = nn.Linear(cfg.dim, cfg.num_labels)
+        self.grad_checkpointing = False
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        x = self.embed(input_ids) + self.position(positions)
+        padding = ~attention_mask
+        for layer in self.layers:
+            if self.grad_checkpointing and self.training:
+                # Trade compute for memory: activations of this layer are recomputed in backward.
+                x = checkpoint(layer, x, None, padding, use_reentrant=False)
+            else:
+                x = layer(x, src_key_padding_mask=padding)
+        x = self.norm(x)
+        mask = attention_mask.unsqueeze(-1).to(x.dtype)
+        pooled = (x * mask).sum(1) / mask.sum(1).clamp(min=1)
+        return self.head(pooled)
+
+
+class HuggingFaceClassifier(nn.Module):
+    """A pretrained encoder with a fresh classification head (needs `transformers` and the weights)."""
+
+    def __init__(self, name: str, num_labels: int):
+        super().__init__()
+        from transformers import AutoModelForSequenceClassification  # checked by ModelConfig
+
+        self.inner = AutoModelForSequenceClassification.from_pretrained(name, num_labels=num_labels)
+        self.grad_checkpointing = False
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        if self.grad_checkpointing and not self.inner.is_gradient_checkpointing:
+            self.inner.gradient_checkpointing_enable()
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask).logits
+
+
+def build_model(cfg: ModelConfig, *, vocab_size: int, max_positions: int) -> nn.Module:
+    if cfg.name.startswith("hf:"):
+        return HuggingFaceClassifier(cfg.name[3:], cfg.num_labels)
+    return EncoderClassifier(cfg, vocab_size=vocab_size, max_positions=max_positions)

@@ -1,0 +1,100 @@
+"""`python -m workloads render|run-local --stack STACK`: a workload stack without the Pulumi CLI.
+
+render     prints the Kubernetes objects the stack creates, as YAML (platform facts from
+           --platform-outputs FILE, `pulumi stack output --json --show-secrets` of the platform stack,
+           or the example outputs shipped in workloads/examples/ for that platform stack)
+run-local  runs the job's program with torchrun on this machine's CPU (gloo), same trainer config
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+from workloads.platform import PlatformFacts, example_outputs_path, load_platform_outputs
+from workloads.render import render
+from workloads.spec import SpecError
+from workloads.stacks import REPO, load_stack, program_text
+
+
+class _Dumper(yaml.SafeDumper):
+    """Readable YAML: no anchors, scripts and configs as literal blocks, lists of numbers on one line."""
+
+    def ignore_aliases(self, data: object) -> bool:
+        return True
+
+
+def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
+    style = "|" if "\n" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+def _represent_list(dumper: yaml.SafeDumper, data: list) -> yaml.Node:
+    flow = bool(data) and all(isinstance(x, int) for x in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+_Dumper.add_representer(list, _represent_list)
+_Dumper.add_representer(str, _represent_str)
+
+
+def to_yaml(objects: list[dict]) -> str:
+    return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, width=110)
+
+
+def platform_facts(platform_stack: str, outputs_file: Path | None) -> tuple[PlatformFacts, Path]:
+    path = outputs_file or example_outputs_path(platform_stack)
+    if not path.exists():
+        raise SpecError(
+            f"no platform outputs for {platform_stack}: {path} does not exist; pass "
+            "--platform-outputs FILE (`pulumi stack output --json -s <platform stack>`)"
+        )
+    return load_platform_outputs(path), path
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    stack = load_stack(args.stack)
+    facts, source = platform_facts(stack.platform_stack, args.platform_outputs)
+    print(f"# stack {stack.name}: platform {stack.platform_stack}, facts from {source}", file=sys.stderr)
+    print(to_yaml(render(stack.spec, facts, program_text=program_text(stack.spec))), end="")
+    return 0
+
+
+def cmd_run_local(args: argparse.Namespace) -> int:
+    from workloads.local import run_local  # imports nothing heavy, but keeps `render` independent of it
+
+    return run_local(load_stack(args.stack), nproc=args.nproc, out=args.out, overrides=args.overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m workloads", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    render_p = sub.add_parser("render", help="print the stack's Kubernetes objects as YAML")
+    render_p.add_argument(
+        "--stack", required=True, help="workload stack, e.g. dev-zimdb (Pulumi.<stack>.yaml)"
+    )
+    render_p.add_argument("--platform-outputs", type=Path, help="platform stack outputs as JSON")
+    render_p.set_defaults(run=cmd_render)
+    local_p = sub.add_parser("run-local", help="run the stack's job with torchrun on this CPU")
+    local_p.add_argument("--stack", required=True, help="workload stack, e.g. dev-zimdb")
+    local_p.add_argument("--nproc", type=int, help="processes (default: the job's, capped by CPU cores)")
+    local_p.add_argument("--out", type=Path, default=REPO / "runs", help="local root of checkpoints/outputs")
+    local_p.add_argument(
+        "overrides", nargs=argparse.REMAINDER, help="after `--`: trainer flags, e.g. -- --train.max_steps 5"
+    )
+    local_p.set_defaults(run=cmd_run_local)
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except SpecError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

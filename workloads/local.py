@@ -1,0 +1,82 @@
+"""`run-local`: the stack's job on this machine, torchrun on CPU (gloo), for `make demo` and a quick try.
+
+Same program, same trainer config as the cluster job, except that checkpoints and outputs go to local
+directories (no AWS here) and the processes are capped at the CPU cores (printed, never silently).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from workloads.render import trainer_config
+from workloads.spec import CONFIG_KEY, SpecError
+from workloads.stacks import REPO, WorkloadStack
+
+
+def local_processes(wanted: int, requested: int | None) -> tuple[int, str]:
+    """How many processes run here, and why."""
+    cores = os.cpu_count() or 1
+    if requested is not None:
+        if requested < 1:
+            raise SpecError(f"--nproc {requested}: allowed 1 or more")
+        return requested, f"--nproc {requested}"
+    n = min(wanted, cores)
+    return n, f"the job runs {wanted}; this machine has {cores} CPU cores"
+
+
+def local_trainer_config(stack: WorkloadStack, run_dir: Path, overrides: list[str]) -> dict:
+    spec = stack.spec
+    config = trainer_config(spec, bucket="local")
+    config.setdefault("checkpoint", {})["dir"] = str(run_dir / "checkpoints")
+    config.setdefault("output", {})["dir"] = str(run_dir / "output")
+    source = config.get("data", {}).get("source")
+    if spec.data is not None and "--data.source" not in overrides:
+        raise SpecError(
+            f"{CONFIG_KEY}.data: {source} is not readable from this machine; run with "
+            "`-- --data.source FILE` (a local .jsonl/.csv/.parquet) or `-- --data.source synthetic`"
+        )
+    return config
+
+
+def command(stack: WorkloadStack, nproc: int, run_dir: Path, overrides: list[str]) -> list[str]:
+    program = stack.spec.program
+    # The cluster's launcher too: trainer.launch for the trainer (its exit codes), torchrun otherwise.
+    launch = "trainer.launch" if program.runs_trainer else "torch.distributed.run"
+    launcher = [sys.executable, "-m", launch, "--standalone", f"--nproc_per_node={nproc}"]
+    if program.runs_trainer:
+        config_file = run_dir / "config.yaml"
+        config_file.write_text(
+            yaml.safe_dump(local_trainer_config(stack, run_dir, overrides), sort_keys=True)
+        )
+        target = ["-m", "trainer", "--config", str(config_file), "--train.device", "cpu"]
+    elif program.delivery == "image":
+        target = ["-m", program.module]
+    elif program.delivery == "configmap":
+        target = [str(REPO / (program.file or ""))]
+    else:
+        raise SpecError(
+            f"{CONFIG_KEY}.program.delivery: 'volume' scripts live on a cluster PVC "
+            f"({program.claim}); run-local runs `image` and `configmap` programs"
+        )
+    return [*launcher, *target, *program.args, *overrides]
+
+
+def run_local(stack: WorkloadStack, *, nproc: int | None, out: Path, overrides: list[str]) -> int:
+    overrides = overrides[1:] if overrides[:1] == ["--"] else overrides
+    spec = stack.spec
+    wanted = spec.max_nodes * spec.processes_per_node
+    n, why = local_processes(wanted, nproc)
+    run_dir = (out / stack.name).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    argv = command(stack, n, run_dir, overrides)
+    print(f"run-local {stack.name}: {n} processes on CPU, gloo ({why}); files in {run_dir}", flush=True)
+    print("  " + " ".join(argv), flush=True)
+    cores = os.cpu_count() or 1
+    # One intra-op thread pool per process sized to its share of the cores: no oversubscription.
+    env = {**os.environ, **spec.env, "OMP_NUM_THREADS": str(max(1, cores // n))}
+    return subprocess.run(argv, cwd=REPO, env=env, check=False).returncode

@@ -1,0 +1,155 @@
+"""Check a job spec against its platform and work out where and how big its pods are.
+
+The platform's `accelerator_pools` export says which pools exist and how far they grow; the
+accelerator catalog (infra.accelerators, pure data) says what each instance type has. The result,
+`Placement`, carries every fact the renderers need, so they never look anything up themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from infra.accelerators import Accelerator, InstanceType, accelerator
+from workloads.platform import AcceleratorPool, PlatformFacts
+from workloads.spec import CONFIG_KEY, SpecError, TrainingJobSpec
+
+# Share of an instance's vCPUs and memory a job pod asks for by default: the rest is the kubelet's
+# reservation and the daemonsets (CNI, device plugin, DCGM exporter, Pod Identity agent, log shipper).
+DEFAULT_SHARE = 0.75
+VENDOR_REPOSITORY = {"nvidia": "cuda", "amd": "rocm"}
+
+
+@dataclass(frozen=True)
+class Placement:
+    pool_name: str
+    pool: AcceleratorPool
+    accelerator: Accelerator
+    instance_types: tuple[InstanceType, ...]  # the pool's types with at least gpus_per_node GPUs
+    image: str
+    cpu: float
+    memory_gib: int
+    shm_gib: int
+    efa_interfaces: int  # vpc.amazonaws.com/efa per pod; 0 off EFA pools
+
+
+def _key(field: str) -> str:
+    return f"{CONFIG_KEY}.{field}"
+
+
+def _choose_pool(spec: TrainingJobSpec, platform: PlatformFacts) -> tuple[str, AcceleratorPool]:
+    offering = {n: p for n, p in platform.accelerator_pools.items() if p.accelerator == spec.accelerator}
+    if not offering:
+        offered = sorted({p.accelerator for p in platform.accelerator_pools.values()})
+        raise SpecError(
+            f"{_key('accelerator')}: {spec.accelerator!r} is not offered by platform "
+            f"{platform.cluster_name}; allowed: {', '.join(offered) or 'none (no GPU pools)'}"
+        )
+    if spec.pool is not None:
+        if spec.pool not in offering:
+            raise SpecError(
+                f"{_key('pool')}: {spec.pool!r} is not a {spec.accelerator} pool of "
+                f"{platform.cluster_name}; allowed: {', '.join(sorted(offering))}"
+            )
+        candidates = {spec.pool: offering[spec.pool]}
+    else:
+        candidates = offering
+    if not spec.spot_tolerant:
+        candidates = {n: p for n, p in candidates.items() if p.capacity_type == "ON_DEMAND"}
+        if not candidates:
+            raise SpecError(
+                f"{_key('spotTolerant')}: false, but every {spec.accelerator} pool of "
+                f"{platform.cluster_name} is Spot ({', '.join(sorted(offering))}); allowed: "
+                "true (the trainer checkpoints on the Spot notice), or add an on-demand pool"
+            )
+    fitting = {n: p for n, p in candidates.items() if p.gpus_per_node >= spec.gpus_per_node}
+    if not fitting:
+        have = ", ".join(
+            f"{n}: {p.gpus_per_node} ({', '.join(p.instance_types)})" for n, p in candidates.items()
+        )
+        most = max(p.gpus_per_node for p in candidates.values())
+        raise SpecError(
+            f"{_key('gpusPerNode')}: {spec.gpus_per_node} is more than the {spec.accelerator} "
+            f"pools' instance types have ({have}); allowed: 1-{most}"
+        )
+    name = next(iter(fitting))
+    return name, fitting[name]
+
+
+def _check_platform_features(spec: TrainingJobSpec, platform: PlatformFacts) -> None:
+    if platform.training_operators and not platform.training_operators.get(spec.operator, False):
+        on = [k for k, v in platform.training_operators.items() if v]
+        raise SpecError(
+            f"{_key('operator')}: {spec.operator!r} is not installed on {platform.cluster_name}; "
+            f"allowed: {', '.join(on) or 'none'}"
+        )
+    if spec.queue is None:
+        return
+    if platform.gang_scheduler is None:
+        raise SpecError(
+            f"{_key('queue')}: {spec.queue!r}, but {platform.cluster_name} runs no Kueue or "
+            "Volcano; allowed: leave queue unset"
+        )
+    if platform.gang_scheduler == "kueue" and spec.queue not in platform.kueue_queues:
+        raise SpecError(
+            f"{_key('queue')}: {spec.queue!r} is not a ClusterQueue of {platform.cluster_name}; "
+            f"allowed: {', '.join(platform.kueue_queues) or 'none'}"
+        )
+    if platform.gang_scheduler == "volcano" and spec.operator != "pytorchjob":
+        raise SpecError(
+            f"{_key('queue')}: Volcano queues are set through PyTorchJob's schedulingPolicy; "
+            "allowed with operator: pytorchjob"
+        )
+
+
+def _image(spec: TrainingJobSpec, platform: PlatformFacts, acc: Accelerator) -> str:
+    if spec.image:
+        return spec.image
+    repo = spec.image_repository or VENDOR_REPOSITORY[acc.vendor]
+    if repo not in platform.ecr_repository_urls:
+        raise SpecError(
+            f"{_key('imageRepository')}: {repo!r} is not an ECR repository of "
+            f"{platform.cluster_name}; allowed: {', '.join(platform.ecr_repository_urls)}"
+        )
+    return f"{platform.ecr_repository_urls[repo]}:{spec.image_tag}"
+
+
+def place(spec: TrainingJobSpec, platform: PlatformFacts) -> Placement:
+    """Validate `spec` against the platform; raise SpecError naming the key, or return the placement."""
+    _check_platform_features(spec, platform)
+    pool_name, pool = _choose_pool(spec, platform)
+    if spec.max_nodes > pool.max_size:
+        field = "elastic.maxNodes" if spec.elastic else "nodes"
+        raise SpecError(
+            f"{_key(field)}: {spec.max_nodes} is more than pool {pool_name} grows to "
+            f"(max_size {pool.max_size}); allowed: 1-{pool.max_size}"
+        )
+    acc = accelerator(spec.accelerator)
+    types = tuple(t for t in (acc.instance(n) for n in pool.instance_types) if t.gpus >= spec.gpus_per_node)
+    smallest, largest = min(types, key=lambda t: t.vcpus), max(types, key=lambda t: t.vcpus)
+    cpu = spec.cpu_per_node or max(1, int(smallest.vcpus * DEFAULT_SHARE))
+    memory = spec.memory_gib_per_node or max(1, int(smallest.memory_gib * DEFAULT_SHARE))
+    if cpu > largest.vcpus or memory >= largest.memory_gib:
+        raise SpecError(
+            f"{_key('cpuPerNode' if cpu > largest.vcpus else 'memoryGiBPerNode')}: "
+            f"{cpu:g} vCPU / {memory} GiB does not fit the largest {pool_name} instance type with "
+            f"{spec.gpus_per_node} GPUs ({largest.name}: {largest.vcpus} vCPU, "
+            f"{largest.memory_gib} GiB); allowed: below that, less the node's reservations"
+        )
+    shm = spec.shm_gib or max(1, memory // 4)
+    if shm >= memory:
+        raise SpecError(
+            f"{_key('shmGiB')}: {shm} is not below the pod's memory ({memory} GiB): /dev/shm "
+            "is memory the pod's limit counts; allowed: 1-" + str(memory - 1)
+        )
+    efa = min(t.efa_interfaces for t in types) if pool.efa else 0
+    return Placement(
+        pool_name=pool_name,
+        pool=pool,
+        accelerator=acc,
+        instance_types=types,
+        image=_image(spec, platform, acc),
+        cpu=cpu,
+        memory_gib=memory,
+        shm_gib=shm,
+        efa_interfaces=efa,
+    )

@@ -1,0 +1,200 @@
+"""The pieces of a training pod both operators share: command, environment, volumes, scheduling, security.
+
+Pure functions of (spec, placement, bucket). `render.py` assembles them into a PyTorchJob pod template,
+or splits them between a TrainJob's `trainer` and `runtimePatches` (Trainer 2.3's way to patch a pod).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any
+
+from infra.accelerators import ACCELERATOR_LABEL
+from workloads.placement import Placement
+from workloads.spec import Storage, TrainingJobSpec
+
+JOB_LABEL = "mlops-eks.io/job"  # the Grafana training dashboard (issue 3) filters pods by these two labels
+TRAINER_CONFIG_DIR = "/etc/trainer"
+TRAINER_CONFIG_PATH = f"{TRAINER_CONFIG_DIR}/config.yaml"
+PROGRAM_DIR = "/opt/program"
+RUN_AS = 1000  # the images' non-root user (docker/*/Dockerfile)
+# The Spot interruption notice comes 2 minutes before the instance is reclaimed; the kubelet must not
+# SIGKILL the trainer before its SIGTERM checkpoint is written.
+TERMINATION_GRACE_SECONDS = 180
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+# /dev/kfd and /dev/dri belong to these groups on the ROCm hosts (video, render on Ubuntu-based AMIs):
+# a non-root process needs them to open the GPU. Check `getent group video render` on a custom AMI.
+AMD_DEVICE_GROUPS = (44, 109)
+# GPUs without NVLink sit behind the hypervisor's PCIe on g4dn/g5/g6; NCCL's P2P transport there hangs or
+# is slower than its shared-memory transport, so it is switched off (override through `env`).
+PCIE_ONLY = {"t4", "a10g", "l4"}
+ROLES = ("data", "checkpoint", "output")
+
+
+def labels(spec: TrainingJobSpec) -> dict[str, str]:
+    return {JOB_LABEL: spec.name, ACCELERATOR_LABEL: spec.accelerator}
+
+
+def s3_prefix(spec: TrainingJobSpec) -> str:
+    """The job's own prefix in the platform bucket; its IAM role reaches nothing else."""
+    return f"jobs/{spec.name}"
+
+
+def location(spec: TrainingJobSpec, role: str, bucket: str) -> str | None:
+    """Where the trainer finds `role` (data, checkpoint, output): an s3:// URL or a path in the pod."""
+    storage: Storage | None = getattr(spec, role)
+    if storage is None:
+        return None
+    if storage.s3 is not None:
+        return f"s3://{bucket}/{s3_prefix(spec)}/{storage.s3.strip('/')}"
+    return posixpath.join(f"/mnt/{role}", storage.path).rstrip("/")
+
+
+def claim_name(spec: TrainingJobSpec, role: str) -> str:
+    storage: Storage = getattr(spec, role)
+    assert storage.pvc is not None
+    return storage.pvc.claim or f"{spec.name}-{role}"
+
+
+def command(spec: TrainingJobSpec) -> list[str]:
+    """The launcher and the program. The trainer runs under `python -m trainer.launch`: torchrun with
+    the same flags, but exiting with the failing worker's code (2 permanent, 143 retryable after a Spot
+    checkpoint) where plain torchrun exits 1 for everything. Other programs run under torchrun itself.
+
+    On one node torchrun's own rendezvous suffices (`--standalone`); on several, both operators inject
+    PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR and PET_MASTER_PORT, which torchrun reads as the defaults
+    of its flags (so an elastic job's `min:max` nnodes works too)."""
+    program = spec.program
+    launcher = ["python", "-m", "trainer.launch"] if program.runs_trainer else ["torchrun"]
+    if spec.max_nodes == 1:
+        launcher.append("--standalone")
+    launcher.append(f"--nproc_per_node={spec.processes_per_node}")
+    if program.delivery == "image":
+        target = ["-m", program.module]
+    elif program.delivery == "configmap":
+        target = [posixpath.join(PROGRAM_DIR, posixpath.basename(program.file or ""))]
+    else:
+        target = [posixpath.join(PROGRAM_DIR, program.file or "")]
+    config = ["--config", TRAINER_CONFIG_PATH] if program.runs_trainer else []
+    return [*launcher, *target, *config, *program.args]
+
+
+def nccl_env(placement: Placement) -> dict[str, str]:
+    env = {
+        # Pods have eth0 only; excluding loopback keeps NCCL/RCCL off `lo` when it guesses.
+        "NCCL_SOCKET_IFNAME": "^lo",
+        "NCCL_DEBUG": "WARN",
+    }
+    if placement.accelerator.key in PCIE_ONLY:
+        env["NCCL_P2P_DISABLE"] = "1"
+    if placement.efa_interfaces:
+        # aws-ofi-nccl (in the CUDA image) carries NCCL over EFA with GPUDirect RDMA on p4d/p5.
+        env |= {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "NCCL_NET_GDR_LEVEL": "SYS"}
+    return env
+
+
+def env(spec: TrainingJobSpec, placement: Placement, region: str) -> list[dict[str, str]]:
+    values = {
+        "PYTHONUNBUFFERED": "1",
+        # The root filesystem is read-only: caches (torch, triton, HF) go to the /tmp emptyDir.
+        "HOME": "/tmp",
+        "XDG_CACHE_HOME": "/tmp/.cache",
+        "AWS_REGION": region,
+        **nccl_env(placement),
+        **spec.env,  # the spec's own settings win: the documented way to override the derived NCCL ones
+    }
+    return [{"name": k, "value": v} for k, v in values.items()]
+
+
+def resources(spec: TrainingJobSpec, placement: Placement) -> dict[str, Any]:
+    gpus = {placement.pool.resource_name: str(spec.gpus_per_node)}
+    if placement.efa_interfaces:
+        # Without this request the pod gets no EFA device and NCCL silently falls back to TCP sockets.
+        gpus[EFA_RESOURCE] = str(placement.efa_interfaces)
+    memory = f"{placement.memory_gib}Gi"
+    # No CPU limit: CFS throttling stalls data loaders and NCCL progress threads for no benefit.
+    return {
+        "requests": {"cpu": str(placement.cpu), "memory": memory, **gpus},
+        "limits": {"memory": memory, **gpus},
+    }
+
+
+def volumes(spec: TrainingJobSpec, placement: Placement) -> list[dict[str, Any]]:
+    vols: list[dict[str, Any]] = [
+        # NCCL and DataLoader workers share tensors through /dev/shm; the container default is 64 MiB.
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{placement.shm_gib}Gi"}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    if spec.program.runs_trainer:
+        vols.append({"name": "trainer-config", "configMap": {"name": f"{spec.name}-trainer-config"}})
+    if spec.program.delivery == "configmap":
+        vols.append({"name": "program", "configMap": {"name": f"{spec.name}-program"}})
+    if spec.program.delivery == "volume":
+        claim = {"claimName": spec.program.claim, "readOnly": True}
+        vols.append({"name": "program", "persistentVolumeClaim": claim})
+    for role in ROLES:
+        storage = getattr(spec, role)
+        if storage is not None and storage.pvc is not None:
+            source = {"claimName": claim_name(spec, role), "readOnly": role == "data"}
+            vols.append({"name": role, "persistentVolumeClaim": source})
+    return vols
+
+
+def volume_mounts(spec: TrainingJobSpec) -> list[dict[str, Any]]:
+    mounts: list[dict[str, Any]] = [
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    if spec.program.runs_trainer:
+        mounts.append({"name": "trainer-config", "mountPath": TRAINER_CONFIG_DIR, "readOnly": True})
+    if spec.program.delivery in ("configmap", "volume"):
+        mounts.append({"name": "program", "mountPath": PROGRAM_DIR, "readOnly": True})
+    for role in ROLES:
+        storage = getattr(spec, role)
+        if storage is not None and storage.pvc is not None:
+            mounts.append({"name": role, "mountPath": f"/mnt/{role}", "readOnly": role == "data"})
+    return mounts
+
+
+def container_security() -> dict[str, Any]:
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def pod_security(placement: Placement) -> dict[str, Any]:
+    ctx: dict[str, Any] = {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS,
+        "runAsGroup": RUN_AS,
+        "fsGroup": RUN_AS,  # new PVCs are writable by the job's user
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if placement.accelerator.vendor == "amd":
+        ctx["supplementalGroups"] = list(AMD_DEVICE_GROUPS)
+    return ctx
+
+
+def node_selector(placement: Placement) -> dict[str, str]:
+    return dict(placement.pool.node_labels)
+
+
+def tolerations(placement: Placement) -> list[dict[str, str]]:
+    return [
+        {"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect}
+        for t in placement.pool.taints
+    ]
+
+
+def affinity(placement: Placement) -> dict[str, Any]:
+    """Only instance types with enough GPUs: Karpenter then never launches a node the pod cannot use."""
+    term = {
+        "key": "node.kubernetes.io/instance-type",
+        "operator": "In",
+        "values": [t.name for t in placement.instance_types],
+    }
+    required = {"nodeSelectorTerms": [{"matchExpressions": [term]}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}

@@ -1,0 +1,177 @@
+"""A workload stack: the job in `mlops-eks:job` onto the platform stack in `mlops-eks:platformStack`.
+
+StackReference(platform) -> Kubernetes provider from its kubeconfig -> the objects `render` returns
+(namespace with quota, service account, ConfigMaps/PVCs, the job) and, when the job reads or writes S3,
+an IAM role reachable only from the job's service account (EKS Pod Identity) that grants only the job's
+prefix. The spec is validated twice before anything is created: on its own, then against the platform's
+exports (inside the apply that reads them; a SpecError there fails the update with no resource made).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+from pydantic import ValidationError
+
+from workloads import pod
+from workloads.platform import PlatformFacts
+from workloads.render import render
+from workloads.spec import SpecError, TrainingJobSpec, parse_spec
+from workloads.stacks import program_text
+
+TRAINING_DASHBOARD_UID = "mlops-eks-training"  # infra/dashboards.py, variable `job`
+POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
+FACT_NAMES = tuple(PlatformFacts.model_fields)
+
+
+def s3_policy(bucket: str, prefix: str) -> dict[str, Any]:
+    """Least privilege: list only under the prefix, read/write/delete only objects below it."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "ListJobPrefix",
+                "Effect": "Allow",
+                "Action": "s3:ListBucket",
+                "Resource": f"arn:aws:s3:::{bucket}",
+                "Condition": {"StringLike": {"s3:prefix": [prefix, f"{prefix}/*"]}},
+            },
+            {
+                "Sid": "ReadWriteJobObjects",
+                "Effect": "Allow",
+                # AbortMultipartUpload: checkpoints are multipart uploads; a preempted one must be abortable.
+                "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
+                "Resource": f"arn:aws:s3:::{bucket}/{prefix}/*",
+            },
+        ],
+    }
+
+
+def pod_identity_trust(namespace: str, service_account: str) -> dict[str, Any]:
+    """Assumable by the EKS Pod Identity agent for this one service account (its session tags)."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": POD_IDENTITY_PRINCIPAL},
+                "Action": ["sts:AssumeRole", "sts:TagSession"],
+                "Condition": {
+                    "StringEquals": {
+                        "aws:RequestTag/kubernetes-namespace": namespace,
+                        "aws:RequestTag/kubernetes-service-account": service_account,
+                    }
+                },
+            }
+        ],
+    }
+
+
+def _k8s_resource(obj: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
+    """One rendered object as the typed pulumi-kubernetes resource (custom resources generically)."""
+    kind, meta = obj["kind"], obj["metadata"]
+    name = f"{meta['name']}-{kind.lower()}"
+    if kind == "Namespace":
+        return k8s.core.v1.Namespace(name, metadata=meta, opts=opts)
+    if kind == "ResourceQuota":
+        return k8s.core.v1.ResourceQuota(name, metadata=meta, spec=obj["spec"], opts=opts)
+    if kind == "ServiceAccount":
+        automount = obj["automountServiceAccountToken"]
+        return k8s.core.v1.ServiceAccount(
+            name, metadata=meta, automount_service_account_token=automount, opts=opts
+        )
+    if kind == "ConfigMap":
+        return k8s.core.v1.ConfigMap(name, metadata=meta, data=obj["data"], opts=opts)
+    if kind == "PersistentVolumeClaim":
+        return k8s.core.v1.PersistentVolumeClaim(name, metadata=meta, spec=obj["spec"], opts=opts)
+    return k8s.apiextensions.CustomResource(
+        name, api_version=obj["apiVersion"], kind=kind, metadata=meta, spec=obj["spec"], opts=opts
+    )
+
+
+def _identity(
+    spec: TrainingJobSpec, facts: PlatformFacts, after: list[pulumi.Resource]
+) -> list[pulumi.Resource]:
+    """The job's IAM role and its Pod Identity association (only for jobs that use S3)."""
+    if not spec.uses_s3:
+        return []
+    aws_provider = aws.Provider(f"{spec.name}-aws", region=facts.region)
+    opts = pulumi.ResourceOptions(provider=aws_provider)
+    role = aws.iam.Role(
+        f"{spec.name}-job",
+        assume_role_policy=json.dumps(pod_identity_trust(spec.namespace_name, spec.name)),
+        description=f"mlops-eks job {spec.name}: s3://{facts.bucket_name}/{pod.s3_prefix(spec)}/ only",
+        opts=opts,
+    )
+    policy = aws.iam.RolePolicy(
+        f"{spec.name}-s3",
+        role=role.id,
+        policy=json.dumps(s3_policy(facts.bucket_name, pod.s3_prefix(spec))),
+        opts=opts,
+    )
+    association = aws.eks.PodIdentityAssociation(
+        f"{spec.name}-pod-identity",
+        cluster_name=facts.cluster_name,
+        namespace=spec.namespace_name,
+        service_account=spec.name,
+        role_arn=role.arn,
+        opts=pulumi.ResourceOptions(provider=aws_provider, depends_on=after),
+    )
+    return [role, policy, association]
+
+
+def deploy(
+    spec: TrainingJobSpec, facts: PlatformFacts, kubeconfig: pulumi.Input[str]
+) -> list[pulumi.Resource]:
+    """Create the workload stack's resources; the job goes last, after its identity exists."""
+    objects = render(spec, facts, program_text=program_text(spec))
+    provider = k8s.Provider(f"{spec.name}-k8s", kubeconfig=kubeconfig)
+    created: list[pulumi.Resource] = []
+    identity: list[pulumi.Resource] = []
+    for obj in objects:
+        if obj["kind"] in ("TrainingRuntime", "TrainJob", "PyTorchJob") and not identity:
+            identity = _identity(spec, facts, after=created)
+        # In render's order: the namespace first, the job after everything it mounts or runs as.
+        opts = pulumi.ResourceOptions(provider=provider, depends_on=list(created) + identity)
+        created.append(_k8s_resource(obj, opts))
+    return created + identity
+
+
+def logs_command(spec: TrainingJobSpec) -> str:
+    return (
+        f"kubectl logs -n {spec.namespace_name} -l {pod.JOB_LABEL}={spec.name} "
+        "--all-containers --prefix --follow --max-log-requests 32"
+    )
+
+
+def program() -> None:
+    config = pulumi.Config()  # the project's namespace: mlops-eks:<key>
+    platform_stack = config.require("platformStack")
+    try:
+        spec = parse_spec(config.require_object("job"))
+    except SpecError as err:
+        raise pulumi.RunError(str(err)) from None
+    ref = pulumi.StackReference(platform_stack)
+
+    def facts_and_deploy(outputs: dict[str, Any]) -> int:
+        try:
+            facts = PlatformFacts.model_validate({k: v for k, v in outputs.items() if v is not None})
+            return len(deploy(spec, facts, ref.require_output("kubeconfig")))
+        except ValidationError as err:
+            raise pulumi.RunError(
+                f"platform stack {platform_stack}: its exports are not a platform's: {err}"
+            ) from None
+        except SpecError as err:
+            raise pulumi.RunError(f"{err}\n(platform stack {platform_stack})") from None
+
+    # Rendering needs the platform's facts as values (the pool decides the pod's shape), so the
+    # resources are created once the StackReference's outputs are known — at preview time already.
+    pulumi.Output.all(**{n: ref.get_output(n) for n in FACT_NAMES}).apply(facts_and_deploy)
+    pulumi.export("job_name", spec.name)
+    pulumi.export("namespace", spec.namespace_name)
+    pulumi.export("logs_command", logs_command(spec))
+    pulumi.export("grafana_dashboard_path", f"/d/{TRAINING_DASHBOARD_UID}?var-job={spec.name}")

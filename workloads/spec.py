@@ -1,0 +1,224 @@
+"""TrainingJobSpec: the one description of a training job, read from `mlops-eks:job`.
+
+Validation happens in two steps, both before any resource exists: `parse_spec` checks the spec on
+its own (types, ranges, combinations); `place` checks it against the platform's exports (is the
+accelerator offered, do its instance types have that many GPUs, does the pool grow that far) and
+returns the facts rendering needs. Every error names the config key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+CONFIG_KEY = "mlops-eks:job"
+
+DnsLabel = Annotated[str, StringConstraints(pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$", max_length=40)]
+Quantity = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti)$")]
+
+
+class SpecError(ValueError):
+    """A job spec that cannot run; the message lists every problem, one per line."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+
+class Pvc(_Model):
+    """A new volume (`size`) or an existing claim (`claim`)."""
+
+    size: Quantity | None = None
+    claim: DnsLabel | None = None
+    storage_class: str | None = None  # new volumes; None: the cluster's default StorageClass
+
+    @model_validator(mode="after")
+    def _new_or_existing(self) -> Pvc:
+        if (self.size is None) == (self.claim is None):
+            raise ValueError(
+                "set exactly one of `size` (a new volume, e.g. 50Gi) or `claim` (an existing PVC)"
+            )
+        return self
+
+
+class Storage(_Model):
+    """Where data, checkpoints or outputs live: under the job's S3 prefix, or on a volume."""
+
+    s3: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9._\-/]+$"
+    )  # relative to s3://<bucket>/jobs/<name>/
+    pvc: Pvc | None = None
+    path: str = Field(default="", pattern=r"^[A-Za-z0-9._\-/]*$")  # on the volume (e.g. the data file)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Storage:
+        if (self.s3 is None) == (self.pvc is None):
+            raise ValueError("set exactly one of `s3` (a path under the job's prefix) or `pvc`")
+        if self.s3 is not None and self.path:
+            raise ValueError("`path` is for volumes; put the S3 path in `s3`")
+        return self
+
+
+class Program(_Model):
+    """What runs in the container under torchrun, and how it gets there."""
+
+    # image: `-m <module>` from the image; configmap: a local script file mounted from a ConfigMap;
+    # volume: a script already on an existing PVC (`claim`).
+    delivery: Literal["image", "configmap", "volume"] = "image"
+    module: str = Field(default="trainer", pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$")
+    file: str | None = None
+    claim: DnsLabel | None = None
+    args: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _delivery_fields(self) -> Program:
+        if self.delivery == "image" and (self.file or self.claim):
+            raise ValueError(
+                "delivery `image` runs `-m <module>`: `file` and `claim` are for configmap/volume"
+            )
+        if self.delivery in ("configmap", "volume") and not self.file:
+            raise ValueError(f"delivery `{self.delivery}` needs `file` (the script to run)")
+        if self.delivery == "volume" and not self.claim:
+            raise ValueError("delivery `volume` needs `claim` (an existing PVC holding `file`)")
+        if self.delivery == "configmap" and self.claim:
+            raise ValueError("delivery `configmap` takes `file` only, not `claim`")
+        return self
+
+    @property
+    def runs_trainer(self) -> bool:
+        return self.delivery == "image" and self.module == "trainer"
+
+
+class Elastic(_Model):
+    min_nodes: int = Field(ge=1)
+    max_nodes: int = Field(ge=1)
+
+
+class TrainingJobSpec(_Model):
+    name: DnsLabel
+    namespace: DnsLabel | None = None  # default: the job's name (one namespace per job)
+    image: str | None = None  # a full reference; or imageTag in the platform's ECR repository
+    image_tag: str | None = None
+    image_repository: Literal["cuda", "rocm", "cpu"] | None = None  # default: from the GPU vendor
+    accelerator: str
+    pool: str | None = None  # default: the first platform pool offering the accelerator that fits
+    gpus_per_node: int = Field(default=1, ge=1)
+    nodes: int = Field(default=1, ge=1)
+    procs_per_node: int | None = Field(default=None, ge=1)  # default: one process per GPU
+    cpu_per_node: float | None = Field(default=None, gt=0)  # default: 3/4 of the smallest fitting type
+    memory_gib_per_node: int | None = Field(default=None, ge=1, alias="memoryGiBPerNode")
+    shm_gib: int | None = Field(
+        default=None, ge=1, alias="shmGiB"
+    )  # /dev/shm; default: a quarter of the memory
+    operator: Literal["trainjob", "pytorchjob"] = "trainjob"
+    program: Program = Program()
+    trainer_config: dict[str, Any] = Field(default_factory=dict)
+    data: Storage | None = None
+    checkpoint: Storage | None = Storage(s3="checkpoints")
+    output: Storage | None = Storage(s3="output")
+    env: dict[str, str] = Field(default_factory=dict)  # wins over the NCCL settings derived here
+    restart_budget: int = Field(default=3, ge=0)
+    spot_tolerant: bool = True
+    priority: DnsLabel | None = None  # a PriorityClass name
+    queue: DnsLabel | None = None  # a Kueue ClusterQueue (gets a LocalQueue) or a Volcano queue
+    ttl_seconds_after_finished: int = Field(default=86400, ge=0)
+    suspend: bool = False
+    elastic: Elastic | None = None  # PyTorchJob only: nodes may vary in [minNodes, maxNodes]
+
+    @model_validator(mode="after")
+    def _combinations(self) -> TrainingJobSpec:
+        problems = [p for p in self._combination_problems() if p]
+        if problems:  # every problem at once, one per line, each led by its key
+            raise ValueError("\n".join(problems))
+        return self
+
+    def _combination_problems(self) -> list[str | None]:
+        image_missing = not self.image and not self.image_tag
+        image_twice = self.image and (self.image_tag or self.image_repository)
+        too_many_procs = self.procs_per_node is not None and self.procs_per_node > self.gpus_per_node
+        elastic, operator = self.elastic, self.operator
+        return [
+            image_missing
+            and "image: missing; set `image` (a full image reference) or `imageTag` (a tag in the "
+            "platform's ECR repository)",
+            image_twice and "image: set either `image` or `imageTag`/`imageRepository`, not both",
+            too_many_procs
+            and f"procsPerNode: {self.procs_per_node} is more than gpusPerNode ({self.gpus_per_node}); "
+            f"allowed: 1-{self.gpus_per_node}, one process per GPU",
+            self.trainer_config
+            and not self.program.runs_trainer
+            and "trainerConfig: only the image's `trainer` module reads it; this job runs "
+            f"{self.program.file or self.program.module}",
+            self.data
+            and self.data.pvc
+            and self.data.pvc.size
+            and "data: a new, empty volume holds no data; allowed: `pvc: {claim: <existing>}` with `path`, "
+            "or `s3`",
+            *(
+                f"{role}.pvc.storageClass: a new volume shared by {self.max_nodes} nodes needs a "
+                "ReadWriteMany class (e.g. EFS); EBS attaches to one node"
+                for role, storage in (("checkpoint", self.checkpoint), ("output", self.output))
+                if storage and storage.pvc and storage.pvc.size and not storage.pvc.storage_class
+                if self.max_nodes > 1
+            ),
+            *(
+                f"trainerConfig.{role}.{key}: also set by `{role}`; remove one of them"
+                for role, key in (("data", "source"), ("checkpoint", "dir"), ("output", "dir"))
+                if getattr(self, role) is not None and key in self.trainer_config.get(role, {})
+            ),
+            elastic
+            and operator != "pytorchjob"
+            and "elastic: only operator `pytorchjob` runs elastic jobs; allowed: remove `elastic` or set "
+            "operator: pytorchjob",
+            elastic
+            and not elastic.min_nodes <= self.nodes <= elastic.max_nodes
+            and f"elastic: nodes ({self.nodes}) must lie in [minNodes {elastic.min_nodes}, maxNodes "
+            f"{elastic.max_nodes}]",
+        ]
+
+    @property
+    def namespace_name(self) -> str:
+        return self.namespace or self.name
+
+    @property
+    def processes_per_node(self) -> int:
+        return self.procs_per_node or self.gpus_per_node
+
+    @property
+    def max_nodes(self) -> int:
+        return self.elastic.max_nodes if self.elastic else self.nodes
+
+    @property
+    def uses_s3(self) -> bool:
+        return any(s is not None and s.s3 is not None for s in (self.data, self.checkpoint, self.output))
+
+
+def _error_lines(err: ValidationError) -> list[str]:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        msg = e["msg"].removeprefix("Value error, ")
+        # A field's own error shows the value; model-level checks put their key first and the value
+        # in the message ("procsPerNode: 8 is more than ...").
+        if not loc:
+            for problem in msg.split("\n"):
+                key, _, text = problem.partition(": ")
+                lines.append(f"{CONFIG_KEY}.{key}: {text}")
+            continue
+        value = "" if e["type"] == "missing" else f" (got {e.get('input')!r:.80})"
+        lines.append(f"{CONFIG_KEY}.{loc}: {msg}{value}")
+    return lines
+
+
+def parse_spec(raw: Any) -> TrainingJobSpec:
+    """`mlops-eks:job` (a mapping, as Pulumi's Config.get_object returns it) -> a validated spec."""
+    if not isinstance(raw, dict):
+        raise SpecError(
+            f"{CONFIG_KEY}: expected an object with at least name, accelerator and image, got {raw!r:.80}"
+        )
+    try:
+        return TrainingJobSpec.model_validate(raw)
+    except ValidationError as err:
+        raise SpecError("\n".join(_error_lines(err))) from None

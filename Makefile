@@ -20,7 +20,7 @@ $(DEV_STAMP): pyproject.toml $(RUN_STAMP)
 	touch $@
 
 demo: $(RUN_STAMP)
-	$(PY) -m infra synth --stack dev
+	$(PY) -m workloads run-local --stack dev-zimdb
 
 test: $(DEV_STAMP)
 	$(PY) -m pytest
@@ -34,3 +34,8 @@ bench: $(RUN_STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
+
+# Build the training images and push them to a platform stack's ECR repositories (README "images").
+.PHONY: images
+images:
+	scripts/build-images.sh --stack $(STACK)

@@ -72,7 +72,16 @@ def check_build(pin: str | None, backend: str, cuda_version: str | None, archs: 
             raise CheckFailed(
                 f"torch {torch.__version__} has kernels for {compiled}, none usable on {missing}"
             )
-    return [f"torch {torch.__version__} (cuda={cuda}, hip={hip}) matches backend {backend!r}"]
+    lines = [f"torch {torch.__version__} (cuda={cuda}, hip={hip}) matches backend {backend!r}"]
+    if backend == "cuda":
+        lines.append(f"kernels for {' '.join(compiled)}; runs on {' '.join(archs) or '(none required)'}")
+    if backend != "cpu":
+        # For the build log: the NCCL (RCCL on ROCm) that ships with this torch. Informational only.
+        try:
+            lines.append(f"{'RCCL' if hip else 'NCCL'} {'.'.join(map(str, torch.cuda.nccl.version()))}")
+        except (AttributeError, RuntimeError) as err:
+            lines.append(f"NCCL version not readable without a GPU here: {err}")
+    return lines
 
 
 def _reference_step(device: torch.device) -> list[torch.Tensor]:
@@ -97,6 +106,24 @@ def _reference_step(device: torch.device) -> list[torch.Tensor]:
     return [t.cpu() for t in outputs]
 
 
+def gfx_target(override: str) -> str:
+    """HSA_OVERRIDE_GFX_VERSION 'major.minor.stepping' -> the gfx target it selects: 10.3.0 -> gfx1030."""
+    major, minor, stepping = (int(part) for part in override.split("."))
+    return f"gfx{major}{minor}{stepping:x}"
+
+
+def _check_gfx_override(override: str | None, compiled: list[str]) -> str:
+    """With the override, the GPU runs kernels built for its target: the build must contain them."""
+    if not override:
+        return f"HSA_OVERRIDE_GFX_VERSION unset; compiled gfx targets: {compiled}"
+    target = gfx_target(override)
+    if target not in {arch.split(":", 1)[0] for arch in compiled}:
+        raise CheckFailed(
+            f"HSA_OVERRIDE_GFX_VERSION={override} selects {target}, but this torch has kernels for {compiled}"
+        )
+    return f"HSA_OVERRIDE_GFX_VERSION={override}: runs {target} kernels, which this torch has"
+
+
 def check_devices(device_type: str) -> list[str]:
     """Run the reference step on every visible device and compare it with the CPU result."""
     if device_type != "cpu" and not torch.cuda.is_available():
@@ -110,11 +137,15 @@ def check_devices(device_type: str) -> list[str]:
     expected = _reference_step(torch.device("cpu"))
     devices = ["cpu"] if device_type == "cpu" else [f"cuda:{i}" for i in range(torch.cuda.device_count())]
     lines = []
+    if torch.version.hip and device_type != "cpu":
+        # Before any kernel runs: kernels for a target the GPU does not present fail or hang.
+        override = os.environ.get("HSA_OVERRIDE_GFX_VERSION")
+        lines.append(_check_gfx_override(override, torch.cuda.get_arch_list()))
     for name in devices:
         device = torch.device(name)
         if device.type == "cuda":
             props = torch.cuda.get_device_properties(device)
-            arch = getattr(props, "gcnArchName", f"sm_{props.major}{props.minor}")
+            arch = props.gcnArchName if torch.version.hip else f"sm_{props.major}{props.minor}"
             lines.append(f"{name}: {props.name} arch={arch} memory={props.total_memory / 2**30:.1f} GiB")
         got = _reference_step(device)
         worst = max(
@@ -127,9 +158,6 @@ def check_devices(device_type: str) -> list[str]:
         lines.append(
             f"{name}: matmul, conv2d and an AdamW step agree with the CPU (max relative error {worst:.1e})"
         )
-    if torch.version.hip:
-        lines.append(f"HSA_OVERRIDE_GFX_VERSION={os.environ.get('HSA_OVERRIDE_GFX_VERSION', '(unset)')}")
-        lines.append(f"compiled gfx targets: {torch.cuda.get_arch_list()}")
     return lines
 
 

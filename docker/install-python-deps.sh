@@ -6,6 +6,7 @@
 #
 #   install-python-deps.sh PYPROJECT VERSION TORCH_INDEX_URL -- CHECK_TORCH_ARGS...
 #
+# Needs the base image's python3 (3.11+) with pip 22.3+ (for --python).
 # torch comes from TORCH_INDEX_URL (the PyTorch wheel index of the image's platform) unless the base image
 # already ships the pinned version, as the CUDA and ROCm bases do; check_torch.py then fails the build
 # unless the torch in place is the pinned version built for the expected platform.
@@ -23,19 +24,31 @@ venv=${VENV:-/opt/mlops-eks/venv}
 here=$(cd "$(dirname "$0")" && pwd)
 requirements=$(mktemp)
 
+python3 -c 'import sys; sys.exit(None if sys.version_info >= (3, 11) else
+    f"base image Python {sys.version.split()[0]} is older than pyproject.toml requires (>=3.11)")'
 python3 "$here/pyproject_requirements.py" "$pyproject" --check-version "$version"
 python3 "$here/pyproject_requirements.py" "$pyproject" --extra train >"$requirements"
 torch_pin=$(python3 "$here/pyproject_requirements.py" "$pyproject" --extra train --only torch)
 
-python3 -m venv "$venv"
+# No pip (nor, on Python 3.11, setuptools) in the venv: the base image's pip installs into it, and nothing
+# in the venv shadows the base's own packages unless pyproject pins it.
+python3 -m venv --without-pip "$venv"
+pip=(python3 -m pip --python "$venv/bin/python" install --no-cache-dir)
 # Let the venv see the base interpreter's packages (the base image's torch build), after its own: pip
 # counts them as installed, and a pin that differs from the base's version goes into the venv and wins.
 venv_site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 python3 -c 'import site; print("\n".join(site.getsitepackages()))' >"$venv_site/_base_image_packages.pth"
 
 echo "install-python-deps: $torch_pin from $torch_index (already satisfied when the base image ships it)"
-"$venv/bin/pip" install --no-cache-dir --index-url "$torch_index" "$torch_pin"
+"${pip[@]}" --index-url "$torch_index" "$torch_pin"
 echo "install-python-deps: pyproject.toml pins: $(tr '\n' ' ' <"$requirements")"
-"$venv/bin/pip" install --no-cache-dir --requirement "$requirements"
+"${pip[@]}" --requirement "$requirements"
+# A torchrun that runs the venv's Python: the base image's own (CUDA, ROCm) would start the workers with
+# the base interpreter, which does not see the venv's packages.
+if [[ ! -e $venv/bin/torchrun ]]; then
+  printf '#!%s\nimport sys\nfrom torch.distributed.run import main\nsys.exit(main())\n' "$venv/bin/python" \
+    >"$venv/bin/torchrun"
+  chmod 755 "$venv/bin/torchrun"
+fi
 "$venv/bin/python" "$here/check_torch.py" --pin "$torch_pin" "$@"
 rm -f "$requirements"

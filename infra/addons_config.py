@@ -25,6 +25,10 @@ _AMI_ALIAS = re.compile(r"^al2023@(latest|v[0-9]{8})$")
 CapacityType = Literal["spot", "on-demand"]
 
 
+def _on_demand() -> list[CapacityType]:
+    return ["on-demand"]
+
+
 class AddonsInvalid(ValueError):
     """A bad add-on value. `field` is the key relative to the model that raised it (config.py adds the
     path above it and the `mlops-eks:` prefix)."""
@@ -55,7 +59,7 @@ class KarpenterGpuPool(_Model):
     accelerator: str
     # Default: every instance type the catalog lists for the accelerator.
     instance_types: list[str] | None = None
-    capacity_types: list[CapacityType] = Field(default_factory=lambda: ["on-demand"])
+    capacity_types: list[CapacityType] = Field(default_factory=_on_demand)
     # The most GPUs this pool may run at once (NodePool spec.limits): the cost ceiling.
     gpu_limit: int = Field(default=8, ge=1, le=1024)
     # How long a GPU node must be empty before Karpenter removes it. Nodes with pods are never consolidated.
@@ -102,7 +106,7 @@ class KarpenterCpuPool(_Model):
 
     enabled: bool = True
     cpu_limit: int = Field(default=64, ge=1, le=10000)
-    capacity_types: list[CapacityType] = Field(default_factory=lambda: ["on-demand"])
+    capacity_types: list[CapacityType] = Field(default_factory=_on_demand)
 
 
 class KarpenterConfig(_Model):

@@ -30,7 +30,9 @@ NODE_POLICIES = (
 )
 
 
-class _Args(BaseModel):
+class ComponentArgs(BaseModel):
+    """Base of the components' typed args: frozen, and Pulumi Outputs/Resources allowed as values."""
+
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
 
@@ -55,7 +57,7 @@ def pod_identity_trust_policy(cluster_name: str, namespace: str, service_account
     )
 
 
-class ClusterArgs(_Args):
+class ClusterArgs(ComponentArgs):
     cluster_name: str
     partition: str
     kubernetes_version: str
@@ -157,7 +159,7 @@ class Cluster(pulumi.ComponentResource):
         )
 
 
-class ManagedAddonsArgs(_Args):
+class ManagedAddonsArgs(ComponentArgs):
     cluster_name: str
     partition: str
     k8s_provider: k8s.Provider

@@ -178,10 +178,13 @@ def _check_sizes(min_size: int, max_size: int, desired: int | None) -> None:
 class PlatformConfig(_Model):
     """Everything a platform stack (dev, prod) is configured by. Defaults are the secure choice."""
 
-    region: str = Field(alias=REGION_KEY)
+    region: str = Field(alias="aws:region")  # the AWS provider's own key
     # "prod" applies the strict rules (no public endpoint open to the internet, on-demand system nodes).
     environment: Literal["dev", "prod"] = "prod"
     availability_zone_count: int = 3
+    # Empty: the region's first availabilityZoneCount available AZs. Name them where GPU capacity is
+    # (not every AZ offers every GPU family, e.g. p4d).
+    availability_zones: list[str] = Field(default_factory=list)
     vpc_cidr: str = "10.0.0.0/16"
     # Empty: carved from vpcCidr (private /19s and public /22s for a /16), one per AZ.
     private_subnet_cidrs: list[str] = Field(default_factory=list)
@@ -209,6 +212,18 @@ class PlatformConfig(_Model):
             raise _Invalid(REGION_KEY, self.region, "an AWS region name such as us-east-1 or eu-west-2")
         if not 2 <= self.availability_zone_count <= 4:
             raise _Invalid("availabilityZoneCount", self.availability_zone_count, "2, 3 or 4")
+        if self.availability_zones and len(self.availability_zones) != self.availability_zone_count:
+            raise _Invalid(
+                "availabilityZones", self.availability_zones, f"[] or {self.availability_zone_count} AZ names"
+            )
+        for i, zone in enumerate(self.availability_zones):
+            if (
+                not re.fullmatch(rf"{re.escape(self.region)}[a-z]", zone)
+                or zone in self.availability_zones[:i]
+            ):
+                raise _Invalid(
+                    f"availabilityZones[{i}]", zone, f"a distinct AZ of {self.region}, e.g. {self.region}a"
+                )
         version = _KUBERNETES_VERSION.match(self.kubernetes_version)
         if not version or int(version.group(1)) < MIN_KUBERNETES_MINOR:
             raise _Invalid(

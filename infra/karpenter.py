@@ -90,11 +90,11 @@ class Karpenter(pulumi.ComponentResource):
             tags=args.tags,
             opts=aws_opts,
         )
-        for policy in iam.NODE_MANAGED_POLICIES:
+        for managed in iam.NODE_MANAGED_POLICIES:
             aws.iam.RolePolicyAttachment(
-                f"{name}-node-{policy}",
+                f"{name}-node-{managed}",
                 role=self.node_role.name,
-                policy_arn=f"arn:{args.partition}:iam::aws:policy/{policy}",
+                policy_arn=f"arn:{args.partition}:iam::aws:policy/{managed}",
                 opts=aws_opts,
             )
         access_entry = aws.eks.AccessEntry(
@@ -157,11 +157,10 @@ class Karpenter(pulumi.ComponentResource):
             )
         )
         attachments = []
-        for suffix in ("node-lifecycle", "iam-integration", "eks-integration", "interruption", "zonal-shift",
-                       "resource-discovery"):  # fmt: skip
+        for suffix in iam.CONTROLLER_POLICY_NAMES:
             policy = aws.iam.Policy(
                 f"{name}-{suffix}",
-                policy=documents.apply(lambda docs, s=suffix: json.dumps(docs[s])),
+                policy=documents[suffix].apply(json.dumps),
                 tags=args.tags,
                 opts=aws_opts,
             )

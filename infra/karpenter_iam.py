@@ -11,6 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 Statement = dict[str, Any]
+# One IAM policy each, as in the reference (names are suffixes of the policies' resource names).
+CONTROLLER_POLICY_NAMES = (
+    "node-lifecycle",
+    "iam-integration",
+    "eks-integration",
+    "interruption",
+    "zonal-shift",
+    "resource-discovery",
+)
 
 
 def controller_policies(
@@ -184,16 +193,17 @@ def controller_policies(
         _allow("AllowUnscopedInstanceProfileListAction", "iam:ListInstanceProfiles", "*"),
         _allow("AllowInstanceProfileReadActions", "iam:GetInstanceProfile", instance_profiles),
     ]
+    statements = (
+        node_lifecycle,
+        iam_integration,
+        eks_integration,
+        interruption,
+        zonal_shift,
+        resource_discovery,
+    )
     return {
-        name: {"Version": "2012-10-17", "Statement": statements}
-        for name, statements in (
-            ("node-lifecycle", node_lifecycle),
-            ("iam-integration", iam_integration),
-            ("eks-integration", eks_integration),
-            ("interruption", interruption),
-            ("zonal-shift", zonal_shift),
-            ("resource-discovery", resource_discovery),
-        )
+        name: {"Version": "2012-10-17", "Statement": policy}
+        for name, policy in zip(CONTROLLER_POLICY_NAMES, statements, strict=True)
     }
 
 

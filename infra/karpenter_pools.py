@@ -9,6 +9,7 @@ plugins and the workloads schedule the same way on Karpenter nodes as on managed
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,5 +153,5 @@ def cpu_node_pool(pool: KarpenterCpuPool) -> dict[str, Any]:
     }
 
 
-def _requirement(key: str, values: list[str]) -> dict[str, Any]:
+def _requirement(key: str, values: Sequence[str]) -> dict[str, Any]:
     return {"key": key, "operator": "In", "values": list(values)}

@@ -18,6 +18,8 @@ class NetworkArgs(BaseModel):
 
     cluster_name: str
     region: str
+    # Empty: the first len(private_subnet_cidrs) available AZs of the region.
+    availability_zones: list[str]
     vpc_cidr: str
     private_subnet_cidrs: list[str]
     public_subnet_cidrs: list[str]
@@ -35,9 +37,13 @@ class Network(pulumi.ComponentResource):
         super().__init__("mlops-eks:infra:Network", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         count = len(args.private_subnet_cidrs)
-        azs = aws.get_availability_zones_output(
-            state="available", opts=pulumi.InvokeOutputOptions(parent=self)
-        )
+        if args.availability_zones:
+            azs = pulumi.Output.from_input(args.availability_zones)
+        else:
+            available = aws.get_availability_zones_output(
+                state="available", opts=pulumi.InvokeOutputOptions(parent=self)
+            )
+            azs = available.names.apply(lambda names: names[:count])
         cluster_tag = {f"kubernetes.io/cluster/{args.cluster_name}": "shared"}
 
         vpc = aws.ec2.Vpc(
@@ -60,7 +66,7 @@ class Network(pulumi.ComponentResource):
         public, private, private_rts = [], [], []
         nats: list[aws.ec2.NatGateway] = []
         for i in range(count):
-            az = azs.names[i]
+            az = azs[i]
             pub = aws.ec2.Subnet(
                 f"{name}-public-{i}",
                 vpc_id=vpc.id,
@@ -132,7 +138,6 @@ class Network(pulumi.ComponentResource):
         self.vpc_id = vpc.id
         self.private_subnet_ids = pulumi.Output.all(*[s.id for s in private])
         self.public_subnet_ids = pulumi.Output.all(*[s.id for s in public])
-        self.availability_zones = azs.names
         self.register_outputs(
             {
                 "vpc_id": self.vpc_id,

@@ -17,7 +17,7 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 
 from infra.accelerators import Accelerator, NodeImage
-from infra.cluster import SERVICE_CIDR, _Args
+from infra.cluster import SERVICE_CIDR, ComponentArgs
 
 # The EKS NodeGroup API spells taint effects differently from Kubernetes.
 _EFFECT = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE", "PreferNoSchedule": "PREFER_NO_SCHEDULE"}
@@ -25,7 +25,7 @@ SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
 SYSTEM_LABELS = {"mlops-eks.io/node-role": "system"}
 
 
-class NodePoolArgs(_Args):
+class NodePoolArgs(ComponentArgs):
     cluster: eks.Cluster
     node_role: aws.iam.Role
     subnet_ids: pulumi.Output[list[str]]

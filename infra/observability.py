@@ -58,6 +58,16 @@ def kube_prometheus_stack_values(config: ObservabilityConfig, *, storage_class: 
         },
         "alertmanager": {"alertmanagerSpec": {"storage": _volume_claim(storage_class, 10)}},
         "grafana": {
+            # The chart documents this block only as a commented example (grafana subchart values);
+            # tests check each key against that example. A StatefulSet keeps users, API keys and
+            # annotations across restarts; the dashboards themselves are code.
+            "persistence": {
+                "enabled": True,
+                "type": "sts",
+                "storageClassName": storage_class,
+                "accessModes": ["ReadWriteOnce"],
+                "size": "10Gi",
+            },
             "admin": {
                 "existingSecret": GRAFANA_SECRET,
                 "userKey": "admin-user",
@@ -129,7 +139,7 @@ class Observability(pulumi.ComponentResource):
                 f"{name}-dashboard-{file_name.removesuffix('.json')}",
                 metadata={"name": f"dashboard-{file_name.removesuffix('.json')}", "namespace": NAMESPACE,
                           "labels": {DASHBOARD_LABEL: "1"}},
-                data={file_name: json.dumps(render(), indent=1)},
+                data={file_name: json.dumps(render())},
                 opts=in_namespace,
             )  # fmt: skip
         self.release = release(

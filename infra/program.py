@@ -78,6 +78,7 @@ def build(config: PlatformConfig, stack: str) -> Platform:
         NetworkArgs(
             cluster_name=cluster_name,
             region=config.region,
+            availability_zones=config.availability_zones,
             vpc_cidr=config.vpc_cidr,
             private_subnet_cidrs=config.private_subnets,
             public_subnet_cidrs=config.public_subnets,
@@ -214,7 +215,7 @@ def export(platform: Platform) -> None:
     cluster, network, storage = platform.cluster, platform.network, platform.storage
     platform.exports.update(
         cluster_name=platform.cluster_name,
-        kubeconfig=pulumi.Output.secret(cluster.kubeconfig_json),
+        kubeconfig=cluster.kubeconfig_json.apply(pulumi.Output.secret),
         region=platform.region,
         oidc_provider_arn=cluster.oidc_provider_arn,
         oidc_provider_url=cluster.oidc_provider_url,

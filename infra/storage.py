@@ -12,13 +12,15 @@ import json
 import pulumi
 import pulumi_aws as aws
 
-from infra.cluster import _Args
+from infra.cluster import ComponentArgs
 
 IMAGE_FLAVOURS = ("cuda", "rocm", "cpu")
-CHECKPOINT_PREFIX = "checkpoints/"
+# Every job writes under jobs/<name>/ (workloads/pod.py): checkpoints there are rewritten every few
+# hundred steps, so their old versions pile up. Data sets live beside it (e.g. datasets/) and keep theirs.
+JOBS_PREFIX = "jobs/"
 
 
-class StorageArgs(_Args):
+class StorageArgs(ComponentArgs):
     stack: str
     noncurrent_days: int
     keep_images: int
@@ -80,9 +82,9 @@ class Storage(pulumi.ComponentResource):
             bucket=bucket.id,
             rules=[
                 aws.s3.BucketLifecycleConfigurationRuleArgs(
-                    id="expire-old-checkpoint-versions",
+                    id="expire-old-job-object-versions",
                     status="Enabled",
-                    filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=CHECKPOINT_PREFIX),
+                    filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=JOBS_PREFIX),
                     noncurrent_version_expiration=aws.s3.BucketLifecycleConfigurationRuleNoncurrentVersionExpirationArgs(
                         noncurrent_days=args.noncurrent_days
                     ),

@@ -74,7 +74,7 @@ class PlatformMocks(pulumi.runtime.Mocks):
             outputs = {"latestVersion": 1, "arn": arn}
         return f"{name}-id", {**inputs, **outputs}
 
-    def call(self, args: pulumi.runtime.MockCallArgs) -> dict:
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict:  # type: ignore[override]  # a dict is accepted
         if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
             return {
                 "accountId": ACCOUNT_ID,
@@ -168,7 +168,12 @@ def stack_config(stack: str, path: Path | None = None) -> dict[str, Any]:
 
 
 def available_stacks() -> list[str]:
-    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in REPO.glob("Pulumi.*.yaml"))
+    """Platform stacks only: a stack file that sets platformStack belongs to a workload stack."""
+    return sorted(
+        p.name[len("Pulumi.") : -len(".yaml")]
+        for p in REPO.glob("Pulumi.*.yaml")
+        if "mlops-eks:platformStack" not in (yaml.safe_load(p.read_text()) or {}).get("config", {})
+    )
 
 
 def synth(stack: str, values: dict[str, Any]) -> tuple[PlatformConfig, list[Registered], dict[str, Any]]:
@@ -182,14 +187,15 @@ def synth(stack: str, values: dict[str, Any]) -> tuple[PlatformConfig, list[Regi
     install_mocks(mocks, stack, monitor)
     exports: dict[str, Any] = {}
 
+    async def resolve(outputs: dict[str, pulumi.Output]) -> None:
+        for key, output in outputs.items():
+            exports[key] = "[secret]" if await output.is_secret() else await output.future()
+
     @pulumi.runtime.test
     def run():
         platform = program()
         outputs = {k: pulumi.Output.from_input(v) for k, v in platform.exports.items()}
-        secret = {k: v for k, v in outputs.items() if k == "kubeconfig"}
-        return pulumi.Output.all(**{k: v for k, v in outputs.items() if k not in secret}).apply(
-            lambda values: exports.update(values, **dict.fromkeys(secret, "[secret]"))
-        )
+        return asyncio.ensure_future(resolve(outputs))
 
     run()
     return config, monitor.registered, exports

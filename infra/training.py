@@ -212,7 +212,7 @@ class Training(pulumi.ComponentResource):
         self.queues = []
         if cfg.gang_scheduler == "kueue":
             monitored = args.service_monitor_after is not None
-            after = [args.service_monitor_after] if monitored else []
+            after = [args.service_monitor_after] if args.service_monitor_after else []
             kueue = release(
                 "kueue",
                 "kueue",

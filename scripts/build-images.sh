@@ -4,17 +4,19 @@
 #
 #   scripts/build-images.sh --stack dev [--only cuda,cpu] [--dry-run]
 #
+# --dry-run prints the login and build commands instead of running them (stack outputs and ECR are read).
 # Needs docker with buildx, the AWS CLI with credentials for the platform's account, the Pulumi CLI logged
 # in to the backend holding the platform stack, git and python3 (3.11+). The tag is the commit
 # (12 hex digits); a working tree with uncommitted changes is refused because the tag would not say what
-# was built (ALLOW_DIRTY=1 builds it anyway, tagged <commit>-dirty). SOURCE_URL overrides the source
-# label, which is otherwise the `origin` remote.
+# was built (ALLOW_DIRTY=1 builds it anyway, tagged <commit>-dirty-<UTC time>). The platform's ECR tags
+# are immutable, so an image whose tag is already there is not built again. SOURCE_URL overrides the
+# source label, which is otherwise the `origin` remote.
 set -euo pipefail
 
 FLAVORS=(cuda rocm cpu)
 
 usage() {
-  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 }
 
@@ -28,14 +30,17 @@ only=""
 dry_run=0
 while [[ $# -gt 0 ]]; do
   case $1 in
-    --stack) stack=${2:-}; shift 2 ;;
-    --only) only=${2:-}; shift 2 ;;
+    --stack | --only)
+      [[ $# -ge 2 && -n $2 ]] || die "$1 needs a value"
+      if [[ $1 == --stack ]]; then stack=$2; else only=$2; fi
+      shift 2
+      ;;
     --dry-run) dry_run=1; shift ;;
     -h | --help) usage ;;
     *) die "unknown argument '$1'; allowed: --stack NAME, --only LIST, --dry-run" ;;
   esac
 done
-[[ -n $stack ]] || die "--stack is required: the platform stack whose ECR repositories receive the images (e.g. dev)"
+[[ -n $stack ]] || die "--stack is required: the platform stack whose ECR repositories receive the images (e.g. --stack dev; make images STACK=dev)"
 
 flavors=("${FLAVORS[@]}")
 if [[ -n $only ]]; then
@@ -60,7 +65,7 @@ commit=$(git rev-parse HEAD)
 tag=${commit:0:12}
 if [[ -n $(git status --porcelain) ]]; then
   [[ ${ALLOW_DIRTY:-0} == 1 ]] || die "the working tree has uncommitted changes, so tag $tag would not identify the build; commit them, or set ALLOW_DIRTY=1"
-  tag="$tag-dirty"
+  tag="$tag-dirty-$(date -u +%Y%m%d%H%M%S)"
 fi
 version=$(python3 docker/pyproject_requirements.py pyproject.toml --project-version)
 source_url=${SOURCE_URL:-$(git remote get-url origin 2>/dev/null || true)}
@@ -96,6 +101,11 @@ done
 n=0
 for f in "${flavors[@]}"; do
   n=$((n + 1))
+  if aws ecr describe-images --region "$region" --repository-name "${repo[$f]#*/}" \
+    --image-ids "imageTag=$tag" >/dev/null 2>&1; then
+    echo "build-images: [$n/${#flavors[@]}] $f: ${repo[$f]}:$tag is already in ECR (tags are immutable); not rebuilt"
+    continue
+  fi
   echo "build-images: [$n/${#flavors[@]}] building and pushing $f (docker/$f/Dockerfile, version $version)"
   run docker buildx build \
     --platform linux/amd64 \

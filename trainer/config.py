@@ -150,8 +150,8 @@ class TrainConfig:
     parallelism: str = field(default="ddp", metadata=_help("'ddp' or 'fsdp' (shards params, for big models)"))
     batch_size: int = field(default=32, metadata=_help("micro-batch size per rank"))
     grad_accum_steps: int = field(default=1, metadata=_help("micro-batches per optimizer step"))
-    max_steps: int = field(default=600, metadata=_help("optimizer steps in the whole run"))
-    lr: float = field(default=4e-3, metadata=_help("peak learning rate (AdamW)"))
+    max_steps: int = field(default=1000, metadata=_help("optimizer steps in the whole run"))
+    lr: float = field(default=5e-3, metadata=_help("peak learning rate (AdamW)"))
     weight_decay: float = field(default=0.01, metadata=_help("AdamW weight decay"))
     warmup_steps: int = field(default=50, metadata=_help("linear warmup steps, then cosine decay"))
     min_lr_ratio: float = field(default=0.1, metadata=_help("final LR as a share of the peak"))
@@ -196,7 +196,7 @@ class CheckpointConfig:
     dir: str = field(
         default="runs/zimdb/checkpoints", metadata=_help("local directory or s3://bucket/prefix")
     )
-    every_steps: int = field(default=200, metadata=_help("checkpoint every N steps (and at the end)"))
+    every_steps: int = field(default=250, metadata=_help("checkpoint every N steps (and at the end)"))
     keep: int = field(
         default=2, metadata=_help("complete checkpoints kept (>= 2, so one bad write is survivable)")
     )

@@ -116,6 +116,15 @@ def sweep(args: argparse.Namespace, device: torch.device, rank: int, world: int)
     return busbw
 
 
+def check_floor(busbw: float, floor: float, world: int, what: str) -> None:
+    if world == 1 and floor > 0:
+        raise CheckFailed("one rank moves no all-reduce traffic: a bandwidth floor needs >= 2 ranks")
+    if busbw < floor:
+        raise CheckFailed(
+            f"bus bandwidth {busbw:.3f} GB/s is below the floor {floor} GB/s ({what}, {world} ranks)"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
@@ -141,13 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             busbw = sweep(args, device, rank, world)
         finally:
             dist.destroy_process_group()
-        if world == 1 and args.min_busbw_gbps > 0:
-            raise CheckFailed("one rank moves no all-reduce traffic: a bandwidth floor needs >= 2 ranks")
-        if busbw < args.min_busbw_gbps:
-            raise CheckFailed(
-                f"bus bandwidth {busbw:.3f} GB/s at {args.sizes[-1]} bytes is below the floor "
-                f"{args.min_busbw_gbps} GB/s ({backend}, {world} ranks)"
-            )
+        check_floor(busbw, args.min_busbw_gbps, world, f"{args.sizes[-1]} bytes, {backend}")
     except CheckFailed as err:
         print(f"gpu-check FAILED on rank {rank}: {err}", file=sys.stderr, flush=True)
         return 1

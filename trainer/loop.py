@@ -132,6 +132,9 @@ def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_clie
         backoff_s=cfg.checkpoint.retry_backoff_s,
     )
     local_out = output.root if isinstance(output, LocalStorage) else workdir / "output"
+    if env.is_main and not isinstance(output, LocalStorage):  # a restarted pod continues the metrics history
+        local_out.mkdir(parents=True)
+        (local_out / "metrics.jsonl").write_bytes(output.get_bytes("metrics.jsonl") or b"")
     metrics = Metrics(
         local_out / "metrics.jsonl",
         enabled=env.is_main,
@@ -239,7 +242,7 @@ def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_clie
     samples_per_step = t.batch_size * t.grad_accum_steps * env.world_size
     window_start, window_loss, window_tokens, window_steps = time.perf_counter(), 0.0, 0.0, 0
     last_eval: dict[str, float] = {}
-    throughput: list[float] = []
+    trained_steps, trained_s = 0, 0.0  # over all log windows: eval and checkpoint time excluded
     first_step = True
     model.train()
     while step < t.max_steps:
@@ -271,7 +274,7 @@ def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_clie
         if step % t.log_every == 0 or step == t.max_steps:
             loss_sum, tokens = all_reduce_sum(env, [float(window_loss), float(window_tokens)])
             elapsed = time.perf_counter() - window_start
-            throughput.append(window_steps * samples_per_step / elapsed)
+            trained_steps, trained_s = trained_steps + window_steps, trained_s + elapsed
             mem = (
                 {"gpu_mem_gb": round(torch.cuda.max_memory_allocated() / 2**30, 3)}
                 if env.device.type == "cuda"
@@ -282,15 +285,15 @@ def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_clie
                 step,
                 loss=loss_sum / (window_steps * env.world_size),
                 lr=scheduler.get_last_lr()[0],
-                samples_per_s=throughput[-1],
+                samples_per_s=window_steps * samples_per_step / elapsed,
                 tokens_per_s=tokens / elapsed,
                 **mem,
             )
             window_start, window_loss, window_tokens, window_steps = time.perf_counter(), 0.0, 0.0, 0
+        paused = time.perf_counter()  # eval and checkpoint time is not training throughput
         if step % t.eval_every == 0 or step == t.max_steps:
             last_eval = evaluate(model, val, env, dtype)
             metrics.record("eval", step, **last_eval)
-            window_start = time.perf_counter()  # eval time is not training throughput
 
         if stop.agreed(env):
             metrics.say(f"SIGTERM: checkpointing at step {step}, then exiting {RETRYABLE_EXIT} (retryable)")
@@ -299,9 +302,11 @@ def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_clie
             return RETRYABLE_EXIT
         if step % cfg.checkpoint.every_steps == 0 or step == t.max_steps:
             save(step)
+        window_start += time.perf_counter() - paused
 
     if not last_eval:  # resumed at the last step: report the model as it stands
         last_eval = evaluate(model, val, env, dtype)
+        metrics.record("eval", step, **last_eval)
     _write_outputs(
         cfg,
         env,
@@ -314,7 +319,7 @@ def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_clie
             "steps": step,
             "world_size": env.world_size,
             **last_eval,
-            "samples_per_s": sum(throughput) / len(throughput) if throughput else None,
+            "samples_per_s": trained_steps * samples_per_step / trained_s if trained_s else None,
             "wall_s": round(time.time() - started, 1),
             "checkpoint": ckpt.latest_name() and f"{store.uri}/{ckpt.latest_name()}",
         },

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
@@ -15,7 +17,9 @@ class EncoderClassifier(nn.Module):
     def __init__(self, cfg: ModelConfig, *, vocab_size: int, max_positions: int):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, cfg.dim, padding_idx=0)
-        self.position = nn.Embedding(max_positions, cfg.dim)
+        # Fixed sinusoidal positions: "attend to the previous word" is the same linear map at every
+        # position, so short-range patterns like negation are learnt in a few hundred steps.
+        self.register_buffer("position", _sinusoidal(max_positions, cfg.dim), persistent=False)
         self.layers = nn.ModuleList(
             nn.TransformerEncoderLayer(
                 cfg.dim, cfg.heads, cfg.ffn_dim, cfg.dropout, batch_first=True, norm_first=True
@@ -28,7 +32,7 @@ class EncoderClassifier(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
-        x = self.embed(input_ids) + self.position(positions)
+        x = self.embed(input_ids) + self.position[positions]
         padding = ~attention_mask
         for layer in self.layers:
             if self.grad_checkpointing and self.training:
@@ -40,6 +44,15 @@ class EncoderClassifier(nn.Module):
         mask = attention_mask.unsqueeze(-1).to(x.dtype)
         pooled = (x * mask).sum(1) / mask.sum(1).clamp(min=1)
         return self.head(pooled)
+
+
+def _sinusoidal(length: int, dim: int) -> torch.Tensor:
+    position = torch.arange(length).unsqueeze(1)
+    freq = torch.exp(torch.arange(0, dim, 2) * (-math.log(10000.0) / dim))
+    table = torch.zeros(length, dim)
+    table[:, 0::2] = torch.sin(position * freq)
+    table[:, 1::2] = torch.cos(position * freq[: dim // 2])
+    return table
 
 
 class HuggingFaceClassifier(nn.Module):

@@ -13,8 +13,9 @@ from infra.accelerators import Accelerator, InstanceType, accelerator
 from workloads.platform import AcceleratorPool, PlatformFacts
 from workloads.spec import CONFIG_KEY, SpecError, TrainingJobSpec
 
-# Share of an instance's vCPUs and memory a job pod asks for by default: the rest is the kubelet's
-# reservation and the daemonsets (CNI, device plugin, DCGM exporter, Pod Identity agent, log shipper).
+# Share of an instance's vCPUs and memory a job's pods ask for by default (split by their share of the
+# GPUs): the rest is the kubelet's reservation and the daemonsets (CNI, device plugin, DCGM exporter,
+# Pod Identity agent, log shipper).
 DEFAULT_SHARE = 0.75
 VENDOR_REPOSITORY = {"nvidia": "cuda", "amd": "rocm"}
 
@@ -117,17 +118,24 @@ def place(spec: TrainingJobSpec, platform: PlatformFacts) -> Placement:
     """Validate `spec` against the platform; raise SpecError naming the key, or return the placement."""
     _check_platform_features(spec, platform)
     pool_name, pool = _choose_pool(spec, platform)
-    if spec.max_nodes > pool.max_size:
-        field = "elastic.maxNodes" if spec.elastic else "nodes"
-        raise SpecError(
-            f"{_key(field)}: {spec.max_nodes} is more than pool {pool_name} grows to "
-            f"(max_size {pool.max_size}); allowed: 1-{pool.max_size}"
-        )
     acc = accelerator(spec.accelerator)
     types = tuple(t for t in (acc.instance(n) for n in pool.instance_types) if t.gpus >= spec.gpus_per_node)
-    smallest, largest = min(types, key=lambda t: t.vcpus), max(types, key=lambda t: t.vcpus)
-    cpu = spec.cpu_per_node or max(1, int(smallest.vcpus * DEFAULT_SHARE))
-    memory = spec.memory_gib_per_node or max(1, int(smallest.memory_gib * DEFAULT_SHARE))
+    # Training "nodes" are pods: pods of 1 GPU pack 4 to a g4dn.12xlarge, so capacity counts GPUs.
+    per_instance = max(t.gpus // spec.gpus_per_node for t in types)
+    capacity = pool.max_size * per_instance
+    if spec.max_nodes > capacity:
+        field = "elastic.maxNodes" if spec.elastic else "nodes"
+        raise SpecError(
+            f"{_key(field)}: {spec.max_nodes} pods of {spec.gpus_per_node} GPU(s) do not fit pool "
+            f"{pool_name}: max_size {pool.max_size} instances x {per_instance} such pods each = {capacity}; "
+            f"allowed: 1-{capacity}"
+        )
+    smallest = min(types, key=lambda t: (t.gpus, t.vcpus))
+    largest = max(types, key=lambda t: t.vcpus)
+    # A pod's default share of an instance follows its share of the GPUs (packed pods all fit).
+    share = DEFAULT_SHARE * spec.gpus_per_node / smallest.gpus
+    cpu = spec.cpu_per_node or max(1, int(smallest.vcpus * share))
+    memory = spec.memory_gib_per_node or max(1, int(smallest.memory_gib * share))
     if cpu > largest.vcpus or memory >= largest.memory_gib:
         raise SpecError(
             f"{_key('cpuPerNode' if cpu > largest.vcpus else 'memoryGiBPerNode')}: "

@@ -1,6 +1,6 @@
 """The pieces of a training pod both operators share: command, environment, volumes, scheduling, security.
 
-Pure functions of (spec, placement, bucket). `render.py` assembles them into a PyTorchJob pod template,
+Pure functions of (spec, placement, bucket). `jobs.py` assembles them into a PyTorchJob pod template,
 or splits them between a TrainJob's `trainer` and `runtimePatches` (Trainer 2.3's way to patch a pod).
 """
 
@@ -33,6 +33,13 @@ ROLES = ("data", "checkpoint", "output")
 
 def labels(spec: TrainingJobSpec) -> dict[str, str]:
     return {JOB_LABEL: spec.name, ACCELERATOR_LABEL: spec.accelerator}
+
+
+def metadata(spec: TrainingJobSpec, name: str, *, namespaced: bool = True) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": labels(spec)}
+    if namespaced:
+        meta["namespace"] = spec.namespace_name
+    return meta
 
 
 def s3_prefix(spec: TrainingJobSpec) -> str:

@@ -7,32 +7,18 @@ are what `python -m workloads render` prints and what workloads.program creates.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import yaml
 
-from workloads import pod
+from workloads import jobs, pod
 from workloads.placement import Placement, place
 from workloads.platform import PlatformFacts
 from workloads.spec import TrainingJobSpec
 
-TRAINER_API = "trainer.kubeflow.org/v1alpha1"
-RUNTIME_PATCH_MANAGER = "mlops-eks.io/workloads"
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # Quota room for two gangs: a restarted gang's pods start while the previous ones still terminate
 # (up to their grace period); a namespace quota of exactly one gang would stall every restart.
 QUOTA_GANGS = 2
-# Exit codes 1-127 are the trainer's permanent failures (2: invalid config); 128+ (143 after a SIGTERM
-# checkpoint) are retryable — PyTorchJob's `restartPolicy: ExitCode` semantics, rebuilt for TrainJob.
-PERMANENT_EXIT_CODES = list(range(1, 128))
-
-
-def _meta(spec: TrainingJobSpec, name: str, *, namespaced: bool = True) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "labels": pod.labels(spec)}
-    if namespaced:
-        meta["namespace"] = spec.namespace_name
-    return meta
 
 
 def _quantity(value: float) -> str:
@@ -50,7 +36,9 @@ def trainer_config(spec: TrainingJobSpec, bucket: str) -> dict[str, Any]:
 
 
 def namespace(spec: TrainingJobSpec) -> list[dict[str, Any]]:
-    meta = _meta(spec, spec.namespace_name, namespaced=False)
+    if not spec.create_namespace:
+        return []
+    meta = pod.metadata(spec, spec.namespace_name, namespaced=False)
     # The jobs' pods meet the `restricted` Pod Security Standard; enforcing it keeps it that way.
     meta["labels"] |= {"pod-security.kubernetes.io/enforce": "restricted"}
     return [{"apiVersion": "v1", "kind": "Namespace", "metadata": meta}]
@@ -70,7 +58,7 @@ def resource_quota(spec: TrainingJobSpec, placement: Placement) -> dict[str, Any
     return {
         "apiVersion": "v1",
         "kind": "ResourceQuota",
-        "metadata": _meta(spec, spec.name),
+        "metadata": pod.metadata(spec, spec.name),
         "spec": {"hard": hard},
     }
 
@@ -81,7 +69,7 @@ def service_account(spec: TrainingJobSpec) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": _meta(spec, spec.name),
+        "metadata": pod.metadata(spec, spec.name),
         "automountServiceAccountToken": False,
     }
 
@@ -95,7 +83,7 @@ def config_maps(spec: TrainingJobSpec, bucket: str, program_text: str | None) ->
             {
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
-                "metadata": _meta(spec, f"{spec.name}-trainer-config"),
+                "metadata": pod.metadata(spec, f"{spec.name}-trainer-config"),
                 "data": data,
             }
         )
@@ -109,7 +97,7 @@ def config_maps(spec: TrainingJobSpec, bucket: str, program_text: str | None) ->
             {
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
-                "metadata": _meta(spec, f"{spec.name}-program"),
+                "metadata": pod.metadata(spec, f"{spec.name}-program"),
                 "data": {key: program_text},
             }
         )
@@ -134,7 +122,7 @@ def volume_claims(spec: TrainingJobSpec) -> list[dict[str, Any]]:
             {
                 "apiVersion": "v1",
                 "kind": "PersistentVolumeClaim",
-                "metadata": _meta(spec, pod.claim_name(spec, role)),
+                "metadata": pod.metadata(spec, pod.claim_name(spec, role)),
                 "spec": claim_spec,
             }
         )
@@ -142,201 +130,16 @@ def volume_claims(spec: TrainingJobSpec) -> list[dict[str, Any]]:
 
 
 def local_queue(spec: TrainingJobSpec, platform: PlatformFacts) -> list[dict[str, Any]]:
-    if spec.queue is None or platform.gang_scheduler != "kueue":
-        return []
+    if spec.queue is None or platform.gang_scheduler != "kueue" or not spec.create_namespace:
+        return []  # no queue, or the shared namespace's owner creates its LocalQueue
     return [
         {
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "LocalQueue",
-            "metadata": _meta(spec, spec.queue),
+            "metadata": pod.metadata(spec, spec.queue),
             "spec": {"clusterQueue": spec.queue},
         }
     ]
-
-
-def _job_labels(spec: TrainingJobSpec, platform: PlatformFacts) -> dict[str, str]:
-    extra = {KUEUE_QUEUE_LABEL: spec.queue} if spec.queue and platform.gang_scheduler == "kueue" else {}
-    return pod.labels(spec) | extra
-
-
-def _pod_spec_common(spec: TrainingJobSpec, placement: Placement) -> dict[str, Any]:
-    return {
-        "serviceAccountName": spec.name,
-        "securityContext": pod.pod_security(placement),
-        "terminationGracePeriodSeconds": pod.TERMINATION_GRACE_SECONDS,
-        "nodeSelector": pod.node_selector(placement),
-        "affinity": pod.affinity(placement),
-        "tolerations": pod.tolerations(placement),
-        "volumes": pod.volumes(spec, placement),
-    }
-
-
-def training_runtime(spec: TrainingJobSpec, placement: Placement) -> dict[str, Any]:
-    """The job's own TrainingRuntime (namespaced: a workload stack owns nothing cluster-wide), shaped
-    like Trainer's `torch-distributed` plus what a TrainJob has no field for: the restart budget with
-    ExitCode semantics, the TTL and the priority."""
-    pod_spec: dict[str, Any] = {
-        "restartPolicy": "Never",  # podFailurePolicy requires it; restarts are the JobSet's
-        "automountServiceAccountToken": False,
-        "containers": [{"name": "node", "image": placement.image}],
-    }
-    if spec.priority:
-        pod_spec["priorityClassName"] = spec.priority
-    failure_rules = [
-        # A Spot reclaim or node drain is not the job's fault: the pod is replaced without counting.
-        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-        {
-            "action": "FailJob",
-            "onExitCodes": {"containerName": "node", "operator": "In", "values": PERMANENT_EXIT_CODES},
-        },
-    ]
-    node_job = {
-        "name": "node",
-        "template": {
-            "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-            "spec": {
-                "backoffLimit": 0,
-                "podFailurePolicy": {"rules": failure_rules},
-                "template": {"spec": pod_spec},
-            },
-        },
-    }
-    failure_policy = {
-        "maxRestarts": spec.restart_budget,
-        # A Job failed by the rule above (a permanent exit code) fails the whole JobSet at once.
-        "rules": [
-            {
-                "name": "permanent-exit-code",
-                "action": "FailJobSet",
-                "onJobFailureReasons": ["PodFailurePolicy"],
-            }
-        ],
-    }
-    return {
-        "apiVersion": TRAINER_API,
-        "kind": "TrainingRuntime",
-        "metadata": _meta(spec, spec.name)
-        | {"labels": pod.labels(spec) | {"trainer.kubeflow.org/framework": "torch"}},
-        "spec": {
-            "mlPolicy": {"numNodes": spec.nodes, "torch": {}},
-            "template": {
-                "spec": {
-                    "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
-                    "failurePolicy": failure_policy,
-                    "replicatedJobs": [node_job],
-                }
-            },
-        },
-    }
-
-
-def train_job(spec: TrainingJobSpec, placement: Placement, platform: PlatformFacts) -> dict[str, Any]:
-    pod_patch = _pod_spec_common(spec, placement) | {
-        "containers": [
-            {
-                "name": "node",
-                "securityContext": pod.container_security(),
-                "volumeMounts": pod.volume_mounts(spec),
-            }
-        ]
-    }
-    patch = {
-        "manager": RUNTIME_PATCH_MANAGER,
-        "trainingRuntimeSpec": {
-            "template": {
-                "metadata": {"labels": pod.labels(spec)},
-                "spec": {
-                    "replicatedJobs": [
-                        {
-                            "name": "node",
-                            "template": {
-                                "spec": {
-                                    "template": {"metadata": {"labels": pod.labels(spec)}, "spec": pod_patch}
-                                }
-                            },
-                        }
-                    ]
-                },
-            }
-        },
-    }
-    trainer = {
-        "image": placement.image,
-        "command": pod.command(spec),
-        "numNodes": spec.nodes,
-        "numProcPerNode": spec.processes_per_node,
-        "resourcesPerNode": pod.resources(spec, placement),
-        "env": pod.env(spec, placement, platform.region),
-    }
-    return {
-        "apiVersion": TRAINER_API,
-        "kind": "TrainJob",
-        "metadata": _meta(spec, spec.name) | {"labels": _job_labels(spec, platform)},
-        "spec": {
-            "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime", "name": spec.name},
-            "suspend": spec.suspend,
-            "trainer": trainer,
-            "runtimePatches": [patch],
-        },
-    }
-
-
-def pytorch_job(spec: TrainingJobSpec, placement: Placement, platform: PlatformFacts) -> dict[str, Any]:
-    container = {
-        "name": "pytorch",  # the Training Operator finds the training container by this name
-        "image": placement.image,
-        "command": pod.command(spec),
-        "env": pod.env(spec, placement, platform.region),
-        "resources": pod.resources(spec, placement),
-        "securityContext": pod.container_security(),
-        "volumeMounts": pod.volume_mounts(spec),
-    }
-    pod_spec = _pod_spec_common(spec, placement) | {
-        "automountServiceAccountToken": False,
-        "containers": [container],
-    }
-    if spec.priority:
-        pod_spec["priorityClassName"] = spec.priority
-    template = {"metadata": {"labels": pod.labels(spec)}, "spec": pod_spec}
-
-    def replicas(count: int) -> dict[str, Any]:
-        # ExitCode: 1-127 (e.g. the trainer's 2, invalid config) fail the job; 128+ (143 after a SIGTERM
-        # checkpoint, 137 OOM/kill) restart the pod, counted against runPolicy.backoffLimit.
-        return {"replicas": count, "restartPolicy": "ExitCode", "template": copy.deepcopy(template)}
-
-    run_policy: dict[str, Any] = {
-        "cleanPodPolicy": "Running",
-        "backoffLimit": spec.restart_budget,
-        "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
-        "suspend": spec.suspend,
-    }
-    if platform.gang_scheduler == "volcano":
-        scheduling: dict[str, Any] = {"minAvailable": spec.elastic.min_nodes if spec.elastic else spec.nodes}
-        if spec.queue:
-            scheduling["queue"] = spec.queue
-        if spec.priority:
-            scheduling["priorityClass"] = spec.priority
-        run_policy["schedulingPolicy"] = scheduling
-    job_spec: dict[str, Any] = {"nprocPerNode": str(spec.processes_per_node), "runPolicy": run_policy}
-    if spec.elastic:
-        # Elastic jobs are all workers: torchrun's c10d rendezvous admits between min and max of them.
-        job_spec["elasticPolicy"] = {
-            "minReplicas": spec.elastic.min_nodes,
-            "maxReplicas": spec.elastic.max_nodes,
-            "rdzvBackend": "c10d",
-            "maxRestarts": spec.restart_budget,
-        }
-        job_spec["pytorchReplicaSpecs"] = {"Worker": replicas(spec.nodes)}
-    else:
-        job_spec["pytorchReplicaSpecs"] = {"Master": replicas(1)}
-        if spec.nodes > 1:
-            job_spec["pytorchReplicaSpecs"]["Worker"] = replicas(spec.nodes - 1)
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": _meta(spec, spec.name) | {"labels": _job_labels(spec, platform)},
-        "spec": job_spec,
-    }
 
 
 def render(
@@ -354,7 +157,7 @@ def render(
         *local_queue(spec, platform),
     ]
     if spec.operator == "trainjob":
-        objects += [training_runtime(spec, placement), train_job(spec, placement, platform)]
+        objects += [jobs.training_runtime(spec, placement), jobs.train_job(spec, placement, platform)]
     else:
-        objects.append(pytorch_job(spec, placement, platform))
+        objects.append(jobs.pytorch_job(spec, placement, platform))
     return objects

@@ -99,6 +99,8 @@ class Elastic(_Model):
 class TrainingJobSpec(_Model):
     name: DnsLabel
     namespace: DnsLabel | None = None  # default: the job's name (one namespace per job)
+    # false: the namespace (with its LocalQueue) exists already, e.g. a team's, owned by another stack
+    create_namespace: bool = True
     image: str | None = None  # a full reference; or imageTag in the platform's ECR repository
     image_tag: str | None = None
     image_repository: Literal["cuda", "rocm", "cpu"] | None = None  # default: from the GPU vendor
@@ -129,54 +131,57 @@ class TrainingJobSpec(_Model):
 
     @model_validator(mode="after")
     def _combinations(self) -> TrainingJobSpec:
-        problems = [p for p in self._combination_problems() if p]
+        problems = self._combination_problems()
         if problems:  # every problem at once, one per line, each led by its key
             raise ValueError("\n".join(problems))
         return self
 
-    def _combination_problems(self) -> list[str | None]:
-        image_missing = not self.image and not self.image_tag
-        image_twice = self.image and (self.image_tag or self.image_repository)
-        too_many_procs = self.procs_per_node is not None and self.procs_per_node > self.gpus_per_node
-        elastic, operator = self.elastic, self.operator
-        return [
-            image_missing
-            and "image: missing; set `image` (a full image reference) or `imageTag` (a tag in the "
-            "platform's ECR repository)",
-            image_twice and "image: set either `image` or `imageTag`/`imageRepository`, not both",
-            too_many_procs
-            and f"procsPerNode: {self.procs_per_node} is more than gpusPerNode ({self.gpus_per_node}); "
-            f"allowed: 1-{self.gpus_per_node}, one process per GPU",
-            self.trainer_config
-            and not self.program.runs_trainer
-            and "trainerConfig: only the image's `trainer` module reads it; this job runs "
-            f"{self.program.file or self.program.module}",
-            self.data
-            and self.data.pvc
-            and self.data.pvc.size
-            and "data: a new, empty volume holds no data; allowed: `pvc: {claim: <existing>}` with `path`, "
-            "or `s3`",
-            *(
-                f"{role}.pvc.storageClass: a new volume shared by {self.max_nodes} nodes needs a "
-                "ReadWriteMany class (e.g. EFS); EBS attaches to one node"
-                for role, storage in (("checkpoint", self.checkpoint), ("output", self.output))
-                if storage and storage.pvc and storage.pvc.size and not storage.pvc.storage_class
-                if self.max_nodes > 1
-            ),
-            *(
-                f"trainerConfig.{role}.{key}: also set by `{role}`; remove one of them"
-                for role, key in (("data", "source"), ("checkpoint", "dir"), ("output", "dir"))
-                if getattr(self, role) is not None and key in self.trainer_config.get(role, {})
-            ),
-            elastic
-            and operator != "pytorchjob"
-            and "elastic: only operator `pytorchjob` runs elastic jobs; allowed: remove `elastic` or set "
-            "operator: pytorchjob",
-            elastic
-            and not elastic.min_nodes <= self.nodes <= elastic.max_nodes
-            and f"elastic: nodes ({self.nodes}) must lie in [minNodes {elastic.min_nodes}, maxNodes "
-            f"{elastic.max_nodes}]",
-        ]
+    def _combination_problems(self) -> list[str]:
+        problems = []
+        if not self.image and not self.image_tag:
+            problems.append(
+                "image: missing; set `image` (a full image reference) or `imageTag` (a tag in the platform's "
+                "ECR repository)"
+            )
+        if self.image and (self.image_tag or self.image_repository):
+            problems.append("image: set either `image` or `imageTag`/`imageRepository`, not both")
+        if self.procs_per_node is not None and self.procs_per_node > self.gpus_per_node:
+            problems.append(
+                f"procsPerNode: {self.procs_per_node} is more than gpusPerNode ({self.gpus_per_node}); "
+                f"allowed: 1-{self.gpus_per_node}, one process per GPU"
+            )
+        if self.trainer_config and not self.program.runs_trainer:
+            problems.append(
+                "trainerConfig: only the image's `trainer` module reads it; this job runs "
+                f"{self.program.file or self.program.module}"
+            )
+        if self.data and self.data.pvc and self.data.pvc.size:
+            problems.append(
+                "data: a new, empty volume holds no data; allowed: `pvc: {claim: <existing>}` with `path`, "
+                "or `s3`"
+            )
+        for role, storage in (("checkpoint", self.checkpoint), ("output", self.output)):
+            pvc = storage.pvc if storage else None
+            if pvc and pvc.size and not pvc.storage_class and self.max_nodes > 1:
+                problems.append(
+                    f"{role}.pvc.storageClass: a new volume shared by {self.max_nodes} nodes needs a "
+                    "ReadWriteMany class (e.g. EFS); EBS attaches to one node"
+                )
+        for role, key in (("data", "source"), ("checkpoint", "dir"), ("output", "dir")):
+            if getattr(self, role) is not None and key in self.trainer_config.get(role, {}):
+                problems.append(f"trainerConfig.{role}.{key}: also set by `{role}`; remove one of them")
+        if self.elastic is not None:
+            if self.operator != "pytorchjob":
+                problems.append(
+                    "elastic: only operator `pytorchjob` runs elastic jobs; allowed: remove `elastic` or set "
+                    "operator: pytorchjob"
+                )
+            if not self.elastic.min_nodes <= self.nodes <= self.elastic.max_nodes:
+                problems.append(
+                    f"elastic: nodes ({self.nodes}) must lie in [minNodes {self.elastic.min_nodes}, maxNodes "
+                    f"{self.elastic.max_nodes}]"
+                )
+        return problems
 
     @property
     def namespace_name(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import subprocess
@@ -125,19 +126,26 @@ def test_labels_carry_source_and_the_pyproject_version(dockerfiles, flavor):
 
 
 @pytest.mark.parametrize("flavor", FLAVORS)
-def test_command_launches_the_trainer_module_under_torchrun(dockerfiles, flavor):
+def test_command_runs_the_trainer_under_its_exit_code_preserving_torchrun(dockerfiles, flavor):
+    """The same launcher the job pods use (workloads/pod.py), with flags torchrun accepts."""
+    from torch.distributed import run as torchrun
+
     cmd = dockerfiles[flavor].cmd()
-    assert cmd[0] == "torchrun" and cmd[-2:] == ["-m", "trainer"]
+    assert cmd[:3] == ["python", "-m", "trainer.launch"]
+    args = torchrun.parse_args(cmd[3:])
+    assert args.module and args.training_script == "trainer" and args.standalone
+    assert args.nproc_per_node == ("1" if flavor == "cpu" else "gpu")
     build = " ".join(i.args for i in dockerfiles[flavor].stage(0) if i.keyword == "RUN")
-    assert "python -m trainer --help" in build  # the build fails if the module does not start
+    # The build fails if either module does not start in the image.
+    assert "python -m trainer --help" in build and "python -m trainer.launch --help" in build
 
 
-def test_the_trainer_module_the_images_run_answers_help():
-    result = subprocess.run(
-        [sys.executable, "-m", "trainer", "--help"], capture_output=True, text=True, cwd=REPO
-    )
-    assert result.returncode == 0, result.stderr
-    assert "--config" in result.stdout
+def test_the_modules_the_images_run_exist_and_answer_help():
+    launch = importlib.import_module("trainer.launch")  # torchrun's wrapper; its flags are torchrun's
+    assert callable(launch.main)
+    command = [sys.executable, "-m", "trainer", "--help"]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0 and "--config" in result.stdout, result.stderr
 
 
 def test_cuda_image_requires_kernels_for_every_nvidia_gpu_in_the_catalog(dockerfiles):

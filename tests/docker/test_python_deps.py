@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import ast
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 import torch
 from dockerfile_model import REPO
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 SCRIPT = REPO / "docker" / "pyproject_requirements.py"
 INSTALL = REPO / "docker" / "install-python-deps.sh"
 CHECK = REPO / "docker" / "check_torch.py"
 
 sys.path.insert(0, str(REPO / "docker"))
-from check_torch import CheckFailed, arch_covered, check_build  # noqa: E402
+from check_torch import CheckFailed, _check_gfx_override, arch_covered, check_build, check_devices, gfx_target  # noqa: E402
+from check_torch import main as check_torch_main  # noqa: E402
 
 
 def _run(*args: str | Path, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -65,6 +71,13 @@ def test_arch_coverage_follows_cuda_binary_compatibility(target, compiled, cover
     assert arch_covered(target, compiled) is covered
 
 
+def test_the_gfx_override_must_select_a_target_the_rocm_build_has():
+    assert gfx_target("10.3.0") == "gfx1030" and gfx_target("9.0.10") == "gfx90a"
+    assert "runs gfx1030 kernels" in _check_gfx_override("10.3.0", ["gfx942", "gfx1030", "gfx1100"])
+    with pytest.raises(CheckFailed, match="selects gfx1030, but this torch has kernels for"):
+        _check_gfx_override("10.3.0", ["gfx90a:sramecc+:xnack-", "gfx942", "gfx1100"])
+
+
 def test_check_torch_accepts_this_cpu_build_and_rejects_gpu_expectations():
     assert "matches backend 'cpu'" in check_build("torch==2.13.0", "cpu", None, [])[0]
     with pytest.raises(CheckFailed, match="not a CUDA build"):
@@ -75,31 +88,66 @@ def test_check_torch_accepts_this_cpu_build_and_rejects_gpu_expectations():
         check_build("torch==2.12.0", "cpu", None, [])
 
 
-def test_check_torch_on_device_compares_with_the_cpu_and_exits_1_on_failure():
-    ok = _run(sys.executable, CHECK, "--backend", "cpu", "--on-device")
-    assert ok.returncode == 0 and "agree with the CPU" in ok.stdout, ok.stderr
-    gpu = _run(sys.executable, CHECK, "--backend", "cpu", "--pin", "torch==0.1.0")
-    assert gpu.returncode == 1 and "FAILED" in gpu.stderr
+def test_a_cuda_build_must_be_the_expected_cuda_and_have_kernels_for_every_target(monkeypatch):
+    """check_build's CUDA branch, on this CPU torch dressed up as a CUDA 12.6 build."""
+    monkeypatch.setattr(torch.version, "cuda", "12.6")
+    flags = "sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90"
+    monkeypatch.setattr(torch._C, "_cuda_getArchFlags", lambda: flags, raising=False)
+    catalog = ["sm_75", "sm_80", "sm_86", "sm_89", "sm_90"]
+    lines = check_build("torch==2.13.0", "cuda", "12.6", catalog)
+    assert "kernels for sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90" in lines[1]
+    with pytest.raises(CheckFailed, match="built for CUDA 12.6; expected CUDA 13.0"):
+        check_build("torch==2.13.0", "cuda", "13.0", catalog)
+    monkeypatch.setattr(torch._C, "_cuda_getArchFlags", lambda: "sm_80 sm_86 sm_90", raising=False)
+    with pytest.raises(CheckFailed, match=r"none usable on \['sm_75'\]"):
+        check_build("torch==2.13.0", "cuda", "12.6", catalog)
 
 
-def test_install_script_builds_the_venv_on_the_base_pythons_torch(tmp_path):
-    """install-python-deps.sh as a build stage runs it, with this venv's Python as the 'base image'.
+def test_check_torch_on_device_compares_with_the_cpu_and_exits_1_on_failure(capsys):
+    assert "agree with the CPU" in check_devices("cpu")[-1]
+    assert check_torch_main(["--backend", "cpu", "--pin", "torch==0.1.0"]) == 1
+    assert "FAILED: torch 2.13.0" in capsys.readouterr().err
+
+
+def test_builder_stage_steps_give_a_venv_that_runs_the_trainer(tmp_path, dockerfiles):
+    """The builder stage's two steps, with this venv's Python as the 'base image' and no network.
 
     Everything pyproject pins is already in that base (as torch is in the CUDA and ROCm bases), so pip
-    must take it from there: the torch index given is unreachable, and the run still succeeds.
+    must take it from there: the torch index given is unreachable, and the run still succeeds. Then the
+    package is installed from a copy of exactly what the Dockerfile COPYs, and runs outside the repo.
     """
-    env = dict(
-        os.environ, VENV=str(tmp_path / "venv"), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}"
-    )
+    venv = tmp_path / "venv"
+    env = dict(os.environ, VENV=str(venv), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     unreachable = "http://127.0.0.1:9/simple"
-    result = _run(
+    deps = _run(
         "bash", INSTALL, REPO / "pyproject.toml", "0.1.0", unreachable, "--", "--backend", "cpu", env=env
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "check_torch: torch 2.13.0" in result.stdout
-    probe = "import torch, yaml, boto3, tokenizers, pyarrow, pydantic; print(torch.__version__)"
-    imported = _run(tmp_path / "venv" / "bin" / "python", "-c", probe)
-    assert imported.returncode == 0 and imported.stdout.startswith("2.13.0"), imported.stderr
+    assert deps.returncode == 0, deps.stdout + deps.stderr
+    assert "check_torch: torch 2.13.0" in deps.stdout
+    torchrun = (venv / "bin" / "torchrun").read_text()
+    assert torchrun.startswith(f"#!{venv / 'bin' / 'python'}\n") and "torch.distributed.run" in torchrun
+
+    context = tmp_path / "context"
+    for ins in dockerfiles["cpu"].stage(0):
+        if ins.keyword == "COPY":
+            *sources, dest = ins.args.split()
+            for source in sources:
+                target = (
+                    context / dest / Path(source).name if dest.endswith("/") and dest != "./" else context
+                )
+                copy = shutil.copytree if (REPO / source).is_dir() else shutil.copy2
+                copy(REPO / source, target / Path(source).name if target == context else target)
+    install = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--no-deps"]
+    assert _run(*install, "--no-build-isolation", "-q", context).returncode == 0
+    probe = "import torch, yaml, boto3, tokenizers, pyarrow, pydantic, trainer; print(trainer.__file__)"
+    imported = subprocess.run(
+        [venv / "bin" / "python", "-c", probe], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert imported.returncode == 0 and imported.stdout.startswith(str(venv)), imported.stderr
+    helped = subprocess.run(
+        [venv / "bin" / "python", "-m", "trainer", "--help"], capture_output=True, cwd=tmp_path
+    )
+    assert helped.returncode == 0
 
 
 def test_install_script_stops_at_the_first_failing_step(tmp_path):
@@ -107,3 +155,43 @@ def test_install_script_stops_at_the_first_failing_step(tmp_path):
     result = _run("bash", INSTALL, REPO / "pyproject.toml", "0.0.9", "http://127.0.0.1:9/", "--", env=env)
     assert result.returncode != 0 and "VERSION='0.0.9'" in result.stderr
     assert not (tmp_path / "venv").exists()
+
+
+# Packages the trainer imports only for an option it validates first (config.py: "needs the datasets
+# package"); the images leave them out, so such a job fails at config validation, naming the package.
+OPTIONAL_IN_TRAINER = {"datasets", "transformers", "tensorboard"}
+
+
+def _closure(requirements: list[str]) -> set[str]:
+    """Canonical names of the distributions the pins pull in, transitively (extras not requested)."""
+    seen: set[str] = set()
+    todo = [Requirement(r) for r in requirements]
+    while todo:
+        req = todo.pop()
+        name = canonicalize_name(req.name)
+        if name in seen or (req.marker and not req.marker.evaluate({"extra": ""})):
+            continue
+        seen.add(name)
+        todo.extend(Requirement(r) for r in metadata.requires(req.name) or [])
+    return seen
+
+
+def test_every_module_the_trainer_imports_comes_with_the_pins_the_images_install():
+    reqs = _run(sys.executable, SCRIPT, REPO / "pyproject.toml", "--extra", "train").stdout.split()
+    installed = _closure(reqs)
+    provided = {
+        module
+        for module, dists in metadata.packages_distributions().items()
+        if any(canonicalize_name(d) in installed for d in dists)
+    }
+    imported = set()
+    for path in (REPO / "trainer").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+    third_party = imported - set(sys.stdlib_module_names) - {"trainer", "__future__"}
+    assert not third_party & {"infra", "workloads", "policy"}, "the images hold only trainer/"
+    missing = third_party - provided - OPTIONAL_IN_TRAINER
+    assert not missing, f"trainer imports {sorted(missing)}, which pyproject's train extra does not install"

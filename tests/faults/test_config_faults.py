@@ -74,6 +74,10 @@ def run_program(values: dict) -> tuple[str | None, int]:
 
 @pytest.fixture(scope="module")
 def dev_config() -> dict:
+    # Settle the process's root Stack registration (the first set_mocks starts it) before any program
+    # runs: a program racing it fails now and then with "attached to a different loop".
+    pulumi.runtime.set_mocks(PlatformMocks("us-east-1"), project=PROJECT, stack="dev", preview=False)
+    pulumi.runtime.test(lambda: None)()
     config = stack_config("dev")
     # Make the last case a real one: dev opens the endpoint to CIDRs; prod must refuse 0.0.0.0/0.
     config["mlops-eks:publicAccessCidrs"] = ["0.0.0.0/0"]

@@ -239,3 +239,22 @@ def test_training_installs_trainer_runtime_operator_v1_and_kueue_queues(mocks):
         assert len(mocks.of_type("kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue")) == 1
 
     return _settled(*training.installed).apply(check)
+
+
+@pulumi.runtime.test
+def test_a_configured_grafana_password_is_used_instead_of_a_generated_one(mocks):
+    observability = Observability(
+        "observability",
+        ObservabilityArgs(
+            config=CONFIG.observability,
+            k8s_provider=k8s.Provider("k8s", kubeconfig="{}"),
+            grafana_admin_password="from-pulumi-config",
+        ),
+    )
+
+    def check(_):
+        assert not mocks.of_type("random:index/randomPassword:RandomPassword")
+        string_data = mocks.of_type("kubernetes:core/v1:Secret")["observability-grafana-admin"]["stringData"]
+        assert string_data["value"]["admin-password"] == "from-pulumi-config"
+
+    return observability.release.urn.apply(check)

@@ -3,7 +3,10 @@ chart defaults and CRDs at the pinned versions (../shared/upstream)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from infra.accelerators import CATALOG
 from infra.addons_config import AddonsConfig
@@ -66,11 +69,55 @@ def test_every_pinned_chart_has_a_values_renderer():
     assert set(VALUES) == set(CHARTS)
 
 
+SHARED = Path(__file__).resolve().parents[3] / "shared"
+
+# Value blocks a chart documents only as a commented example in its values.yaml (subchart values):
+# (chart key, parent key, block key). Checked against that example instead of the parsed defaults.
+COMMENTED_EXAMPLES = {"kube-prometheus-stack": ("grafana", "persistence")}
+
+
+def _without_commented_example(chart_key: str, values: dict) -> dict:
+    if chart_key not in COMMENTED_EXAMPLES:
+        return values
+    parent, block = COMMENTED_EXAMPLES[chart_key]
+    return {**values, parent: {k: v for k, v in values[parent].items() if k != block}}
+
+
+def _commented_example(chart_key: str) -> dict:
+    """The `# block:` example under `parent:` in the chart's upstream values.yaml, uncommented."""
+    chart = CHARTS[chart_key]
+    parent, block = COMMENTED_EXAMPLES[chart_key]
+    lines = (SHARED / "upstream" / "charts" / f"{chart.short_name}-{chart.version}-values.yaml").read_text()
+    lines = lines.splitlines()
+    start = lines.index(f"{parent}:")
+    head = next(i for i in range(start, len(lines)) if lines[i].strip() == f"# {block}:")
+    body = [lines[head].replace("# ", "", 1)]
+    for line in lines[head + 1 :]:
+        if not line.startswith("  #   "):
+            break
+        body.append(line.replace("# ", "", 1))
+    return yaml.safe_load("\n".join(body))[block]
+
+
 @pytest.mark.parametrize("chart_key", sorted(VALUES))
 def test_values_keys_exist_in_the_chart_at_its_pinned_version(chart_key, values_check):
     chart = CHARTS[chart_key]
-    code, output = values_check(chart.short_name, chart.version, VALUES[chart_key])
+    values = _without_commented_example(chart_key, VALUES[chart_key])
+    code, output = values_check(chart.short_name, chart.version, values)
     assert code == 0, output
+
+
+@pytest.mark.parametrize("chart_key", sorted(COMMENTED_EXAMPLES))
+def test_values_set_from_a_commented_chart_example_use_only_its_keys(chart_key):
+    parent, block = COMMENTED_EXAMPLES[chart_key]
+    example = _commented_example(chart_key)
+    assert set(VALUES[chart_key][parent][block]) <= set(example), sorted(set(example))
+
+
+def test_grafana_keeps_its_state_on_a_gp3_volume():
+    persistence = VALUES["kube-prometheus-stack"]["grafana"]["persistence"]
+    assert persistence["enabled"] is True
+    assert persistence["storageClassName"] == "gp3"
 
 
 def test_values_check_rejects_a_key_the_chart_does_not_have(values_check):

@@ -126,6 +126,16 @@ def test_dev_and_prod_stack_files_load():
             ["mlops-eks:availabilityZoneCount", "got 0", "2, 3 or 4"],
             id="zero-azs",
         ),
+        pytest.param(
+            {"mlops-eks:availabilityZones": ["us-east-1a", "us-west-2b", "us-east-1c"]},
+            ["mlops-eks:availabilityZones[1]", "'us-west-2b'", "AZ of us-east-1"],
+            id="az-of-another-region",
+        ),
+        pytest.param(
+            {"mlops-eks:availabilityZones": ["us-east-1a"]},
+            ["mlops-eks:availabilityZones", "[] or 3 AZ names"],
+            id="az-count",
+        ),
         pytest.param({REGION_KEY: "US-East"}, ["aws:region", "'US-East'", "us-east-1"], id="bad-region"),
         pytest.param({REGION_KEY: None}, ["aws:region"], id="no-region"),
         pytest.param(

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 
 import botocore.session
 import kubernetes_validate
+import pulumi
+import pytest
 
 from infra.cluster import LOG_TYPES
+from infra.program import program
 from infra.storage import IMAGE_FLAVOURS
+from infra.synth import PlatformMocks, RecordingMonitor, install_mocks, stack_config, synth
 
 EKS_AMI_TYPES = set(botocore.session.get_session().get_service_model("eks").shape_for("AMITypes").enum)
 CONTRACT_EXPORTS = {
@@ -125,16 +130,16 @@ def test_prod_a100_pool_has_efa_interfaces_in_one_placement_group_and_one_subnet
 
 
 def test_network_spans_three_azs_with_discovery_tags_and_nat_per_environment(dev, prod):
-    for synth, nats in ((dev, 1), (prod, 3)):
-        subnets = {r.name: r.inputs for r in synth.of_type("aws:ec2/subnet:Subnet")}
+    for result, nats in ((dev, 1), (prod, 3)):
+        subnets = {r.name: r.inputs for r in result.of_type("aws:ec2/subnet:Subnet")}
         assert len(subnets) == 6
         for i in range(3):
             private, public = subnets[f"network-private-{i}"], subnets[f"network-public-{i}"]
-            assert private["tags"]["karpenter.sh/discovery"] == synth.exports["cluster_name"]
+            assert private["tags"]["karpenter.sh/discovery"] == result.exports["cluster_name"]
             assert private["tags"]["kubernetes.io/role/internal-elb"] == "1"
             assert public["tags"]["kubernetes.io/role/elb"] == "1" and public["mapPublicIpOnLaunch"] is False
-        assert len(synth.of_type("aws:ec2/natGateway:NatGateway")) == nats
-        endpoint = synth.one("aws:ec2/vpcEndpoint:VpcEndpoint").inputs
+        assert len(result.of_type("aws:ec2/natGateway:NatGateway")) == nats
+        endpoint = result.one("aws:ec2/vpcEndpoint:VpcEndpoint").inputs
         assert (
             endpoint["vpcEndpointType"] == "Gateway"
             and endpoint["serviceName"] == "com.amazonaws.us-east-1.s3"
@@ -159,7 +164,7 @@ def test_bucket_is_private_versioned_encrypted_and_denies_plain_http(stack):
     assert sse.inputs["rules"][0]["applyServerSideEncryptionByDefault"]["sseAlgorithm"] == "aws:kms"
     rules = stack.one("aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration").inputs["rules"]
     expire = next(r for r in rules if "noncurrentVersionExpiration" in r)
-    assert expire["filter"]["prefix"] == "checkpoints/"
+    assert expire["filter"]["prefix"] == "jobs/"
     assert expire["noncurrentVersionExpiration"]["noncurrentDays"] == stack.config.checkpoint_noncurrent_days
 
 
@@ -247,3 +252,47 @@ def test_exports_are_the_contract_and_describe_each_pool(stack):
 
 def test_kubeconfig_reaches_the_kubernetes_provider_as_a_secret(stack):
     assert stack.one("pulumi:providers:kubernetes").inputs["kubeconfig"] == "[secret]"
+
+
+def test_invalid_config_stops_the_program_before_any_resource():
+    values = {**stack_config("dev"), "mlops-eks:availabilityZoneCount": 0}
+    monitor = RecordingMonitor(PlatformMocks("us-east-1"))
+    pulumi.runtime.set_all_config({k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()})
+    install_mocks(monitor.mocks, "dev", monitor)
+
+    @pulumi.runtime.test
+    def run():
+        program()
+
+    try:
+        with pytest.raises(
+            pulumi.RunError, match=r"mlops-eks:availabilityZoneCount: got 0; allowed: 2, 3 or 4"
+        ):
+            run()
+    finally:
+        pulumi.runtime.set_all_config({})
+        asyncio.set_event_loop(asyncio.new_event_loop())
+    assert [r.type for r in monitor.registered if r.type != "pulumi:pulumi:Stack"] == []
+
+
+def test_subnets_go_to_the_configured_availability_zones():
+    values = {
+        **stack_config("prod"),
+        "mlops-eks:availabilityZones": ["us-east-1b", "us-east-1c", "us-east-1d"],
+    }
+    try:
+        _, resources, _ = synth("prod", values)
+    finally:
+        asyncio.set_event_loop(asyncio.new_event_loop())
+    zones = {r.name: r.inputs["availabilityZone"] for r in resources if r.type == "aws:ec2/subnet:Subnet"}
+    assert zones["network-private-0"] == zones["network-public-0"] == "us-east-1b"
+    assert zones["network-private-2"] == "us-east-1d"
+
+
+def test_old_versions_expire_under_the_prefix_jobs_write_to():
+    from infra.storage import JOBS_PREFIX
+    from workloads.pod import s3_prefix
+    from workloads.spec import TrainingJobSpec
+
+    spec = TrainingJobSpec.model_validate({"name": "zimdb", "accelerator": "t4", "image": "x:1"})
+    assert f"{s3_prefix(spec)}/".startswith(JOBS_PREFIX)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from botocore.exceptions import EndpointConnectionError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -77,3 +78,37 @@ def uninterrupted(tmp_path_factory):
     proc = launch(out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out, proc
+
+
+class FlakyS3:
+    """A moto S3 client whose uploads fail the first `failures` times (S3 unavailable)."""
+
+    def __init__(self, client, failures):
+        self._client, self.failures, self.calls = client, failures, 0
+
+    def _maybe_fail(self):
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise EndpointConnectionError(endpoint_url="https://s3.us-east-1.amazonaws.com")
+
+    def upload_file(self, *args, **kwargs):
+        self._maybe_fail()
+        return self._client.upload_file(*args, **kwargs)
+
+    def put_object(self, **kwargs):
+        self._maybe_fail()
+        return self._client.put_object(**kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+
+def assert_same_weights(a: dict, b: dict) -> None:
+    """Equal up to float reordering. The attention key bias gets an exactly-zero gradient in exact math
+    (softmax ignores a shift), so Adam turns rounding noise there into steps of up to lr: looser for it."""
+    import torch
+
+    assert a.keys() == b.keys()
+    for key in a:
+        atol = 1e-3 if key.endswith("in_proj_bias") else 1e-5
+        torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=atol, msg=lambda m, k=key: f"{k}: {m}")

@@ -8,6 +8,7 @@ import torch
 from botocore.exceptions import EndpointConnectionError
 from moto import mock_aws
 
+from tests.trainer.conftest import FlakyS3
 from trainer.checkpoint import CheckpointManager, checkpoint_name
 from trainer.storage import LocalStorage, S3Storage
 
@@ -92,29 +93,6 @@ def test_no_good_checkpoint_means_a_fresh_start(local):
     local.save(10, _state(10))
     (local.storage.root / checkpoint_name(10) / "state.pt").write_bytes(b"garbage")
     assert local.load_latest() is None
-
-
-class FlakyS3:
-    """A moto S3 client whose uploads fail the first `failures` times (S3 unavailable)."""
-
-    def __init__(self, client, failures):
-        self._client, self.failures, self.calls = client, failures, 0
-
-    def _maybe_fail(self):
-        self.calls += 1
-        if self.calls <= self.failures:
-            raise EndpointConnectionError(endpoint_url="https://s3.us-east-1.amazonaws.com")
-
-    def upload_file(self, *args, **kwargs):
-        self._maybe_fail()
-        return self._client.upload_file(*args, **kwargs)
-
-    def put_object(self, **kwargs):
-        self._maybe_fail()
-        return self._client.put_object(**kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self._client, name)
 
 
 @pytest.fixture

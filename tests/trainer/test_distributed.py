@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from tests.trainer.conftest import launch, launch_cmd, metrics, run_env
+from tests.trainer.conftest import assert_same_weights, launch, launch_cmd, metrics, run_env
 from trainer.launch import exit_code
 
 
@@ -71,3 +71,13 @@ def test_invalid_config_exits_2_through_torchrun(tmp_path):
 
 def test_worker_exit_codes_map_to_what_a_shell_reports():
     assert [exit_code(c) for c in (0, 1, 2, 143, -15, -9)] == [0, 1, 2, 143, 143, 137]
+
+
+def test_fsdp_and_ddp_with_gradient_accumulation_train_the_same_weights(tmp_path):
+    same = {"model.dropout": 0.0, "train.batch_size": 4, "train.grad_accum_steps": 2, "train.max_steps": 30}
+    ddp = launch(tmp_path / "ddp", **same)
+    fsdp = launch(tmp_path / "fsdp", **same, **{"train.parallelism": "fsdp"})
+    assert ddp.returncode == 0, ddp.stdout + ddp.stderr
+    assert fsdp.returncode == 0, fsdp.stdout + fsdp.stderr
+    assert "fsdp; steps 0..30" in fsdp.stdout
+    assert_same_weights(_weights(tmp_path / "ddp"), _weights(tmp_path / "fsdp"))

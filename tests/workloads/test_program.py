@@ -59,7 +59,7 @@ def test_kubernetes_provider_uses_the_platform_kubeconfig(deployed):
 def test_job_role_reaches_only_the_job_prefix_from_its_service_account(deployed):
     (policy,) = deployed.of_type("aws:iam/rolePolicy:RolePolicy")
     statements = json.loads(policy.inputs["policy"])["Statement"]
-    bucket = "mlops-eks-dev-artifacts-example"
+    bucket = "mlops-eks-dev-20261121093015123400000001"
     listing = next(s for s in statements if s["Action"] == "s3:ListBucket")
     assert listing["Resource"] == f"arn:aws:s3:::{bucket}"
     assert listing["Condition"] == {"StringLike": {"s3:prefix": ["jobs/zimdb", "jobs/zimdb/*"]}}

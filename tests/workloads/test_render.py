@@ -20,7 +20,7 @@ VOLUMES_SPEC = {
     "accelerator": "a100",
     "gpusPerNode": 8,
     "imageTag": "1",
-    "queue": "gpu",
+    "queue": "research",
     "spotTolerant": False,
     "checkpoint": {"pvc": {"size": "500Gi", "storageClass": "gp3"}},
     "data": {"pvc": {"claim": "datasets"}, "path": "imdb/train.parquet"},
@@ -49,13 +49,18 @@ def by_kind(objects: list[dict], kind: str) -> dict:
 
 
 def pod_spec(objects: list[dict]) -> dict:
-    """The pod spec the cluster will run: PyTorchJob's template, or TrainJob's runtime patch."""
+    """The pod spec the cluster will run: PyTorchJob's template, or for a TrainJob its runtime's pod
+    spec with the TrainJob's runtime patch applied (fields replaced, the `node` container merged)."""
     if any(o["kind"] == "PyTorchJob" for o in objects):
         return next(iter(by_kind(objects, "PyTorchJob")["spec"]["pytorchReplicaSpecs"].values()))["template"][
             "spec"
         ]
+    runtime = by_kind(objects, "TrainingRuntime")["spec"]["template"]["spec"]["replicatedJobs"][0]
+    base = runtime["template"]["spec"]["template"]["spec"]
     patch = by_kind(objects, "TrainJob")["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]
-    return patch["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    patched = patch["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    container = {**base["containers"][0], **patched["containers"][0]}
+    return {**base, **patched, "containers": [container]}
 
 
 def test_the_issue_stack_files_exist():
@@ -213,7 +218,7 @@ def test_trainjob_runtime_fails_fast_on_permanent_exit_codes_and_retries_the_res
 def test_trainer_config_points_at_the_job_prefix_in_the_platform_bucket():
     config_map = by_kind(render_stack("dev-zimdb"), "ConfigMap")
     text = config_map["data"]["config.yaml"]
-    assert "dir: s3://mlops-eks-dev-artifacts-example/jobs/zimdb/checkpoints" in text
+    assert "dir: s3://mlops-eks-dev-20261121093015123400000001/jobs/zimdb/checkpoints" in text
     assert "max_steps: 300" in text
 
 
@@ -226,8 +231,8 @@ def test_volumes_and_kueue_queue_render_as_asked(prod_platform):
         "resources": {"requests": {"storage": "500Gi"}},
         "storageClassName": "gp3",
     }
-    assert by_kind(objects, "LocalQueue")["spec"] == {"clusterQueue": "gpu"}
-    assert by_kind(objects, "TrainJob")["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu"
+    assert by_kind(objects, "LocalQueue")["spec"] == {"clusterQueue": "research"}
+    assert by_kind(objects, "TrainJob")["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "research"
     runtime_pod = by_kind(objects, "TrainingRuntime")["spec"]["template"]["spec"]["replicatedJobs"][0]
     assert runtime_pod["template"]["spec"]["template"]["spec"]["priorityClassName"] == "training-high"
     claims = {
@@ -256,3 +261,26 @@ def test_elastic_pytorchjob_has_only_workers_and_an_elastic_policy(dev_platform)
         "rdzvBackend": "c10d",
         "maxRestarts": 3,
     }
+
+
+@pytest.mark.parametrize("platform_stack", ["dev", "prod"])
+def test_example_platform_outputs_are_what_the_platform_stack_files_export(platform_stack):
+    # The pools `render` reads when no --platform-outputs is given are the real stack's, not invented ones.
+    from infra.config import PlatformConfig
+    from infra.program import accelerator_pools
+    from infra.synth import stack_config
+
+    example = load_platform_outputs(example_outputs_path(platform_stack))
+    config = PlatformConfig.from_mapping(stack_config(platform_stack))
+    assert {k: v.model_dump() for k, v in example.accelerator_pools.items()} == {
+        k: {**v, "instance_types": tuple(v["instance_types"]), "taints": tuple(v["taints"])}
+        for k, v in accelerator_pools(config).items()
+    }
+
+
+def test_job_in_an_existing_team_namespace_creates_neither_namespace_nor_local_queue(prod_platform):
+    spec = parse_spec({**VOLUMES_SPEC, "namespace": "ml-team", "createNamespace": False})
+    objects = render(spec, prod_platform)
+    assert not [o for o in objects if o["kind"] in ("Namespace", "LocalQueue")]
+    assert {o["metadata"]["namespace"] for o in objects} == {"ml-team"}
+    assert by_kind(objects, "TrainJob")["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "research"

@@ -80,9 +80,15 @@ def test_more_gpus_per_node_than_the_pools_instance_types_have(dev_platform):
     assert "g4dn.12xlarge" in msg and msg.endswith("allowed: 1-4")
 
 
-def test_more_nodes_than_the_pool_grows_to(dev_platform):
-    msg = _error({**BASE, "gpusPerNode": 1, "nodes": 5}, dev_platform)
-    assert msg == "mlops-eks:job.nodes: 5 is more than pool t4 grows to (max_size 4); allowed: 1-4"
+def test_more_pods_than_the_pool_holds_counting_pods_packed_per_instance(dev_platform):
+    msg = _error({**BASE, "nodes": 3}, dev_platform)
+    assert msg == (
+        "mlops-eks:job.nodes: 3 pods of 4 GPU(s) do not fit pool t4: max_size 2 instances x 1 such pods "
+        "each = 2; allowed: 1-2"
+    )
+    assert "allowed: 1-8" in _error({**BASE, "gpusPerNode": 1, "nodes": 9}, dev_platform)
+    four_pods = place(parse_spec({**BASE, "gpusPerNode": 1, "nodes": 4}), dev_platform)
+    assert (four_pods.cpu, four_pods.memory_gib) == (9, 36)  # a quarter of 3/4 of a g4dn.12xlarge
 
 
 def test_spot_intolerant_job_on_a_spot_only_accelerator(dev_platform):
@@ -97,9 +103,10 @@ def test_cpu_beyond_the_largest_fitting_instance(dev_platform):
 
 
 def test_queue_without_a_gang_scheduler_and_unknown_kueue_queue(dev_platform, prod_platform):
-    assert _error({**BASE, "queue": "gpu"}, dev_platform).startswith("mlops-eks:job.queue: 'gpu', but")
-    a100 = {**BASE, "accelerator": "a100", "gpusPerNode": 8, "queue": "cpu"}
-    assert "allowed: gpu" in _error(a100, prod_platform)
+    no_kueue = dev_platform.model_copy(update={"gang_scheduler": None})
+    assert _error({**BASE, "queue": "ml-team"}, no_kueue).startswith("mlops-eks:job.queue: 'ml-team', but")
+    a100 = {**BASE, "accelerator": "a100", "gpusPerNode": 8, "queue": "gpu"}
+    assert _error(a100, prod_platform).endswith("allowed: research, production")
 
 
 def test_operator_not_installed_on_the_platform(dev_platform):
@@ -110,8 +117,8 @@ def test_operator_not_installed_on_the_platform(dev_platform):
 
 def test_image_from_the_platform_ecr_repository_of_the_vendor(dev_platform):
     amd = place(parse_spec({**BASE, "accelerator": "amd-v520", "gpusPerNode": 1}), dev_platform)
-    assert amd.image == "123456789012.dkr.ecr.us-east-1.amazonaws.com/mlops-eks-dev/rocm:0.1.0"
+    assert amd.image == "123456789012.dkr.ecr.us-east-1.amazonaws.com/mlops-eks/dev/rocm:0.1.0"
     t4 = place(parse_spec(BASE), dev_platform)
-    assert t4.image.endswith("/mlops-eks-dev/cuda:0.1.0")
+    assert t4.image.endswith("/mlops-eks/dev/cuda:0.1.0")
     assert [t.name for t in t4.instance_types] == ["g4dn.12xlarge"]
     assert (t4.cpu, t4.memory_gib, t4.shm_gib) == (36, 144, 36)

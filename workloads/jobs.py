@@ -1,0 +1,210 @@
+"""The training job objects: a TrainJob with its TrainingRuntime (Kubeflow Trainer 2.3), or a PyTorchJob
+(Training Operator v1). Pure functions of the spec and its placement; pod pieces come from pod.py."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from workloads import pod
+from workloads.placement import Placement
+from workloads.platform import PlatformFacts
+from workloads.spec import TrainingJobSpec
+
+TRAINER_API = "trainer.kubeflow.org/v1alpha1"
+RUNTIME_PATCH_MANAGER = "mlops-eks.io/workloads"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# Exit codes 1-127 are the trainer's permanent failures (2: invalid config); 128+ (143 after a SIGTERM
+# checkpoint) are retryable — PyTorchJob's `restartPolicy: ExitCode` semantics, rebuilt for TrainJob.
+PERMANENT_EXIT_CODES = list(range(1, 128))
+
+
+def _job_labels(spec: TrainingJobSpec, platform: PlatformFacts) -> dict[str, str]:
+    extra = {KUEUE_QUEUE_LABEL: spec.queue} if spec.queue and platform.gang_scheduler == "kueue" else {}
+    return pod.labels(spec) | extra
+
+
+def _pod_security(placement: Placement) -> dict[str, Any]:
+    """What keeps the pod safe and its Spot checkpoint whole; static per job (the runtime holds it)."""
+    return {
+        "automountServiceAccountToken": False,
+        "securityContext": pod.pod_security(placement),
+        "terminationGracePeriodSeconds": pod.TERMINATION_GRACE_SECONDS,
+    }
+
+
+def _pod_placement(spec: TrainingJobSpec, placement: Placement) -> dict[str, Any]:
+    """Where the pod runs, as whom, and what it mounts (TrainJob: through runtimePatches)."""
+    return {
+        "serviceAccountName": spec.name,
+        "nodeSelector": pod.node_selector(placement),
+        "affinity": pod.affinity(placement),
+        "tolerations": pod.tolerations(placement),
+        "volumes": pod.volumes(spec, placement),
+    }
+
+
+def training_runtime(spec: TrainingJobSpec, placement: Placement) -> dict[str, Any]:
+    """The job's own TrainingRuntime (namespaced: a workload stack owns nothing cluster-wide), shaped
+    like Trainer's `torch-distributed` plus what a TrainJob has no field for: the restart budget with
+    ExitCode semantics, the TTL and the priority."""
+    # Secure on its own, with or without the TrainJob's patches.
+    container = {"name": "node", "image": placement.image, "securityContext": pod.container_security()}
+    pod_spec: dict[str, Any] = _pod_security(placement) | {
+        "restartPolicy": "Never",  # podFailurePolicy requires it; restarts are the JobSet's
+        "containers": [container],
+    }
+    if spec.priority:
+        pod_spec["priorityClassName"] = spec.priority
+    failure_rules = [
+        # A Spot reclaim or node drain is not the job's fault: the pod is replaced without counting.
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        {
+            "action": "FailJob",
+            "onExitCodes": {"containerName": "node", "operator": "In", "values": PERMANENT_EXIT_CODES},
+        },
+    ]
+    node_job = {
+        "name": "node",
+        "template": {
+            "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+            "spec": {
+                "backoffLimit": 0,
+                "podFailurePolicy": {"rules": failure_rules},
+                "template": {"spec": pod_spec},
+            },
+        },
+    }
+    failure_policy = {
+        "maxRestarts": spec.restart_budget,
+        # A Job failed by the rule above (a permanent exit code) fails the whole JobSet at once.
+        "rules": [
+            {
+                "name": "permanent-exit-code",
+                "action": "FailJobSet",
+                "onJobFailureReasons": ["PodFailurePolicy"],
+            }
+        ],
+    }
+    return {
+        "apiVersion": TRAINER_API,
+        "kind": "TrainingRuntime",
+        "metadata": pod.metadata(spec, spec.name)
+        | {"labels": pod.labels(spec) | {"trainer.kubeflow.org/framework": "torch"}},
+        "spec": {
+            "mlPolicy": {"numNodes": spec.nodes, "torch": {}},
+            "template": {
+                "spec": {
+                    "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
+                    "failurePolicy": failure_policy,
+                    "replicatedJobs": [node_job],
+                }
+            },
+        },
+    }
+
+
+def train_job(spec: TrainingJobSpec, placement: Placement, platform: PlatformFacts) -> dict[str, Any]:
+    # The security settings again: a patch must not depend on which runtime it lands on (and the
+    # policy pack checks every pod template on its own).
+    container = {
+        "name": "node",
+        "securityContext": pod.container_security(),
+        "volumeMounts": pod.volume_mounts(spec),
+    }
+    security = {k: v for k, v in _pod_security(placement).items() if k != "automountServiceAccountToken"}
+    pod_patch = _pod_placement(spec, placement) | security | {"containers": [container]}
+    patch = {
+        "manager": RUNTIME_PATCH_MANAGER,
+        "trainingRuntimeSpec": {
+            "template": {
+                "metadata": {"labels": pod.labels(spec)},
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "template": {
+                                "spec": {
+                                    "template": {"metadata": {"labels": pod.labels(spec)}, "spec": pod_patch}
+                                }
+                            },
+                        }
+                    ]
+                },
+            }
+        },
+    }
+    trainer = {
+        "image": placement.image,
+        "command": pod.command(spec),
+        "numNodes": spec.nodes,
+        "numProcPerNode": spec.processes_per_node,
+        "resourcesPerNode": pod.resources(spec, placement),
+        "env": pod.env(spec, placement, platform.region),
+    }
+    return {
+        "apiVersion": TRAINER_API,
+        "kind": "TrainJob",
+        "metadata": pod.metadata(spec, spec.name) | {"labels": _job_labels(spec, platform)},
+        "spec": {
+            "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime", "name": spec.name},
+            "suspend": spec.suspend,
+            "trainer": trainer,
+            "runtimePatches": [patch],
+        },
+    }
+
+
+def pytorch_job(spec: TrainingJobSpec, placement: Placement, platform: PlatformFacts) -> dict[str, Any]:
+    container = {
+        "name": "pytorch",  # the Training Operator finds the training container by this name
+        "image": placement.image,
+        "command": pod.command(spec),
+        "env": pod.env(spec, placement, platform.region),
+        "resources": pod.resources(spec, placement),
+        "securityContext": pod.container_security(),
+        "volumeMounts": pod.volume_mounts(spec),
+    }
+    pod_spec = _pod_security(placement) | _pod_placement(spec, placement) | {"containers": [container]}
+    if spec.priority:
+        pod_spec["priorityClassName"] = spec.priority
+    template = {"metadata": {"labels": pod.labels(spec)}, "spec": pod_spec}
+
+    def replicas(count: int) -> dict[str, Any]:
+        # ExitCode: 1-127 (e.g. the trainer's 2, invalid config) fail the job; 128+ (143 after a SIGTERM
+        # checkpoint, 137 OOM/kill) restart the pod, counted against runPolicy.backoffLimit.
+        return {"replicas": count, "restartPolicy": "ExitCode", "template": copy.deepcopy(template)}
+
+    run_policy: dict[str, Any] = {
+        "cleanPodPolicy": "Running",
+        "backoffLimit": spec.restart_budget,
+        "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
+        "suspend": spec.suspend,
+    }
+    if platform.gang_scheduler == "volcano":
+        scheduling: dict[str, Any] = {"minAvailable": spec.elastic.min_nodes if spec.elastic else spec.nodes}
+        if spec.queue:
+            scheduling["queue"] = spec.queue
+        if spec.priority:
+            scheduling["priorityClass"] = spec.priority
+        run_policy["schedulingPolicy"] = scheduling
+    job_spec: dict[str, Any] = {"nprocPerNode": str(spec.processes_per_node), "runPolicy": run_policy}
+    if spec.elastic:
+        # Elastic jobs are all workers: torchrun's c10d rendezvous admits between min and max of them.
+        job_spec["elasticPolicy"] = {
+            "minReplicas": spec.elastic.min_nodes,
+            "maxReplicas": spec.elastic.max_nodes,
+            "rdzvBackend": "c10d",
+            "maxRestarts": spec.restart_budget,
+        }
+        job_spec["pytorchReplicaSpecs"] = {"Worker": replicas(spec.nodes)}
+    else:
+        job_spec["pytorchReplicaSpecs"] = {"Master": replicas(1)}
+        if spec.nodes > 1:
+            job_spec["pytorchReplicaSpecs"]["Worker"] = replicas(spec.nodes - 1)
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": pod.metadata(spec, spec.name) | {"labels": _job_labels(spec, platform)},
+        "spec": job_spec,
+    }

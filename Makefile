@@ -27,7 +27,8 @@ test: $(DEV_STAMP)
 
 lint: $(DEV_STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m mypy infra workloads trainer
+	$(PY) -m mypy infra workloads trainer policy
+	$(PY) -m policy.scan
 
 bench: $(RUN_STAMP)
 	$(PY) -m trainer.bench

@@ -41,9 +41,7 @@ def check_secrets_encryption(type_: str, inputs: Mapping[str, Any]) -> Iterator[
             yield "encryptionConfigKeyArn is not set: Kubernetes secrets are not envelope-encrypted with KMS"
         return
     configs = as_list(dig(inputs, "encryptionConfig"))
-    if not any(
-        "secrets" in as_list(dig(c, "resources")) and dig(c, "provider", "keyArn") for c in configs
-    ):
+    if not any("secrets" in as_list(dig(c, "resources")) and dig(c, "provider", "keyArn") for c in configs):
         yield "encryptionConfig does not encrypt the `secrets` resource with a KMS key (provider.keyArn)"
 
 

@@ -202,4 +202,7 @@ RULES = (
 
 def from_manifests(objects: Sequence[Mapping[str, Any]]) -> list[Resource]:
     """Resources from plain Kubernetes manifests, typed as the Pulumi engine would show them."""
-    return [Resource(type=type_token(o), name=str(dig(o, "metadata", "name", default="?")), inputs=o) for o in objects]
+    return [
+        Resource(type=type_token(o), name=str(dig(o, "metadata", "name", default="?")), inputs=o)
+        for o in objects
+    ]

@@ -57,7 +57,12 @@ def stack_policy(rule: StackRule) -> StackValidationPolicy:
         if not in_scope(rule.scope, _prod(args.stack_tags)):
             return
         resources = [
-            Resource(type=r.resource_type, name=r.name, inputs=r.props, deps=_dependency_names(r.property_dependencies))
+            Resource(
+                type=r.resource_type,
+                name=r.name,
+                inputs=r.props,
+                deps=_dependency_names(r.property_dependencies),
+            )
             for r in args.resources
         ]
         urns = {r.name: r.urn for r in args.resources}

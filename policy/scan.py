@@ -102,14 +102,18 @@ def _runtime_pod(trainjob: dict[str, Any], objects: list[dict[str, Any]]) -> dic
     return {}
 
 
-def _trainjob_pod(patch: dict[str, Any], trainjob: dict[str, Any], objects: list[dict[str, Any]]) -> dict[str, Any]:
+def _trainjob_pod(
+    patch: dict[str, Any], trainjob: dict[str, Any], objects: list[dict[str, Any]]
+) -> dict[str, Any]:
     """A TrainJob's pod as Kubeflow Trainer builds it: the runtime's pod, the runtimePatches pod merged
     in, and the trainer's image, command, env and resourcesPerNode in the `node` container."""
     trainer = trainjob["spec"]["trainer"]
     fields = {k: trainer[k] for k in ("image", "command", "args", "env") if k in trainer}
     if "resourcesPerNode" in trainer:
         fields["resources"] = trainer["resourcesPerNode"]
-    return merge(merge(_runtime_pod(trainjob, objects), patch), {"containers": [{"name": TRAINER_CONTAINER, **fields}]})
+    return merge(
+        merge(_runtime_pod(trainjob, objects), patch), {"containers": [{"name": TRAINER_CONTAINER, **fields}]}
+    )
 
 
 def template_pods(obj: dict[str, Any], objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -134,7 +138,9 @@ def write_scan_tree(root: Path, objects: dict[str, list[dict[str, Any]]]) -> Non
         out = root / "k8s" / source
         out.mkdir(parents=True, exist_ok=True)
         for i, obj in enumerate(o for obj in objs for o in (obj, *template_pods(obj, objs))):
-            (out / f"{i:03d}-{obj.get('kind', 'object').lower()}-{_name(obj)}.yaml").write_text(yaml.safe_dump(obj))
+            (out / f"{i:03d}-{obj.get('kind', 'object').lower()}-{_name(obj)}.yaml").write_text(
+                yaml.safe_dump(obj)
+            )
     for dockerfile in dockerfiles():
         target = root / dockerfile.relative_to(REPO)
         target.parent.mkdir(parents=True, exist_ok=True)

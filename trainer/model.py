@@ -20,6 +20,9 @@ class EncoderClassifier(nn.Module):
         # Fixed sinusoidal positions: "attend to the previous word" is the same linear map at every
         # position, so short-range patterns like negation are learnt in a few hundred steps.
         self.register_buffer("position", _sinusoidal(max_positions, cfg.dim), persistent=False)
+        # A convolution over neighbouring tokens before attention: short-range patterns such as a
+        # negation in front of a sentiment word become one learnt filter instead of an attention pattern.
+        self.local = nn.Conv1d(cfg.dim, cfg.dim, kernel_size=3, padding=1)
         self.layers = nn.ModuleList(
             nn.TransformerEncoderLayer(
                 cfg.dim, cfg.heads, cfg.ffn_dim, cfg.dropout, batch_first=True, norm_first=True
@@ -34,6 +37,8 @@ class EncoderClassifier(nn.Module):
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
         x = self.embed(input_ids) + self.position[positions]
         padding = ~attention_mask
+        x = x.masked_fill(padding.unsqueeze(-1), 0.0)
+        x = x + self.local(x.transpose(1, 2)).transpose(1, 2)
         for layer in self.layers:
             if self.grad_checkpointing and self.training:
                 # Trade compute for memory: activations of this layer are recomputed in backward.

@@ -127,16 +127,18 @@ def test_builder_stage_steps_give_a_venv_that_runs_the_trainer(tmp_path, dockerf
     torchrun = (venv / "bin" / "torchrun").read_text()
     assert torchrun.startswith(f"#!{venv / 'bin' / 'python'}\n") and "torch.distributed.run" in torchrun
 
-    context = tmp_path / "context"
+    context = tmp_path / "context"  # the builder's WORKDIR, filled as its COPY instructions fill it
     for ins in dockerfiles["cpu"].stage(0):
         if ins.keyword == "COPY":
             *sources, dest = ins.args.split()
             for source in sources:
-                target = (
-                    context / dest / Path(source).name if dest.endswith("/") and dest != "./" else context
-                )
-                copy = shutil.copytree if (REPO / source).is_dir() else shutil.copy2
-                copy(REPO / source, target / Path(source).name if target == context else target)
+                if (REPO / source).is_dir():
+                    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")  # as .dockerignore does
+                    shutil.copytree(REPO / source, context / dest, ignore=ignore)
+                else:
+                    target = context / dest / Path(source).name if dest.endswith("/") else context / dest
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(REPO / source, target)
     install = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--no-deps"]
     assert _run(*install, "--no-build-isolation", "-q", context).returncode == 0
     probe = "import torch, yaml, boto3, tokenizers, pyarrow, pydantic, trainer; print(trainer.__file__)"

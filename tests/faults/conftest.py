@@ -22,16 +22,46 @@ class Entry:
 LEDGER: list[Entry] = []
 
 
+# Words that show the message says what is wrong, not only where.
+EXPLAINS = (
+    "allowed",
+    "got",
+    "missing",
+    "expected",
+    "does not match",
+    "truncated",
+    "incomplete",
+    "corrupt",
+    "unreadable",
+    "complete",
+    "failed",
+    "refusing",
+    "cannot",
+)
+
+
+def is_clear(message: str | None, names: str) -> bool:
+    """The message names the key (or file) and says what was wrong or what is allowed."""
+    return message is not None and names in message and any(w in message for w in EXPLAINS)
+
+
 @pytest.fixture
 def ledger():
-    def record(category: str, case: str, *, rejected: bool, clear: bool, created: int = 0) -> None:
-        LEDGER.append(Entry(category, case, rejected, clear, created))
+    """record(category, case, error=<message or None>, names=<key or path>, created=<count>) -> entry.
+    Refused means: an error, and nothing created."""
+
+    def record(category: str, case: str, *, error: str | None, names: str, created: int = 0) -> Entry:
+        entry = Entry(category, case, error is not None and created == 0, is_clear(error, names), created)
+        LEDGER.append(entry)
+        return entry
 
     return record
 
 
 def figures() -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = defaultdict(lambda: {"hostile": 0, "rejected": 0, "clear": 0, "created": 0})
+    out: dict[str, dict[str, int]] = defaultdict(
+        lambda: {"hostile": 0, "rejected": 0, "clear": 0, "created": 0}
+    )
     for e in LEDGER:
         row = out[e.category]
         row["hostile"] += 1

@@ -18,4 +18,3 @@ def workload_objects() -> dict[str, list[dict]]:
     stacks = workload_stacks()
     assert stacks, "no Pulumi.<stack>.yaml sets mlops-eks:platformStack"
     return {stack: rendered_objects(stack) for stack in stacks}
-

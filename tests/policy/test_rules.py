@@ -34,7 +34,9 @@ GOOD_GPU_NODE_GROUP = {
     "scalingConfig": {"minSize": 0, "maxSize": 2, "desiredSize": 0},
     "launchTemplate": {"id": "lt-1", "version": "1"},
 }
-GOOD_LT = {"metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 1, "httpEndpoint": "enabled"}}
+GOOD_LT = {
+    "metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 1, "httpEndpoint": "enabled"}
+}
 TLS_POLICY = json.dumps(
     {
         "Statement": [
@@ -73,7 +75,11 @@ def pod(spec_extra: dict | None = None, container_extra: dict | None = None, kin
     if kind == "Pod":
         return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
     replica = {"replicas": 1, "restartPolicy": "ExitCode", "template": {"spec": spec}}
-    return {"apiVersion": "kubeflow.org/v1", "kind": kind, "spec": {"pytorchReplicaSpecs": {"Master": replica}}}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": kind,
+        "spec": {"pytorchReplicaSpecs": {"Master": replica}},
+    }
 
 
 GPU = {"resources": {"limits": {"nvidia.com/gpu": 4}}}
@@ -81,34 +87,107 @@ GPU_TOLERATION = {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"
 
 # rule, type, good inputs, bad inputs
 CASES = [
-    ("eks-secrets-encryption", "aws:eks/cluster:Cluster", GOOD_AWS_CLUSTER, {**GOOD_AWS_CLUSTER, "encryptionConfig": None}),
-    ("eks-secrets-encryption", "eks:index:Cluster", GOOD_EKS_CLUSTER, {**GOOD_EKS_CLUSTER, "encryptionConfigKeyArn": None}),
-    ("eks-control-plane-logs", "aws:eks/cluster:Cluster", GOOD_AWS_CLUSTER, {**GOOD_AWS_CLUSTER, "enabledClusterLogTypes": ["api"]}),
-    ("eks-control-plane-logs", "eks:index:Cluster", GOOD_EKS_CLUSTER, {**GOOD_EKS_CLUSTER, "enabledClusterLogTypes": LOGS[:4]}),
-    ("eks-endpoint-not-open", "eks:index:Cluster", GOOD_EKS_CLUSTER, {**GOOD_EKS_CLUSTER, "publicAccessCidrs": None}),
-    ("eks-endpoint-not-open", "eks:index:Cluster", GOOD_EKS_CLUSTER, {**GOOD_EKS_CLUSTER, "endpointPrivateAccess": False}),
+    (
+        "eks-secrets-encryption",
+        "aws:eks/cluster:Cluster",
+        GOOD_AWS_CLUSTER,
+        {**GOOD_AWS_CLUSTER, "encryptionConfig": None},
+    ),
+    (
+        "eks-secrets-encryption",
+        "eks:index:Cluster",
+        GOOD_EKS_CLUSTER,
+        {**GOOD_EKS_CLUSTER, "encryptionConfigKeyArn": None},
+    ),
+    (
+        "eks-control-plane-logs",
+        "aws:eks/cluster:Cluster",
+        GOOD_AWS_CLUSTER,
+        {**GOOD_AWS_CLUSTER, "enabledClusterLogTypes": ["api"]},
+    ),
+    (
+        "eks-control-plane-logs",
+        "eks:index:Cluster",
+        GOOD_EKS_CLUSTER,
+        {**GOOD_EKS_CLUSTER, "enabledClusterLogTypes": LOGS[:4]},
+    ),
+    (
+        "eks-endpoint-not-open",
+        "eks:index:Cluster",
+        GOOD_EKS_CLUSTER,
+        {**GOOD_EKS_CLUSTER, "publicAccessCidrs": None},
+    ),
+    (
+        "eks-endpoint-not-open",
+        "eks:index:Cluster",
+        GOOD_EKS_CLUSTER,
+        {**GOOD_EKS_CLUSTER, "endpointPrivateAccess": False},
+    ),
     (
         "eks-endpoint-not-open",
         "aws:eks/cluster:Cluster",
         GOOD_AWS_CLUSTER,
-        {**GOOD_AWS_CLUSTER, "vpcConfig": {"endpointPrivateAccess": True, "publicAccessCidrs": ["0.0.0.0/0"]}},
+        {
+            **GOOD_AWS_CLUSTER,
+            "vpcConfig": {"endpointPrivateAccess": True, "publicAccessCidrs": ["0.0.0.0/0"]},
+        },
     ),
     ("eks-supported-version", "eks:index:Cluster", GOOD_EKS_CLUSTER, {**GOOD_EKS_CLUSTER, "version": "1.29"}),
-    ("eks-supported-version", "aws:eks/cluster:Cluster", GOOD_AWS_CLUSTER, {**GOOD_AWS_CLUSTER, "version": None}),
-    ("nodes-imdsv2-hop-limit-1", "aws:ec2/launchTemplate:LaunchTemplate", GOOD_LT, {"metadataOptions": {"httpTokens": "optional", "httpPutResponseHopLimit": 1}}),
-    ("nodes-imdsv2-hop-limit-1", "aws:ec2/launchTemplate:LaunchTemplate", GOOD_LT, {"metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 2}}),
-    ("nodes-imdsv2-hop-limit-1", "eks:index:ManagedNodeGroup", GOOD_GPU_NODE_GROUP, {**GOOD_GPU_NODE_GROUP, "launchTemplate": None, "enableIMDSv2": True}),
-    ("nodes-imdsv2-hop-limit-1", "aws:eks/nodeGroup:NodeGroup", GOOD_GPU_NODE_GROUP, {**GOOD_GPU_NODE_GROUP, "launchTemplate": None}),
+    (
+        "eks-supported-version",
+        "aws:eks/cluster:Cluster",
+        GOOD_AWS_CLUSTER,
+        {**GOOD_AWS_CLUSTER, "version": None},
+    ),
+    (
+        "nodes-imdsv2-hop-limit-1",
+        "aws:ec2/launchTemplate:LaunchTemplate",
+        GOOD_LT,
+        {"metadataOptions": {"httpTokens": "optional", "httpPutResponseHopLimit": 1}},
+    ),
+    (
+        "nodes-imdsv2-hop-limit-1",
+        "aws:ec2/launchTemplate:LaunchTemplate",
+        GOOD_LT,
+        {"metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 2}},
+    ),
+    (
+        "nodes-imdsv2-hop-limit-1",
+        "eks:index:ManagedNodeGroup",
+        GOOD_GPU_NODE_GROUP,
+        {**GOOD_GPU_NODE_GROUP, "launchTemplate": None, "enableIMDSv2": True},
+    ),
+    (
+        "nodes-imdsv2-hop-limit-1",
+        "aws:eks/nodeGroup:NodeGroup",
+        GOOD_GPU_NODE_GROUP,
+        {**GOOD_GPU_NODE_GROUP, "launchTemplate": None},
+    ),
     (
         "nodes-imdsv2-hop-limit-1",
         "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass",
         {"spec": {"role": "r"}},
         {"spec": {"metadataOptions": {"httpPutResponseHopLimit": 2}}},
     ),
-    ("nodes-no-ssh", "aws:eks/nodeGroup:NodeGroup", GOOD_GPU_NODE_GROUP, {**GOOD_GPU_NODE_GROUP, "remoteAccess": {"ec2SshKey": "k"}}),
+    (
+        "nodes-no-ssh",
+        "aws:eks/nodeGroup:NodeGroup",
+        GOOD_GPU_NODE_GROUP,
+        {**GOOD_GPU_NODE_GROUP, "remoteAccess": {"ec2SshKey": "k"}},
+    ),
     ("nodes-no-ssh", "aws:ec2/launchTemplate:LaunchTemplate", GOOD_LT, {**GOOD_LT, "keyName": "ops"}),
-    ("nodes-no-ssh", "eks:index:Cluster", GOOD_EKS_CLUSTER, {**GOOD_EKS_CLUSTER, "nodePublicKey": "ssh-ed25519 AAA"}),
-    ("gpu-nodes-tainted", "eks:index:ManagedNodeGroup", GOOD_GPU_NODE_GROUP, {**GOOD_GPU_NODE_GROUP, "taints": []}),
+    (
+        "nodes-no-ssh",
+        "eks:index:Cluster",
+        GOOD_EKS_CLUSTER,
+        {**GOOD_EKS_CLUSTER, "nodePublicKey": "ssh-ed25519 AAA"},
+    ),
+    (
+        "gpu-nodes-tainted",
+        "eks:index:ManagedNodeGroup",
+        GOOD_GPU_NODE_GROUP,
+        {**GOOD_GPU_NODE_GROUP, "taints": []},
+    ),
     (
         "gpu-nodes-tainted",
         "aws:eks/nodeGroup:NodeGroup",
@@ -118,60 +197,219 @@ CASES = [
     (
         "gpu-nodes-tainted",
         "kubernetes:karpenter.sh/v1:NodePool",
-        {"spec": {"template": {"spec": {"requirements": [{"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["p4d"]}], "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]}}}},
-        {"spec": {"template": {"spec": {"requirements": [{"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["p4d"]}]}}}},
+        {
+            "spec": {
+                "template": {
+                    "spec": {
+                        "requirements": [
+                            {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["p4d"]}
+                        ],
+                        "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
+                    }
+                }
+            }
+        },
+        {
+            "spec": {
+                "template": {
+                    "spec": {
+                        "requirements": [
+                            {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["p4d"]}
+                        ]
+                    }
+                }
+            }
+        },
     ),
-    ("gpu-node-groups-scale-to-zero", "eks:index:ManagedNodeGroup", GOOD_GPU_NODE_GROUP, {**GOOD_GPU_NODE_GROUP, "scalingConfig": {"minSize": 1}}),
-    ("s3-public-access-blocked", "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock", dict.fromkeys(["blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets"], True), {"blockPublicAcls": True}),
-    ("s3-public-access-blocked", "aws:s3/bucket:Bucket", {"bucket": "b"}, {"bucket": "b", "acl": "public-read"}),
-    ("s3-encryption", "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration", {"rules": [{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "aws:kms"}}]}, {"rules": []}),
-    ("s3-tls-only", "aws:s3/bucketPolicy:BucketPolicy", {"policy": TLS_POLICY}, {"policy": json.dumps({"Statement": []})}),
-    ("s3-versioning", "aws:s3/bucketVersioning:BucketVersioning", {"versioningConfiguration": {"status": "Enabled"}}, {"versioningConfiguration": {"status": "Suspended"}}),
-    ("ecr-scan-and-immutable-tags", "aws:ecr/repository:Repository", {"imageScanningConfiguration": {"scanOnPush": True}, "imageTagMutability": "IMMUTABLE"}, {"imageScanningConfiguration": {"scanOnPush": True}}),
-    ("ecr-scan-and-immutable-tags", "aws:ecr/repository:Repository", {"imageScanningConfiguration": {"scanOnPush": True}, "imageTagMutability": "IMMUTABLE"}, {"imageTagMutability": "IMMUTABLE"}),
-    ("sqs-encryption", "aws:sqs/queue:Queue", {"sqsManagedSseEnabled": True}, {"messageRetentionSeconds": 300}),
+    (
+        "gpu-node-groups-scale-to-zero",
+        "eks:index:ManagedNodeGroup",
+        GOOD_GPU_NODE_GROUP,
+        {**GOOD_GPU_NODE_GROUP, "scalingConfig": {"minSize": 1}},
+    ),
+    (
+        "s3-public-access-blocked",
+        "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock",
+        dict.fromkeys(
+            ["blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets"], True
+        ),
+        {"blockPublicAcls": True},
+    ),
+    (
+        "s3-public-access-blocked",
+        "aws:s3/bucket:Bucket",
+        {"bucket": "b"},
+        {"bucket": "b", "acl": "public-read"},
+    ),
+    (
+        "s3-encryption",
+        "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
+        {"rules": [{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "aws:kms"}}]},
+        {"rules": []},
+    ),
+    (
+        "s3-tls-only",
+        "aws:s3/bucketPolicy:BucketPolicy",
+        {"policy": TLS_POLICY},
+        {"policy": json.dumps({"Statement": []})},
+    ),
+    (
+        "s3-versioning",
+        "aws:s3/bucketVersioning:BucketVersioning",
+        {"versioningConfiguration": {"status": "Enabled"}},
+        {"versioningConfiguration": {"status": "Suspended"}},
+    ),
+    (
+        "ecr-scan-and-immutable-tags",
+        "aws:ecr/repository:Repository",
+        {"imageScanningConfiguration": {"scanOnPush": True}, "imageTagMutability": "IMMUTABLE"},
+        {"imageScanningConfiguration": {"scanOnPush": True}},
+    ),
+    (
+        "ecr-scan-and-immutable-tags",
+        "aws:ecr/repository:Repository",
+        {"imageScanningConfiguration": {"scanOnPush": True}, "imageTagMutability": "IMMUTABLE"},
+        {"imageTagMutability": "IMMUTABLE"},
+    ),
+    (
+        "sqs-encryption",
+        "aws:sqs/queue:Queue",
+        {"sqsManagedSseEnabled": True},
+        {"messageRetentionSeconds": 300},
+    ),
     ("kms-key-rotation", "aws:kms/key:Key", {"enableKeyRotation": True}, {"enableKeyRotation": False}),
-    ("iam-no-star-on-star", "aws:iam/policy:Policy", {"policy": json.dumps({"Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": "*"}]})}, {"policy": json.dumps({"Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]})}),
-    ("iam-no-star-on-star", "aws:iam/role:Role", {"inlinePolicies": []}, {"inlinePolicies": [{"name": "x", "policy": {"Statement": {"Effect": "Allow", "Action": ["*:*"], "Resource": ["*"]}}}]}),
-    ("iam-no-star-on-star", "aws:iam/rolePolicyAttachment:RolePolicyAttachment", {"policyArn": "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy"}, {"policyArn": "arn:aws:iam::aws:policy/AdministratorAccess"}),
+    (
+        "iam-no-star-on-star",
+        "aws:iam/policy:Policy",
+        {
+            "policy": json.dumps(
+                {"Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": "*"}]}
+            )
+        },
+        {"policy": json.dumps({"Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]})},
+    ),
+    (
+        "iam-no-star-on-star",
+        "aws:iam/role:Role",
+        {"inlinePolicies": []},
+        {
+            "inlinePolicies": [
+                {
+                    "name": "x",
+                    "policy": {"Statement": {"Effect": "Allow", "Action": ["*:*"], "Resource": ["*"]}},
+                }
+            ]
+        },
+    ),
+    (
+        "iam-no-star-on-star",
+        "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
+        {"policyArn": "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy"},
+        {"policyArn": "arn:aws:iam::aws:policy/AdministratorAccess"},
+    ),
     (
         "iam-pod-role-trust-scoped",
         "aws:iam/role:Role",
-        trust({**IRSA, "Condition": {"StringEquals": {f"{OIDC}:sub": "system:serviceaccount:team-a:trainer"}}}),
+        trust(
+            {**IRSA, "Condition": {"StringEquals": {f"{OIDC}:sub": "system:serviceaccount:team-a:trainer"}}}
+        ),
         trust({**IRSA, "Condition": {"StringLike": {f"{OIDC}:sub": "system:serviceaccount:team-a:*"}}}),
     ),
-    ("iam-pod-role-trust-scoped", "aws:iam/role:Role", trust({**POD_ID, "Condition": {"StringEquals": POD_ID_SCOPE}}), trust(POD_ID)),
-    ("k8s-no-privileged-containers", "kubernetes:core/v1:Pod", pod(), pod(container_extra={"securityContext": {"privileged": True}})),
-    ("k8s-training-no-host-namespaces", "kubernetes:kubeflow.org/v1:PyTorchJob", pod(kind="PyTorchJob"), pod({"hostNetwork": True}, kind="PyTorchJob")),
+    (
+        "iam-pod-role-trust-scoped",
+        "aws:iam/role:Role",
+        trust({**POD_ID, "Condition": {"StringEquals": POD_ID_SCOPE}}),
+        trust(POD_ID),
+    ),
+    (
+        "k8s-no-privileged-containers",
+        "kubernetes:core/v1:Pod",
+        pod(),
+        pod(container_extra={"securityContext": {"privileged": True}}),
+    ),
+    (
+        "k8s-training-no-host-namespaces",
+        "kubernetes:kubeflow.org/v1:PyTorchJob",
+        pod(kind="PyTorchJob"),
+        pod({"hostNetwork": True}, kind="PyTorchJob"),
+    ),
     ("k8s-training-no-host-namespaces", "kubernetes:core/v1:Pod", pod(), pod({"hostIPC": True})),
     ("k8s-training-run-as-non-root", "kubernetes:core/v1:Pod", pod(), pod({"securityContext": {}})),
-    ("k8s-training-run-as-non-root", "kubernetes:kubeflow.org/v1:PyTorchJob", pod(kind="PyTorchJob"), pod(container_extra={"securityContext": {"runAsUser": 0}}, kind="PyTorchJob")),
+    (
+        "k8s-training-run-as-non-root",
+        "kubernetes:kubeflow.org/v1:PyTorchJob",
+        pod(kind="PyTorchJob"),
+        pod(container_extra={"securityContext": {"runAsUser": 0}}, kind="PyTorchJob"),
+    ),
     ("k8s-images-pinned", "kubernetes:core/v1:Pod", pod(), pod(container_extra={"image": "busybox:latest"})),
-    ("k8s-images-pinned", "kubernetes:core/v1:Pod", pod(container_extra={"image": "r/x@sha256:" + "a" * 64}), pod(container_extra={"image": "registry:5000/busybox"})),
+    (
+        "k8s-images-pinned",
+        "kubernetes:core/v1:Pod",
+        pod(container_extra={"image": "r/x@sha256:" + "a" * 64}),
+        pod(container_extra={"image": "registry:5000/busybox"}),
+    ),
     (
         "k8s-images-pinned",
         "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob",
         {"kind": "TrainJob", "spec": {"trainer": {"image": "r/cuda:1"}}},
         {"kind": "TrainJob", "spec": {"trainer": {"image": "r/cuda"}}},
     ),
-    ("k8s-gpu-requests-tolerate-taint", "kubernetes:kubeflow.org/v1:PyTorchJob", pod(GPU_TOLERATION, GPU, kind="PyTorchJob"), pod(None, GPU, kind="PyTorchJob")),
+    (
+        "k8s-gpu-requests-tolerate-taint",
+        "kubernetes:kubeflow.org/v1:PyTorchJob",
+        pod(GPU_TOLERATION, GPU, kind="PyTorchJob"),
+        pod(None, GPU, kind="PyTorchJob"),
+    ),
     (
         "k8s-gpu-requests-tolerate-taint",
         "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob",
-        {"kind": "TrainJob", "spec": {"trainer": {"resourcesPerNode": GPU["resources"]}, "runtimePatches": [{"manager": "m", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {**GPU_TOLERATION, "containers": []}}}}}]}}}}]}},
+        {
+            "kind": "TrainJob",
+            "spec": {
+                "trainer": {"resourcesPerNode": GPU["resources"]},
+                "runtimePatches": [
+                    {
+                        "manager": "m",
+                        "trainingRuntimeSpec": {
+                            "template": {
+                                "spec": {
+                                    "replicatedJobs": [
+                                        {
+                                            "name": "node",
+                                            "template": {
+                                                "spec": {
+                                                    "template": {"spec": {**GPU_TOLERATION, "containers": []}}
+                                                }
+                                            },
+                                        }
+                                    ]
+                                }
+                            }
+                        },
+                    }
+                ],
+            },
+        },
         {"kind": "TrainJob", "spec": {"trainer": {"resourcesPerNode": GPU["resources"]}}},
     ),
 ]
 
 
-@pytest.mark.parametrize(("rule", "type_", "good", "bad"), CASES, ids=[f"{c[0]}-{c[1].rsplit(':', 1)[-1]}-{i}" for i, c in enumerate(CASES)])
+@pytest.mark.parametrize(
+    ("rule", "type_", "good", "bad"),
+    CASES,
+    ids=[f"{c[0]}-{c[1].rsplit(':', 1)[-1]}-{i}" for i, c in enumerate(CASES)],
+)
 def test_rule_reports_bad_and_passes_good(rule, type_, good, bad):
     assert RULE[rule].violations(type_, good) == []
     assert RULE[rule].violations(type_, bad), f"{rule} missed {bad}"
 
 
 def test_every_rule_has_a_bad_case():
-    assert {c[0] for c in CASES} | {"eks-no-public-endpoint-in-prod", "gpu-node-groups-scale-to-zero-prod"} == set(RULE)
+    assert {c[0] for c in CASES} | {
+        "eks-no-public-endpoint-in-prod",
+        "gpu-node-groups-scale-to-zero-prod",
+    } == set(RULE)
 
 
 def test_prod_only_rules_apply_only_in_prod():
@@ -179,9 +417,17 @@ def test_prod_only_rules_apply_only_in_prod():
     prod = evaluate([Resource(type="eks:index:Cluster", name="c", inputs=GOOD_EKS_CLUSTER)], RULES, prod=True)
     assert dev == []
     assert [f.rule for f in prod] == ["eks-no-public-endpoint-in-prod"]
-    warm = Resource(type="eks:index:ManagedNodeGroup", name="g", inputs={**GOOD_GPU_NODE_GROUP, "scalingConfig": {"minSize": 1}})
-    assert [(f.rule, f.level) for f in evaluate([warm], RULES, prod=True)] == [("gpu-node-groups-scale-to-zero-prod", "advisory")]
-    assert [(f.rule, f.level) for f in evaluate([warm], RULES)] == [("gpu-node-groups-scale-to-zero", "mandatory")]
+    warm = Resource(
+        type="eks:index:ManagedNodeGroup",
+        name="g",
+        inputs={**GOOD_GPU_NODE_GROUP, "scalingConfig": {"minSize": 1}},
+    )
+    assert [(f.rule, f.level) for f in evaluate([warm], RULES, prod=True)] == [
+        ("gpu-node-groups-scale-to-zero-prod", "advisory")
+    ]
+    assert [(f.rule, f.level) for f in evaluate([warm], RULES)] == [
+        ("gpu-node-groups-scale-to-zero", "mandatory")
+    ]
 
 
 def test_is_prod_prefers_the_tag_and_falls_back_to_the_stack_name():
@@ -192,9 +438,20 @@ def test_is_prod_prefers_the_tag_and_falls_back_to_the_stack_name():
 
 def _bucket_stack(*skip: str) -> list[Resource]:
     companions = {
-        "pab": ("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock", dict.fromkeys(["blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets"], True)),
-        "sse": ("aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration", {"rules": [{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "aws:kms"}}]}),
-        "ver": ("aws:s3/bucketVersioning:BucketVersioning", {"versioningConfiguration": {"status": "Enabled"}}),
+        "pab": (
+            "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock",
+            dict.fromkeys(
+                ["blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets"], True
+            ),
+        ),
+        "sse": (
+            "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
+            {"rules": [{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "aws:kms"}}]},
+        ),
+        "ver": (
+            "aws:s3/bucketVersioning:BucketVersioning",
+            {"versioningConfiguration": {"status": "Enabled"}},
+        ),
         "pol": ("aws:s3/bucketPolicy:BucketPolicy", {"policy": TLS_POLICY}),
     }
     out = [Resource(type="aws:s3/bucket:Bucket", name="data", inputs={"bucket": "mlops-data"})]
@@ -220,11 +477,16 @@ def test_pack_wrappers_report_through_the_policy_servicer():
 
     from policy.pack import policies
 
-    servicer = _PolicyAnalyzerServicer("mlops-eks-guardrails", "0.1.0", policies(), EnforcementLevel.MANDATORY)
+    servicer = _PolicyAnalyzerServicer(
+        "mlops-eks-guardrails", "0.1.0", policies(), EnforcementLevel.MANDATORY
+    )
 
     def analyze(type_: str, props: dict) -> list:
         request = analyzer_pb2.AnalyzeRequest(
-            type=type_, properties=json_format.ParseDict(props, struct_pb2.Struct()), urn=f"urn:x::{type_}::r", name="r"
+            type=type_,
+            properties=json_format.ParseDict(props, struct_pb2.Struct()),
+            urn=f"urn:x::{type_}::r",
+            name="r",
         )
         return list(servicer.Analyze(request, None).diagnostics)
 
@@ -234,6 +496,7 @@ def test_pack_wrappers_report_through_the_policy_servicer():
     assert bad[0].enforcementLevel == analyzer_pb2.MANDATORY
     assert analyze("aws:ec2/launchTemplate:LaunchTemplate", GOOD_LT) == []
     assert analyze("kubernetes:kubeflow.org/v1:PyTorchJob", pod(GPU_TOLERATION, GPU, kind="PyTorchJob")) == []
-    assert [d.policyName for d in analyze("kubernetes:kubeflow.org/v1:PyTorchJob", pod(None, GPU, kind="PyTorchJob"))] == [
-        "k8s-gpu-requests-tolerate-taint"
-    ]
+    assert [
+        d.policyName
+        for d in analyze("kubernetes:kubeflow.org/v1:PyTorchJob", pod(None, GPU, kind="PyTorchJob"))
+    ] == ["k8s-gpu-requests-tolerate-taint"]

@@ -29,7 +29,7 @@ def test_defaults_are_the_zimdb_job_on_synthetic_data():
         (["--checkpoint.dir", "s3://"], "checkpoint.dir='s3://' is invalid: allowed s3://bucket[/prefix]"),
         (
             ["--train.warmup_steps", "600"],
-            "train.warmup_steps=600 is invalid: allowed 0 <= x < train.max_steps=600",
+            "train.warmup_steps=300 is invalid: allowed 0 <= x < train.max_steps=300",
         ),
     ],
 )

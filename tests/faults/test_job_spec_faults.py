@@ -1,0 +1,109 @@
+"""Hostile job specs: the workload program runs under Pulumi mocks with the platform's example exports;
+a job the platform cannot run (more GPUs than a pool's instances have, more nodes than it grows to, an
+accelerator it does not offer, bad types) must fail naming the key, with no resource created."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pulumi
+import pytest
+import yaml
+
+from infra.synth import REPO, install_mocks
+from workloads.platform import example_outputs_path
+
+BASE_JOB = yaml.safe_load((REPO / "Pulumi.dev-zimdb.yaml").read_text())["config"]["mlops-eks:job"]
+DELETE = object()
+# (case, changes to the dev-zimdb job, platform, the key the message must name)
+CASES = [
+    ("t4-gpus-above-pool", {"gpusPerNode": 8}, "dev", "mlops-eks:job.gpusPerNode"),
+    (
+        "amd-gpus-above-pool",
+        {"accelerator": "amd-v520", "gpusPerNode": 2},
+        "dev",
+        "mlops-eks:job.gpusPerNode",
+    ),
+    ("a100-gpus-above-p4d", {"accelerator": "a100", "gpusPerNode": 16}, "prod", "mlops-eks:job.gpusPerNode"),
+    ("nodes-above-pool-max", {"nodes": 5}, "dev", "mlops-eks:job.nodes"),
+    ("accelerator-not-offered", {"accelerator": "a100"}, "dev", "mlops-eks:job.accelerator"),
+    ("accelerator-unknown", {"accelerator": "v100"}, "dev", "mlops-eks:job.accelerator"),
+    ("gpus-zero", {"gpusPerNode": 0}, "dev", "mlops-eks:job.gpusPerNode"),
+    ("gpus-wrong-type", {"gpusPerNode": "four"}, "dev", "mlops-eks:job.gpusPerNode"),
+    ("nodes-negative", {"nodes": -1}, "dev", "mlops-eks:job.nodes"),
+    ("image-missing", {"imageTag": DELETE}, "dev", "mlops-eks:job.image"),
+    ("procs-above-gpus", {"procsPerNode": 8}, "dev", "mlops-eks:job.procsPerNode"),
+    ("unknown-key", {"gpus": 4}, "dev", "mlops-eks:job.gpus"),
+    ("cpu-above-instance", {"cpuPerNode": 500}, "dev", "mlops-eks:job.cpuPerNode"),
+    ("memory-above-instance", {"memoryGiBPerNode": 10000}, "dev", "mlops-eks:job.memoryGiBPerNode"),
+]
+
+
+class JobMocks(pulumi.runtime.Mocks):
+    """Records registrations; the StackReference answers with the platform's example exports."""
+
+    def __init__(self, outputs: dict):
+        self.outputs, self.types = outputs, []
+
+    def new_resource(self, args):
+        self.types.append(args.typ)
+        if args.typ == "pulumi:pulumi:StackReference":
+            return f"{args.name}-id", {"name": args.name, "outputs": self.outputs}
+        return f"{args.name}-id", {**args.inputs, "arn": f"arn:aws:iam::123456789012:role/{args.name}"}
+
+    def call(self, args):
+        return {}
+
+
+def run_workload(job: object, platform: str) -> tuple[str | None, list[str]]:
+    """(error message or None, types created) for the workload program under mocks."""
+    from workloads.program import program
+
+    outputs = json.loads(example_outputs_path(platform).read_text())
+    mocks = JobMocks({**outputs, "kubeconfig": '{"apiVersion": "v1"}'})
+    install_mocks(mocks, f"{platform}-faults")  # a fresh event loop per run, as infra's own tests do
+    pulumi.runtime.set_all_config(
+        {"mlops-eks:platformStack": f"organization/mlops-eks/{platform}", "mlops-eks:job": json.dumps(job)}
+    )
+
+    @pulumi.runtime.test
+    def run():
+        program()
+
+    error = None
+    try:
+        run()
+    except Exception as err:  # the engine wraps the program's exception in a RunError
+        error = str(err)
+    finally:
+        pulumi.runtime.set_all_config({})
+        asyncio.set_event_loop(asyncio.new_event_loop())
+    # Reading the platform's outputs (StackReference) creates nothing.
+    return error, [t for t in mocks.types if t != "pulumi:pulumi:StackReference"]
+
+
+def changed(changes: dict) -> dict:
+    job = {**BASE_JOB, **{k: v for k, v in changes.items() if v is not DELETE}}
+    return {k: v for k, v in job.items() if changes.get(k) is not DELETE}
+
+
+def test_the_unmodified_job_creates_resources():
+    """Control: the same harness deploys the dev-zimdb job, so an empty list below means refused."""
+    error, created = run_workload(BASE_JOB, "dev")
+    assert error is None and "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob" in created
+
+
+@pytest.mark.parametrize(("case", "changes", "platform", "key"), CASES, ids=[c[0] for c in CASES])
+def test_hostile_job_spec_creates_nothing_and_names_the_key(ledger, case, changes, platform, key):
+    error, created = run_workload(changed(changes), platform)
+    entry = ledger("job spec", case, error=error, names=f"{key}:", created=len(created))
+    assert error is not None, f"{case}: accepted"
+    assert created == [], f"{case}: created {created} before failing"
+    assert entry.clear, f"{case}: message does not name {key}: {error}"
+
+
+def test_job_that_is_not_an_object_is_refused(ledger):
+    error, created = run_workload("4xT4 please", "dev")
+    entry = ledger("job spec", "job-not-an-object", error=error, names="mlops-eks:job:", created=len(created))
+    assert entry.rejected and entry.clear, error

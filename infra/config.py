@@ -331,8 +331,17 @@ class PlatformConfig(_Model):
         for key, value in raw.items():
             name = key.split(":", 1)[1] if key.startswith(f"{PROJECT}:") else None
             structured = name is not None and _is_structured(name)
-            values[key] = json.loads(value) if structured and isinstance(value, str) else value
+            values[key] = _parse_structured(value) if structured and isinstance(value, str) else value
         return cls.from_mapping(values)
+
+
+def _parse_structured(value: str) -> Any:
+    """JSON as Pulumi passes it. A plain string (`gpuPools: t4`) stays a string, so validation reports
+    the key and the type it wants instead of a JSON decoder position."""
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
 
 
 def _is_structured(alias: str) -> bool:

@@ -55,19 +55,42 @@ def torch_distributed_runtime() -> dict[str, Any]:
                                 "metadata": {
                                     "labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
                                 },
-                                "spec": {
-                                    "template": {
-                                        "spec": {
-                                            "containers": [{"name": "node", "image": TORCH_RUNTIME_IMAGE}]
-                                        }
-                                    }
-                                },
+                                "spec": {"template": {"spec": _restricted_pod_spec()}},
                             },
                         }
                     ]
                 }
             },
         },
+    }
+
+
+def _restricted_pod_spec() -> dict[str, Any]:
+    """The runtime's pod: Pod Security "restricted" (non-root, no privilege escalation, no capabilities,
+    read-only root with a writable /tmp), and no API token: torchrun needs none. TrainJobs patch in
+    their own image, resources and service account."""
+    return {
+        "automountServiceAccountToken": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 1000,
+            "runAsGroup": 1000,
+            "fsGroup": 1000,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [
+            {
+                "name": "node",
+                "image": TORCH_RUNTIME_IMAGE,
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "readOnlyRootFilesystem": True,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+            }
+        ],
+        "volumes": [{"name": "tmp", "emptyDir": {}}],
     }
 
 

@@ -83,12 +83,13 @@ def in_scope(scope: Scope, prod: bool) -> bool:
     return scope == "all" or (scope == "prod") == prod
 
 
-def is_prod(stack_tags: Mapping[str, str], stack_name: str = "") -> bool:
-    """A stack is prod when tagged `environment=prod` (`pulumi stack tag set environment prod`);
-    an untagged stack named `prod` or `prod-…` counts as prod too, so a missing tag fails safe."""
-    tag = str(stack_tags.get(PROD_TAG, "")).lower()
-    if tag:
-        return tag in ("prod", "production")
+def is_prod(stack_tags: Mapping[str, str], stack_name: str = "", environment: str = "") -> bool:
+    """A stack is prod when tagged `environment=prod` (`pulumi stack tag set environment prod`); without
+    the tag, when its config says `mlops-eks:environment: prod`; without either, when it is named `prod`
+    or `prod-…`, so a missing tag fails safe."""
+    for value in (stack_tags.get(PROD_TAG, ""), environment):
+        if value:
+            return str(value).lower() in ("prod", "production")
     return stack_name == "prod" or stack_name.startswith("prod-")
 
 
@@ -123,7 +124,7 @@ def as_list(value: Any) -> list[Any]:
     """AWS JSON allows a single value where a list is meant ("Action": "s3:*")."""
     if value is None:
         return []
-    if isinstance(value, str) or isinstance(value, Mapping):
+    if isinstance(value, str | Mapping):
         return [value]
     if isinstance(value, Sequence):
         return list(value)

@@ -49,7 +49,7 @@ def check_control_plane_logs(type_: str, inputs: Mapping[str, Any]) -> Iterator[
     enabled = {str(t) for t in as_list(dig(inputs, "enabledClusterLogTypes"))}
     missing = [t for t in LOG_TYPES if t not in enabled]
     if missing:
-        yield f"enabledClusterLogTypes lacks {', '.join(missing)} (all of {', '.join(LOG_TYPES)} are required)"
+        yield f"enabledClusterLogTypes lacks {', '.join(missing)} (required: {', '.join(LOG_TYPES)})"
 
 
 def check_endpoint_not_open(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
@@ -90,8 +90,9 @@ def check_launch_template_imds(type_: str, inputs: Mapping[str, Any]) -> Iterato
     options = dig(inputs, "metadataOptions", default={})
     if dig(options, "httpEndpoint") == "disabled":
         return  # no metadata service at all is stricter than IMDSv2
-    if dig(options, "httpTokens") != "required":
-        yield f"metadataOptions.httpTokens is {dig(options, 'httpTokens')!r}, not 'required' (IMDSv1 is allowed)"
+    tokens = dig(options, "httpTokens")
+    if tokens != "required":
+        yield f"metadataOptions.httpTokens is {tokens!r}, not 'required' (IMDSv1 is allowed)"
     if dig(options, "httpPutResponseHopLimit") != 1:
         yield (
             f"metadataOptions.httpPutResponseHopLimit is {dig(options, 'httpPutResponseHopLimit')!r}, not 1: "
@@ -113,8 +114,9 @@ def check_node_class_imds(type_: str, inputs: Mapping[str, Any]) -> Iterator[str
         return
     if dig(options, "httpTokens", default="required") != "required":
         yield f"spec.metadataOptions.httpTokens is {dig(options, 'httpTokens')!r}, not 'required'"
-    if dig(options, "httpPutResponseHopLimit", default=1) != 1:
-        yield f"spec.metadataOptions.httpPutResponseHopLimit is {dig(options, 'httpPutResponseHopLimit')!r}, not 1"
+    hops = dig(options, "httpPutResponseHopLimit", default=1)
+    if hops != 1:
+        yield f"spec.metadataOptions.httpPutResponseHopLimit is {hops!r}, not 1"
 
 
 def check_no_ssh(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
@@ -165,15 +167,17 @@ def check_gpu_min_zero(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
 def check_node_pool_gpu_taint(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
     """A NodePool that can launch GPU instances must taint them, or CPU pods land on GPU nodes."""
     spec = dig(inputs, "spec", "template", "spec", default={})
-    values: set[str] = set()
+    values: set[str] = {str(dig(inputs, "spec", "template", "metadata", "labels", ACCELERATOR_LABEL))}
     for req in as_list(dig(spec, "requirements")):
-        if dig(req, "operator") == "In":
-            values.update(str(v) for v in as_list(dig(req, "values")))
+        if dig(req, "operator") == "In":  # instance types, families or accelerator keys
+            values.update(
+                v for value in as_list(dig(req, "values")) for v in (str(value), str(value).split(".")[0])
+            )
     accs = {a.key: a for a in CATALOG.values() if a.key in values or values & set(a.instance_families)}
     taints = {(dig(t, "key"), dig(t, "effect")) for t in as_list(dig(spec, "taints"))}
     for acc in accs.values():
         if (acc.taint.key, acc.taint.effect) not in taints:
-            yield f"NodePool can launch {acc.key} GPUs but spec.template.spec.taints lacks {acc.taint.key}:NoSchedule"
+            yield f"NodePool can launch {acc.key} GPUs but does not taint them {acc.taint.key}:NoSchedule"
 
 
 CLUSTERS = (AWS_CLUSTER, EKS_CLUSTER)

@@ -44,7 +44,7 @@ def check_no_star_on_star(type_: str, inputs: Mapping[str, Any]) -> Iterator[str
             if actions & {"*", "*:*"} and "*" in resources:
                 yield f"statement {s.get('Sid') or ''!r} allows Action '*' on Resource '*'"
             elif s.get("NotAction") is not None and "*" in resources:
-                yield f"statement {s.get('Sid') or ''!r} allows NotAction on Resource '*' (all but a few actions)"
+                yield f"statement {s.get('Sid') or ''!r} allows NotAction on Resource '*' (almost everything)"
 
 
 def _single_exact(values: Any) -> str | None:
@@ -64,7 +64,7 @@ def _check_irsa(s: Mapping[str, Any]) -> Iterator[str]:
     sub = _single_exact(equals[subs[0]])
     parts = (sub or "").split(":")
     if sub is None or len(parts) != 4 or parts[:2] != ["system", "serviceaccount"]:
-        yield f"<oidc>:sub must be exactly one system:serviceaccount:<namespace>:<name>, got {equals[subs[0]]!r}"
+        yield f"<oidc>:sub must be one system:serviceaccount:<namespace>:<name>, got {equals[subs[0]]!r}"
 
 
 def _check_pod_identity(s: Mapping[str, Any]) -> Iterator[str]:
@@ -103,7 +103,8 @@ RULES = (
         "only.",
         remediation="IRSA: Condition StringEquals {'<oidc>:sub': 'system:serviceaccount:<ns>:<sa>', "
         "'<oidc>:aud': 'sts.amazonaws.com'}. Pod Identity: Condition StringEquals "
-        "{'aws:RequestTag/kubernetes-namespace': '<ns>', 'aws:RequestTag/kubernetes-service-account': '<sa>'}.",
+        "{'aws:RequestTag/kubernetes-namespace': '<ns>', "
+        "'aws:RequestTag/kubernetes-service-account': '<sa>'}.",
         level="mandatory",
         severity="high",
         types=(ROLE,),

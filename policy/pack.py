@@ -6,8 +6,10 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import pulumi.runtime
 from pulumi_policy import (
     EnforcementLevel,
+    Policy,
     ReportViolation,
     ResourceValidationArgs,
     ResourceValidationPolicy,
@@ -20,17 +22,30 @@ from policy import eks, iam, k8s, storage
 from policy.core import Resource, Rule, StackRule, in_scope, is_prod
 
 PACK_NAME = "mlops-eks-guardrails"
+ENVIRONMENT_KEY = "mlops-eks:environment"
 RULES: tuple[Rule, ...] = (*eks.RULES, *storage.RULES, *iam.RULES, *k8s.RULES)
 STACK_RULES: tuple[StackRule, ...] = storage.STACK_RULES
 
 
 def _prod(stack_tags: Mapping[str, str]) -> bool:
-    # The policy pack runs with PULUMI_STACK set by the CLI (pulumi.policy's runner configures it).
-    return is_prod(stack_tags, os.environ.get("PULUMI_STACK", ""))
+    # The CLI runs the pack with PULUMI_STACK set and, where it passes it, the stack's config.
+    environment = pulumi.runtime.get_config_env().get(ENVIRONMENT_KEY, "")
+    return is_prod(stack_tags, os.environ.get("PULUMI_STACK", ""), environment)
 
 
 def _message(text: str, remediation: str) -> str:
     return f"{text}\nRemediation: {remediation}"
+
+
+def _metadata(rule: Rule | StackRule) -> dict[str, Any]:
+    """What CrossGuard shows for a policy: name, description, level, severity and remediation."""
+    return {
+        "name": rule.name,
+        "description": rule.description,
+        "enforcement_level": EnforcementLevel(rule.level),
+        "severity": Severity(rule.severity),
+        "remediation_steps": rule.remediation,
+    }
 
 
 def resource_policy(rule: Rule) -> ResourceValidationPolicy:
@@ -38,14 +53,7 @@ def resource_policy(rule: Rule) -> ResourceValidationPolicy:
         for text in rule.violations(args.resource_type, args.props, _prod(args.stack_tags)):
             report_violation(_message(text, rule.remediation), None)
 
-    return ResourceValidationPolicy(
-        name=rule.name,
-        description=rule.description,
-        validate=validate,
-        enforcement_level=EnforcementLevel(rule.level),
-        severity=Severity(rule.severity),
-        remediation_steps=rule.remediation,
-    )
+    return ResourceValidationPolicy(validate=validate, **_metadata(rule))
 
 
 def _dependency_names(deps: Mapping[str, Sequence[Any]]) -> dict[str, list[str]]:
@@ -69,15 +77,8 @@ def stack_policy(rule: StackRule) -> StackValidationPolicy:
         for name, text in rule.check(resources):
             report_violation(_message(text, rule.remediation), urns.get(name or ""))
 
-    return StackValidationPolicy(
-        name=rule.name,
-        description=rule.description,
-        validate=validate,
-        enforcement_level=EnforcementLevel(rule.level),
-        severity=Severity(rule.severity),
-        remediation_steps=rule.remediation,
-    )
+    return StackValidationPolicy(validate=validate, **_metadata(rule))
 
 
-def policies() -> list[ResourceValidationPolicy | StackValidationPolicy]:
+def policies() -> list[Policy]:
     return [*map(resource_policy, RULES), *map(stack_policy, STACK_RULES)]

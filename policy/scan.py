@@ -1,6 +1,7 @@
 """Scanner gates: checkov over every Kubernetes object the stacks render and over docker/, hadolint over
-the Dockerfiles. `python -m policy.scan` (what `make lint` runs) prints the findings and exits 1 on any
-failure that policy/checkov_skips.yaml does not explain.
+the Dockerfiles, and the CrossGuard policies run offline over the same stacks. `python -m policy.scan`
+(what `make lint` runs) prints the findings and exits 1 on a mandatory policy violation, a hadolint
+finding, or a checkov failure that policy/checkov_skips.yaml does not explain.
 
 checkov's Kubernetes checks only know built-in kinds, so each pod template nested in a custom resource
 (PyTorchJob replicas, TrainJob runtimePatches, ClusterTrainingRuntime, NodePool-free kinds) is also
@@ -23,7 +24,9 @@ from typing import Any
 
 import yaml
 
-from policy.k8s import pod_specs
+from policy.core import evaluate, from_synth, is_prod
+from policy.k8s import from_manifests, pod_specs
+from policy.pack import RULES, STACK_RULES
 
 REPO = Path(__file__).resolve().parents[1]
 SKIPS_FILE = Path(__file__).with_name("checkov_skips.yaml")
@@ -137,9 +140,9 @@ def write_scan_tree(root: Path, objects: dict[str, list[dict[str, Any]]]) -> Non
     for source, objs in objects.items():
         out = root / "k8s" / source
         out.mkdir(parents=True, exist_ok=True)
-        for i, obj in enumerate(o for obj in objs for o in (obj, *template_pods(obj, objs))):
-            (out / f"{i:03d}-{obj.get('kind', 'object').lower()}-{_name(obj)}.yaml").write_text(
-                yaml.safe_dump(obj)
+        for i, doc in enumerate(d for obj in objs for d in (obj, *template_pods(obj, objs))):
+            (out / f"{i:03d}-{doc.get('kind', 'object').lower()}-{_name(doc)}.yaml").write_text(
+                yaml.safe_dump(doc)
             )
     for dockerfile in dockerfiles():
         target = root / dockerfile.relative_to(REPO)
@@ -204,7 +207,7 @@ def unused_skips(failures: Iterable[Failure], skips: list[dict[str, str]]) -> li
 
 def run_hadolint(files: Iterable[Path]) -> list[str]:
     """hadolint findings at or above the config's failure threshold, one line each."""
-    findings = []
+    findings: list[str] = []
     for path in files:
         p = _run([str(VENV_BIN / "hadolint"), "--config", str(HADOLINT_CONFIG), "--no-color", str(path)])
         if p.returncode != 0:
@@ -212,17 +215,38 @@ def run_hadolint(files: Iterable[Path]) -> list[str]:
     return findings
 
 
-def collect_objects() -> dict[str, list[dict[str, Any]]]:
-    objects = {f"platform-{s}": platform_objects(synth_resources(s)) for s in PLATFORM_STACKS}
-    objects.update({f"workload-{s}": rendered_objects(s) for s in workload_stacks()})
-    return objects
+def policy_findings(
+    platform: dict[str, list[dict[str, Any]]], workloads: dict[str, list[dict[str, Any]]]
+) -> list[str]:
+    """The CrossGuard policies, run offline over the same stacks: mandatory findings only."""
+    found = [
+        f"{stack}: {f}"
+        for stack, records in platform.items()
+        for f in evaluate(from_synth(records), RULES, STACK_RULES, prod=is_prod({}, stack))
+    ]
+    found += [
+        f"{stack}: {f}"
+        for stack, objects in workloads.items()
+        for f in evaluate(from_manifests(objects), RULES, prod=is_prod({}, stack))
+    ]
+    return [line for line in found if "[mandatory]" in line]
 
 
 def main() -> int:
-    print("rendering platform stacks and workload stacks ...", flush=True)
-    objects = collect_objects()
+    print(
+        "rendering the platform stacks (infra synth) and the workload stacks (workloads render) ...",
+        flush=True,
+    )
+    platform = {s: synth_resources(s) for s in PLATFORM_STACKS}
+    workloads = {s: rendered_objects(s) for s in workload_stacks()}
+    objects = {f"platform-{s}": platform_objects(r) for s, r in platform.items()}
+    objects.update({f"workload-{s}": objs for s, objs in workloads.items()})
     for source, objs in objects.items():
         print(f"  {source}: {len(objs)} Kubernetes objects")
+    violations = policy_findings(platform, workloads)
+    print(f"CrossGuard policies (offline): {len(violations)} mandatory violations")
+    for line in violations:
+        print(f"  {line}")
     with tempfile.TemporaryDirectory(prefix="mlops-eks-scan-") as tmp:
         write_scan_tree(Path(tmp), objects)
         print(f"checkov over {tmp} (kubernetes, dockerfile) ...", flush=True)
@@ -238,7 +262,7 @@ def main() -> int:
     print(f"hadolint: {len(dockerfiles())} Dockerfiles, {len(lint)} findings")
     for line in lint:
         print(f"  {line}")
-    return 1 if bad or stale or lint else 0
+    return 1 if violations or bad or stale or lint else 0
 
 
 if __name__ == "__main__":

@@ -66,13 +66,16 @@ def check_versioning(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
 
 
 def _companion_matches(bucket: Resource, companion: Resource) -> bool:
-    """Whether `companion` configures `bucket`: by the engine's property dependencies where known,
-    else by the bucket input (the bucket's name or id, which mocks derive from the resource name)."""
+    """Whether `companion` configures `bucket`: by the engine's property dependencies where known, else
+    by its `bucket` input: the bucket's name, or its id as `infra synth`'s mocks assign it (<name>-id)."""
     if companion.deps and bucket.name in companion.deps.get("bucket", ()):
         return True
     target = str(dig(companion.inputs, "bucket", default=""))
-    keys = {bucket.name, str(dig(bucket.inputs, "bucket", default=bucket.name))}
-    return target in keys or any(target.startswith(k) for k in keys if k)
+    return target in {
+        bucket.name,
+        f"{bucket.name}-id",
+        str(dig(bucket.inputs, "bucket", default=bucket.name)),
+    }
 
 
 def check_bucket_companions(resources: Sequence[Resource]) -> Iterator[tuple[str | None, str]]:
@@ -92,8 +95,9 @@ def check_bucket_companions(resources: Sequence[Resource]) -> Iterator[tuple[str
 def check_ecr(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
     if dig(inputs, "imageScanningConfiguration", "scanOnPush") is not True:
         yield "imageScanningConfiguration.scanOnPush is not true"
-    if dig(inputs, "imageTagMutability") != "IMMUTABLE":
-        yield f"imageTagMutability is {dig(inputs, 'imageTagMutability', default='MUTABLE')!r}, not 'IMMUTABLE'"
+    mutability = dig(inputs, "imageTagMutability", default="MUTABLE")
+    if mutability != "IMMUTABLE":
+        yield f"imageTagMutability is {mutability!r}, not 'IMMUTABLE'"
 
 
 def check_sqs(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:

@@ -48,6 +48,10 @@ def _step_of(name: str) -> int | None:
     return int(digits) if prefix == "step" and digits.isdigit() else None
 
 
+def _sort_key(name: str) -> int:
+    return _step_of(name) or 0
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -112,7 +116,7 @@ class CheckpointManager:
         try:
             names = [n for n in self.storage.list_dirs() if _step_of(n) is not None]
             complete = [n for n in names if self.storage.get_bytes(f"{n}/{MANIFEST}") is not None]
-            kept = set(sorted(complete, key=_step_of)[-self.keep :])  # type: ignore[arg-type]
+            kept = set(sorted(complete, key=_sort_key)[-self.keep :])
             for n in names:
                 if n not in kept and (_step_of(n) or 0) <= newest:
                     self.storage.delete_dir(n)
@@ -122,8 +126,8 @@ class CheckpointManager:
     def candidates(self) -> list[str]:
         """Checkpoint names to try, best first: the `latest` pointer, then every other one newest first."""
         names = sorted(
-            (n for n in self.storage.list_dirs() if _step_of(n) is not None), key=_step_of, reverse=True
-        )  # type: ignore[arg-type]
+            (n for n in self.storage.list_dirs() if _step_of(n) is not None), key=_sort_key, reverse=True
+        )
         pointer = self.latest_name()
         return ([pointer] if pointer else []) + [n for n in names if n != pointer]
 

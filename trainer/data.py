@@ -142,6 +142,7 @@ def check_labels(examples: list[Example], num_labels: int, where: str) -> None:
 
 
 PAD, UNK = "[PAD]", "[UNK]"
+UNK_ID = 1  # trained tokenizers list the special tokens first: [PAD] = 0, [UNK] = 1
 
 
 class TextEncoder:
@@ -171,7 +172,7 @@ class TextEncoder:
             return self._hf(texts, truncation=True, max_length=max_len)["input_ids"]
         if self._tok is None:
             return [[b + 2 for b in t.encode()[:max_len]] or [1] for t in texts]
-        return [e.ids[:max_len] or [self._tok.token_to_id(UNK)] for e in self._tok.encode_batch(texts)]
+        return [e.ids[:max_len] or [UNK_ID] for e in self._tok.encode_batch(texts)]
 
 
 def train_tokenizer(kind: str, texts: list[str], vocab_size: int, model_name: str = "") -> TextEncoder:

@@ -14,10 +14,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
+from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
 from trainer import checkpoint, data
@@ -34,7 +35,7 @@ from trainer.dist import (
 )
 from trainer.metrics import Metrics
 from trainer.model import build_model
-from trainer.storage import LocalStorage, open_storage
+from trainer.storage import LocalStorage, Storage, open_storage
 
 RETRYABLE_EXIT = 143  # 128 + SIGTERM: PyTorchJob restartPolicy ExitCode and JobSet retry codes >= 128
 
@@ -47,6 +48,15 @@ def _precision(cfg: TrainConfig, device: torch.device) -> torch.dtype | None:
             return None
         choice = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[choice]
+
+
+def _dtype_name(dtype: torch.dtype | None) -> str:
+    return str(dtype).removeprefix("torch.") if dtype else "fp32"
+
+
+def _autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    # No autocast context at all for fp32: entering a disabled one still costs a little every step.
+    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
 
 
 def _lr_lambda(cfg: TrainConfig):
@@ -77,11 +87,9 @@ def _wrap(model: nn.Module, cfg: TrainConfig, env: DistEnv) -> nn.Module:
     if not env.distributed:
         return model
     if cfg.parallelism == "fsdp":
-        from torch.distributed.fsdp import fully_shard
-
         for layer in getattr(model, "layers", []):
             fully_shard(layer)
-        return fully_shard(model)
+        return cast(nn.Module, fully_shard(model))
     return DistributedDataParallel(
         model, device_ids=[env.device.index] if env.device.type == "cuda" else None
     )
@@ -91,7 +99,7 @@ def _sync_context(model: nn.Module, sync: bool):
     """Skip the gradient all-reduce on all but the last micro-batch of an accumulation."""
     if isinstance(model, DistributedDataParallel) and not sync:
         return model.no_sync()
-    if hasattr(model, "set_requires_gradient_sync"):  # FSDP2
+    if isinstance(model, FSDPModule):
         model.set_requires_gradient_sync(sync)
     return contextlib.nullcontext()
 
@@ -102,7 +110,7 @@ def evaluate(model: nn.Module, loader, env: DistEnv, dtype: torch.dtype | None) 
     correct = total = loss_sum = 0.0
     for batch in loader:
         batch = {k: v.to(env.device, non_blocking=True) for k, v in batch.items()}
-        with torch.autocast(env.device.type, dtype=dtype, enabled=dtype is not None):
+        with _autocast(env.device, dtype):
             logits = model(batch["input_ids"], batch["attention_mask"])
         loss_sum += nn.functional.cross_entropy(logits.float(), batch["labels"], reduction="sum").item()
         correct += (logits.argmax(-1) == batch["labels"]).sum().item()
@@ -122,15 +130,45 @@ def run(cfg: JobConfig, *, s3_client: Any = None) -> int:
         teardown()
 
 
-def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_client: Any) -> int:
-    t = cfg.train
-    workdir = Path(tempfile.mkdtemp(prefix="trainer-"))
-    output = open_storage(
-        cfg.output.dir,
-        client=s3_client,
-        retries=cfg.checkpoint.upload_retries,
-        backoff_s=cfg.checkpoint.retry_backoff_s,
-    )
+class _Window:
+    """Loss, tokens and time since the last progress line; eval and checkpoint time is left out."""
+
+    def __init__(self) -> None:
+        self.start, self.steps = time.perf_counter(), 0
+        self.loss: torch.Tensor | float = 0.0  # summed on the device: no sync per step
+        self.tokens: torch.Tensor | float = 0.0
+        self.total_steps, self.total_s = 0, 0.0
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.start += time.perf_counter() - t0
+
+    def close(self, env: DistEnv) -> tuple[float, float, float, int]:
+        """(mean loss over ranks, global tokens, seconds, steps) of the window; starts the next one."""
+        loss_sum, tokens = all_reduce_sum(env, [float(self.loss), float(self.tokens)])
+        elapsed = time.perf_counter() - self.start
+        steps, loss = self.steps, loss_sum / (self.steps * env.world_size)
+        self.total_steps, self.total_s = self.total_steps + steps, self.total_s + elapsed
+        self.start, self.loss, self.tokens, self.steps = time.perf_counter(), 0.0, 0.0, 0
+        return loss, tokens, elapsed, steps
+
+
+def _open_sinks(cfg: JobConfig, env: DistEnv, workdir: Path, s3_client: Any):
+    """(output storage, its local staging dir, metrics, checkpoint manager)."""
+
+    def storage(uri: str) -> Storage:
+        return open_storage(
+            uri,
+            client=s3_client,
+            retries=cfg.checkpoint.upload_retries,
+            backoff_s=cfg.checkpoint.retry_backoff_s,
+        )
+
+    output = storage(cfg.output.dir)
     local_out = output.root if isinstance(output, LocalStorage) else workdir / "output"
     if env.is_main and not isinstance(output, LocalStorage):  # a restarted pod continues the metrics history
         local_out.mkdir(parents=True)
@@ -140,75 +178,79 @@ def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_clie
         enabled=env.is_main,
         tensorboard_dir=local_out / "tensorboard" if cfg.output.tensorboard else None,
     )
-    store = open_storage(
-        cfg.checkpoint.dir,
-        client=s3_client,
-        retries=cfg.checkpoint.upload_retries,
-        backoff_s=cfg.checkpoint.retry_backoff_s,
-    )
+    store = storage(cfg.checkpoint.dir)
     ckpt = checkpoint.CheckpointManager(store, keep=cfg.checkpoint.keep, workdir=workdir)
-    metrics.say(f"world size {env.world_size}, device {env.device}, checkpoints in {store.uri}")
+    return output, local_out, metrics, ckpt
 
-    # Resume: rank 0 picks the newest checkpoint that verifies; every rank then loads that one.
-    state = None
-    if cfg.checkpoint.resume:
-        found = ckpt.load_latest() if env.is_main else None
-        name = broadcast_object(env, found[0] if found else None)
-        if name is not None:
-            state = found[1] if found else ckpt.load(name)
-            metrics.say(f"resuming from {store.uri}/{name} (step {state['step']})")
 
+def _resume_state(cfg: JobConfig, env: DistEnv, ckpt: checkpoint.CheckpointManager, metrics: Metrics):
+    """Rank 0 picks the newest checkpoint that verifies; every rank then loads that one."""
+    if not cfg.checkpoint.resume:
+        return None
+    found = ckpt.load_latest() if env.is_main else None
+    name = broadcast_object(env, found[0] if found else None)
+    if name is None:
+        return None
+    state = found[1] if found else ckpt.load(name)
+    metrics.say(f"resuming from {ckpt.storage.uri}/{name} (step {state['step']})")
+    return state
+
+
+def _prepare_data(cfg: JobConfig, env: DistEnv, workdir: Path, tokenizer_spec: str | None, metrics: Metrics):
+    """(tokenizer spec, encoder, train loader, validation loader)."""
     train_examples, val_examples = data.load_splits(cfg.data, workdir)
     data.check_labels(train_examples, cfg.model.num_labels, "training data")
     data.check_labels(val_examples, cfg.model.num_labels, "validation data")
-    if state is not None:
-        spec = state["tokenizer"]
-    else:  # trained once on rank 0 and shared, so every rank maps text to the same ids
-        spec = broadcast_object(
-            env,
-            data.train_tokenizer(
-                cfg.data.tokenizer, [x for x, _ in train_examples], cfg.data.vocab_size, cfg.model.name
-            ).spec
+    if tokenizer_spec is None:  # trained once on rank 0 and shared, so every rank maps text to the same ids
+        texts = [text for text, _ in train_examples]
+        trained = (
+            data.train_tokenizer(cfg.data.tokenizer, texts, cfg.data.vocab_size, cfg.model.name).spec
             if env.is_main
-            else None,
+            else None
         )
-    encoder = data.TextEncoder(spec)
+        tokenizer_spec = broadcast_object(env, trained)
+    encoder = data.TextEncoder(tokenizer_spec)
     train_ds = data.encode(train_examples, encoder, cfg.data.max_len)
     val_ds = data.encode(val_examples, encoder, cfg.data.max_len)
-    pin = env.device.type == "cuda"
+    shard = {"rank": env.rank, "world": env.world_size, "pad_id": encoder.pad_id}
     loader = data.train_loader(
         train_ds,
         cfg.data,
-        batch_size=t.batch_size,
-        rank=env.rank,
-        world=env.world_size,
-        seed=t.seed,
-        pin_memory=pin,
-        pad_id=encoder.pad_id,
+        batch_size=cfg.train.batch_size,
+        seed=cfg.train.seed,
+        pin_memory=env.device.type == "cuda",
+        **shard,
     )
-    val = data.val_loader(
-        val_ds,
-        cfg.data,
-        batch_size=t.batch_size * 2,
-        rank=env.rank,
-        world=env.world_size,
-        pad_id=encoder.pad_id,
-    )
+    val = data.val_loader(val_ds, cfg.data, batch_size=cfg.train.batch_size * 2, **shard)
     metrics.say(
         f"data {cfg.data.source}: {len(train_ds)} train / {len(val_ds)} val examples, "
         f"vocab {encoder.vocab_size}"
     )
+    return tokenizer_spec, encoder, loader, val
+
+
+def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_client: Any) -> int:
+    t = cfg.train
+    workdir = Path(tempfile.mkdtemp(prefix="trainer-"))
+    output, local_out, metrics, ckpt = _open_sinks(cfg, env, workdir, s3_client)
+    metrics.say(f"world size {env.world_size}, device {env.device}, checkpoints in {ckpt.storage.uri}")
+    state = _resume_state(cfg, env, ckpt, metrics)
+    spec, encoder, loader, val = _prepare_data(cfg, env, workdir, state and state["tokenizer"], metrics)
 
     torch.manual_seed(t.seed)  # identical initial weights on every rank
     max_positions = -(-cfg.data.max_len // cfg.data.pad_to_multiple) * cfg.data.pad_to_multiple
-    model = build_model(cfg.model, vocab_size=encoder.vocab_size, max_positions=max_positions).to(env.device)
-    model.grad_checkpointing = t.grad_checkpointing
+    model = build_model(
+        cfg.model,
+        vocab_size=encoder.vocab_size,
+        max_positions=max_positions,
+        grad_checkpointing=t.grad_checkpointing,
+    ).to(env.device)
     params = sum(p.numel() for p in model.parameters())
     model = _wrap(model, t, env)
     optimizer = torch.optim.AdamW(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(t))
     dtype = _precision(t, env.device)
-    scaler = torch.amp.GradScaler(env.device.type, enabled=dtype == torch.float16)
+    scaler = torch.amp.GradScaler(env.device.type, enabled=dtype == torch.float16)  # fp16 needs loss scaling
     torch.manual_seed(t.seed + 1 + env.rank)  # dropout differs per rank, reproducibly
 
     step, epoch, position = 0, 0, 0
@@ -219,7 +261,7 @@ def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_clie
         step, epoch, position = state["step"], state["epoch"], state["position"]
         state = None  # free the CPU copy
     metrics.say(
-        f"model {cfg.model.name}: {params:,} parameters, precision {dtype or 'fp32'}, "
+        f"model {cfg.model.name}: {params:,} parameters, precision {_dtype_name(dtype)}, "
         f"{t.parallelism if env.distributed else 'single process'}; steps {step}..{t.max_steps}"
     )
 
@@ -235,15 +277,14 @@ def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_clie
         }
         full = checkpoint.capture(env, model, optimizer, extra)
         if full is not None and ckpt.save(at_step, full):
-            metrics.record("checkpoint", at_step, path=f"{store.uri}/{checkpoint.checkpoint_name(at_step)}")
+            metrics.record(
+                "checkpoint", at_step, path=f"{ckpt.storage.uri}/{checkpoint.checkpoint_name(at_step)}"
+            )
         barrier(env)  # nobody exits (and makes torchrun kill rank 0) before the write is finished
 
     batches = _micro_batches(loader, epoch, position)
     samples_per_step = t.batch_size * t.grad_accum_steps * env.world_size
-    window_start, window_loss, window_tokens, window_steps = time.perf_counter(), 0.0, 0.0, 0
-    last_eval: dict[str, float] = {}
-    trained_steps, trained_s = 0, 0.0  # over all log windows: eval and checkpoint time excluded
-    first_step = True
+    window, last_eval, first_step = _Window(), {}, True
     model.train()
     while step < t.max_steps:
         for micro in range(t.grad_accum_steps):
@@ -251,31 +292,29 @@ def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_clie
             batch = {k: v.to(env.device, non_blocking=True) for k, v in batch.items()}
             with (
                 _sync_context(model, micro == t.grad_accum_steps - 1),
-                torch.autocast(env.device.type, dtype=dtype, enabled=dtype is not None),
+                _autocast(env.device, dtype),
             ):
                 logits = model(batch["input_ids"], batch["attention_mask"])
                 loss = nn.functional.cross_entropy(logits.float(), batch["labels"]) / t.grad_accum_steps
             scaler.scale(loss).backward()
-            window_loss += loss.detach()
-            window_tokens += batch["attention_mask"].sum()
+            window.loss += loss.detach()
+            window.tokens += batch["attention_mask"].sum()
         if t.grad_clip:
-            scaler.unscale_(optimizer)
+            scaler.unscale_(optimizer)  # clip the true gradients, not the fp16-scaled ones
             nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
         scheduler.step()
         step += 1
-        window_steps += 1
+        window.steps += 1
         if first_step:
             metrics.record("first_step", step, seconds_since_start=round(time.time() - started, 2))
             first_step = False
 
         if step % t.log_every == 0 or step == t.max_steps:
-            loss_sum, tokens = all_reduce_sum(env, [float(window_loss), float(window_tokens)])
-            elapsed = time.perf_counter() - window_start
-            trained_steps, trained_s = trained_steps + window_steps, trained_s + elapsed
-            mem = (
+            loss_mean, tokens, elapsed, steps = window.close(env)
+            gpu = (
                 {"gpu_mem_gb": round(torch.cuda.max_memory_allocated() / 2**30, 3)}
                 if env.device.type == "cuda"
                 else {}
@@ -283,47 +322,39 @@ def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_clie
             metrics.record(
                 "train",
                 step,
-                loss=loss_sum / (window_steps * env.world_size),
+                loss=loss_mean,
                 lr=scheduler.get_last_lr()[0],
-                samples_per_s=window_steps * samples_per_step / elapsed,
+                samples_per_s=steps * samples_per_step / elapsed,
                 tokens_per_s=tokens / elapsed,
-                **mem,
+                **gpu,
             )
-            window_start, window_loss, window_tokens, window_steps = time.perf_counter(), 0.0, 0.0, 0
-        paused = time.perf_counter()  # eval and checkpoint time is not training throughput
-        if step % t.eval_every == 0 or step == t.max_steps:
-            last_eval = evaluate(model, val, env, dtype)
-            metrics.record("eval", step, **last_eval)
-
-        if stop.agreed(env):
-            metrics.say(f"SIGTERM: checkpointing at step {step}, then exiting {RETRYABLE_EXIT} (retryable)")
-            save(step)
-            metrics.close()
-            return RETRYABLE_EXIT
-        if step % cfg.checkpoint.every_steps == 0 or step == t.max_steps:
-            save(step)
-        window_start += time.perf_counter() - paused
+        with window.paused():  # eval and checkpoint time is not training throughput
+            if step % t.eval_every == 0 or step == t.max_steps:
+                last_eval = evaluate(model, val, env, dtype)
+                metrics.record("eval", step, **last_eval)
+            if stop.agreed(env):
+                metrics.say(
+                    f"SIGTERM: checkpointing at step {step}, then exiting {RETRYABLE_EXIT} (retryable)"
+                )
+                save(step)
+                metrics.close()
+                return RETRYABLE_EXIT
+            if step % cfg.checkpoint.every_steps == 0 or step == t.max_steps:
+                save(step)
 
     if not last_eval:  # resumed at the last step: report the model as it stands
         last_eval = evaluate(model, val, env, dtype)
         metrics.record("eval", step, **last_eval)
-    _write_outputs(
-        cfg,
-        env,
-        model,
-        output,
-        local_out,
-        spec,
-        metrics,
-        {
-            "steps": step,
-            "world_size": env.world_size,
-            **last_eval,
-            "samples_per_s": trained_steps * samples_per_step / trained_s if trained_s else None,
-            "wall_s": round(time.time() - started, 1),
-            "checkpoint": ckpt.latest_name() and f"{store.uri}/{ckpt.latest_name()}",
-        },
-    )
+    latest = ckpt.latest_name()
+    summary = {
+        "steps": step,
+        "world_size": env.world_size,
+        **last_eval,
+        "samples_per_s": window.total_steps * samples_per_step / window.total_s if window.total_s else None,
+        "wall_s": round(time.time() - started, 1),
+        "checkpoint": latest and f"{ckpt.storage.uri}/{latest}",
+    }
+    _write_outputs(cfg, env, model, output, local_out, spec, metrics, summary)
     return 0
 
 

@@ -14,6 +14,8 @@ from trainer.config import ModelConfig
 class EncoderClassifier(nn.Module):
     """Token + position embeddings, pre-norm transformer layers, masked mean pooling, linear head."""
 
+    position: torch.Tensor
+
     def __init__(self, cfg: ModelConfig, *, vocab_size: int, max_positions: int):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, cfg.dim, padding_idx=0)
@@ -76,7 +78,13 @@ class HuggingFaceClassifier(nn.Module):
         return self.inner(input_ids=input_ids, attention_mask=attention_mask).logits
 
 
-def build_model(cfg: ModelConfig, *, vocab_size: int, max_positions: int) -> nn.Module:
+def build_model(
+    cfg: ModelConfig, *, vocab_size: int, max_positions: int, grad_checkpointing: bool = False
+) -> nn.Module:
+    model: EncoderClassifier | HuggingFaceClassifier
     if cfg.name.startswith("hf:"):
-        return HuggingFaceClassifier(cfg.name[3:], cfg.num_labels)
-    return EncoderClassifier(cfg, vocab_size=vocab_size, max_positions=max_positions)
+        model = HuggingFaceClassifier(cfg.name[3:], cfg.num_labels)
+    else:
+        model = EncoderClassifier(cfg, vocab_size=vocab_size, max_positions=max_positions)
+    model.grad_checkpointing = grad_checkpointing
+    return model

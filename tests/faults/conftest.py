@@ -4,9 +4,12 @@ The figures are printed at the end of the pytest run (section "fault and bad-inp
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import pulumi
 import pytest
 
 
@@ -56,6 +59,28 @@ def ledger():
         return entry
 
     return record
+
+
+@pytest.fixture
+def program_error() -> Callable[[Callable[[], object]], str | None]:
+    """Run a Pulumi program under the mocks already installed; its error message, or None. Leaves a
+    clean config and a fresh event loop for the next test."""
+
+    def run(program: Callable[[], object]) -> str | None:
+        @pulumi.runtime.test
+        def go():
+            program()
+
+        try:
+            go()
+        except Exception as err:  # the engine wraps the program's exception in a RunError
+            return str(err)
+        finally:
+            pulumi.runtime.set_all_config({})
+            asyncio.set_event_loop(asyncio.new_event_loop())
+        return None
+
+    return run
 
 
 def figures() -> dict[str, dict[str, int]]:

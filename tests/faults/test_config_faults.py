@@ -3,7 +3,6 @@ stack file; it must stop before registering any resource, with a message naming 
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 
@@ -80,7 +79,7 @@ def with_value(config: dict, path: tuple, value: object) -> dict:
     return config
 
 
-def run_program(values: dict) -> tuple[str | None, int]:
+def run_program(program_error, values: dict) -> tuple[str | None, int]:
     """(error message or None, resources registered) for the platform program under mocks."""
     from infra.program import program
 
@@ -88,18 +87,7 @@ def run_program(values: dict) -> tuple[str | None, int]:
     monitor = RecordingMonitor(mocks)
     pulumi.runtime.set_all_config({k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()})
     install_mocks(mocks, "dev", monitor)  # a fresh event loop per run, as infra's own tests do
-
-    @pulumi.runtime.test
-    def run():
-        program()
-
-    error = None
-    try:
-        run()
-    except Exception as err:  # the engine wraps the program's exception in a RunError
-        error = str(err)
-    finally:
-        asyncio.set_event_loop(asyncio.new_event_loop())
+    error = program_error(program)
     # The root stack is registered once per process by whichever program ran first: not a resource.
     return error, sum(r.type != "pulumi:pulumi:Stack" for r in monitor.registered)
 
@@ -112,16 +100,18 @@ def dev_config() -> dict:
     return config
 
 
-def test_the_unmodified_config_creates_resources(dev_config):
+def test_the_unmodified_config_creates_resources(program_error, dev_config):
     """Control: the same harness with the dev stack file (0.0.0.0/0 is allowed in dev) registers the
     platform, so a zero below means the config was refused, not that nothing ever registers."""
-    error, created = run_program(dev_config)
+    error, created = run_program(program_error, dev_config)
     assert error is None and created > 20
 
 
 @pytest.mark.parametrize(("case", "path", "value", "key"), CASES, ids=[c[0] for c in CASES])
-def test_malformed_config_creates_nothing_and_names_the_key(dev_config, ledger, case, path, value, key):
-    error, created = run_program(with_value(dev_config, path, value))
+def test_malformed_config_creates_nothing_and_names_the_key(
+    program_error, dev_config, ledger, case, path, value, key
+):
+    error, created = run_program(program_error, with_value(dev_config, path, value))
     entry = ledger("platform config", case, error=error, names=f"{key}:", created=created)
     assert error is not None, f"{case}: accepted"
     assert created == 0, f"{case}: {created} resources registered before the error"

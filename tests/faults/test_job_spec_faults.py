@@ -4,7 +4,6 @@ accelerator it does not offer, bad types) must fail naming the key, with no reso
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pulumi
@@ -56,7 +55,7 @@ class JobMocks(pulumi.runtime.Mocks):
         return {}
 
 
-def run_workload(job: object, platform: str) -> tuple[str | None, list[str]]:
+def run_workload(program_error, job: object, platform: str) -> tuple[str | None, list[str]]:
     """(error message or None, types created) for the workload program under mocks."""
     from workloads.program import program
 
@@ -66,19 +65,7 @@ def run_workload(job: object, platform: str) -> tuple[str | None, list[str]]:
     pulumi.runtime.set_all_config(
         {"mlops-eks:platformStack": f"organization/mlops-eks/{platform}", "mlops-eks:job": json.dumps(job)}
     )
-
-    @pulumi.runtime.test
-    def run():
-        program()
-
-    error = None
-    try:
-        run()
-    except Exception as err:  # the engine wraps the program's exception in a RunError
-        error = str(err)
-    finally:
-        pulumi.runtime.set_all_config({})
-        asyncio.set_event_loop(asyncio.new_event_loop())
+    error = program_error(program)
     # Reading the platform's outputs (StackReference) creates nothing.
     return error, [t for t in mocks.types if t != "pulumi:pulumi:StackReference"]
 
@@ -88,22 +75,24 @@ def changed(changes: dict) -> dict:
     return {k: v for k, v in job.items() if changes.get(k) is not DELETE}
 
 
-def test_the_unmodified_job_creates_resources():
+def test_the_unmodified_job_creates_resources(program_error):
     """Control: the same harness deploys the dev-zimdb job, so an empty list below means refused."""
-    error, created = run_workload(BASE_JOB, "dev")
+    error, created = run_workload(program_error, BASE_JOB, "dev")
     assert error is None and "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob" in created
 
 
 @pytest.mark.parametrize(("case", "changes", "platform", "key"), CASES, ids=[c[0] for c in CASES])
-def test_hostile_job_spec_creates_nothing_and_names_the_key(ledger, case, changes, platform, key):
-    error, created = run_workload(changed(changes), platform)
+def test_hostile_job_spec_creates_nothing_and_names_the_key(
+    program_error, ledger, case, changes, platform, key
+):
+    error, created = run_workload(program_error, changed(changes), platform)
     entry = ledger("job spec", case, error=error, names=f"{key}:", created=len(created))
     assert error is not None, f"{case}: accepted"
     assert created == [], f"{case}: created {created} before failing"
     assert entry.clear, f"{case}: message does not name {key}: {error}"
 
 
-def test_job_that_is_not_an_object_is_refused(ledger):
-    error, created = run_workload("4xT4 please", "dev")
+def test_job_that_is_not_an_object_is_refused(program_error, ledger):
+    error, created = run_workload(program_error, "4xT4 please", "dev")
     entry = ledger("job spec", "job-not-an-object", error=error, names="mlops-eks:job:", created=len(created))
     assert entry.rejected and entry.clear, error

@@ -434,6 +434,7 @@ def test_is_prod_prefers_the_tag_and_falls_back_to_the_stack_name():
     assert is_prod({"environment": "prod"}, "anything")
     assert not is_prod({"environment": "dev"}, "prod")
     assert is_prod({}, "prod") and is_prod({}, "prod-a100") and not is_prod({}, "dev-zimdb")
+    assert is_prod({}, "platform", "prod") and not is_prod({}, "prod", "dev")
 
 
 def _bucket_stack(*skip: str) -> list[Resource]:
@@ -500,3 +501,56 @@ def test_pack_wrappers_report_through_the_policy_servicer():
         d.policyName
         for d in analyze("kubernetes:kubeflow.org/v1:PyTorchJob", pod(None, GPU, kind="PyTorchJob"))
     ] == ["k8s-gpu-requests-tolerate-taint"]
+
+
+def test_the_pack_entry_point_starts_an_analyzer(tmp_path):
+    """`pulumi preview --policy-pack policy` runs policy/__main__.py (pulumi.policy's runner does
+    runpy.run_path on the directory): it must build the pack and print the port its analyzer serves."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pack_dir = Path(__file__).resolve().parents[2] / "policy"
+    proc = subprocess.Popen(
+        [sys.executable, str(pack_dir)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        port = proc.stdout.readline().strip()
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert port.isdigit(), err
+
+
+def test_stack_policy_matches_companions_through_the_engines_property_dependencies():
+    """In a real preview the bucket name is unknown; the engine links a companion to its bucket by the
+    `bucket` input's dependencies. Missing versioning is reported against the bucket's URN."""
+    from google.protobuf import json_format, struct_pb2
+    from pulumi.runtime.proto import analyzer_pb2
+    from pulumi_policy.policy import EnforcementLevel, _PolicyAnalyzerServicer
+
+    from policy.pack import policies
+
+    servicer = _PolicyAnalyzerServicer(
+        "mlops-eks-guardrails", "0.1.0", policies(), EnforcementLevel.MANDATORY
+    )
+    bucket_urn = "urn:pulumi:dev::mlops-eks::aws:s3/bucket:Bucket::data"
+    resources = [analyzer_pb2.AnalyzerResource(type="aws:s3/bucket:Bucket", urn=bucket_urn, name="data")]
+    for r in _bucket_stack("ver")[1:]:
+        resources.append(
+            analyzer_pb2.AnalyzerResource(
+                type=r.type,
+                name=r.name,
+                urn=f"urn:pulumi:dev::mlops-eks::{r.type}::{r.name}",
+                properties=json_format.ParseDict({**r.inputs, "bucket": "computed-id"}, struct_pb2.Struct()),
+                propertyDependencies={"bucket": analyzer_pb2.AnalyzerPropertyDependencies(urns=[bucket_urn])},
+            )
+        )
+    response = servicer.AnalyzeStack(analyzer_pb2.AnalyzeStackRequest(resources=resources), None)
+    reported = [(d.policyName, d.urn) for d in response.diagnostics]
+    assert reported == [("s3-bucket-guardrails-present", bucket_urn)]
+    assert "versioning" in response.diagnostics[0].message

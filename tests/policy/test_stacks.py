@@ -3,11 +3,18 @@ registers it and each workload stack's rendered Kubernetes objects. No mandatory
 
 from __future__ import annotations
 
-import pytest
+import asyncio
+import copy
+import json
 
-from policy.core import evaluate, from_synth, is_prod
+import pulumi
+import pytest
+import yaml
+
+from policy.core import Resource, evaluate, from_synth, is_prod
 from policy.k8s import from_manifests
 from policy.pack import RULES, STACK_RULES
+from policy.scan import REPO
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
@@ -35,5 +42,197 @@ def test_the_stacks_exercise_the_policies(platform_resources, workload_objects):
         for rule in RULES
         if not any(rule.applies_to(r.type, prod) for r in resources for prod in (False, True))
     }
-    # No SQS queue or Karpenter object until the add-ons land in synth (issue 3).
-    assert unexercised <= {"sqs-encryption"}, unexercised
+    assert unexercised == set()
+
+
+def _gpu_pool(r) -> bool:
+    return "nvidia.com/gpu" in str(r["inputs"].get("taints")) or "nvidia.com/gpu" in str(
+        r["inputs"].get("spec")
+    )
+
+
+def _set(path: tuple, value):
+    def mutate(inputs: dict) -> None:
+        for key in path[:-1]:
+            inputs = inputs[key]
+        inputs[path[-1]] = value
+
+    return mutate
+
+
+def _pods(obj: dict) -> list[dict]:
+    from policy.k8s import pod_specs
+
+    return [spec for _, spec in pod_specs(obj)]
+
+
+# (what is broken, resource type, which resource, mutation, the policy that must catch it)
+MUTATIONS = [
+    (
+        "public endpoint open",
+        "eks:index:Cluster",
+        None,
+        lambda i: i.update(endpointPublicAccess=True, publicAccessCidrs=None),
+        "eks-endpoint-not-open",
+    ),
+    (
+        "no secrets key",
+        "eks:index:Cluster",
+        None,
+        _set(("encryptionConfigKeyArn",), None),
+        "eks-secrets-encryption",
+    ),
+    (
+        "hop limit 2",
+        "aws:ec2/launchTemplate:LaunchTemplate",
+        None,
+        _set(("metadataOptions", "httpPutResponseHopLimit"), 2),
+        "nodes-imdsv2-hop-limit-1",
+    ),
+    (
+        "GPU group untainted",
+        "eks:index:ManagedNodeGroup",
+        _gpu_pool,
+        _set(("taints",), []),
+        "gpu-nodes-tainted",
+    ),
+    (
+        "GPU NodePool untainted",
+        "kubernetes:karpenter.sh/v1:NodePool",
+        _gpu_pool,
+        _set(("spec", "template", "spec", "taints"), []),
+        "gpu-nodes-tainted",
+    ),
+    (
+        "node class hop limit 3",
+        "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass",
+        None,
+        _set(("spec", "metadataOptions", "httpPutResponseHopLimit"), 3),
+        "nodes-imdsv2-hop-limit-1",
+    ),
+    (
+        "bucket policy emptied",
+        "aws:s3/bucketPolicy:BucketPolicy",
+        None,
+        _set(("policy",), '{"Statement": []}'),
+        "s3-tls-only",
+    ),
+    (
+        "mutable ECR tags",
+        "aws:ecr/repository:Repository",
+        None,
+        _set(("imageTagMutability",), "MUTABLE"),
+        "ecr-scan-and-immutable-tags",
+    ),
+    (
+        "queue unencrypted",
+        "aws:sqs/queue:Queue",
+        None,
+        lambda i: (i.pop("sqsManagedSseEnabled", None), i.pop("kmsMasterKeyId", None)),
+        "sqs-encryption",
+    ),
+    (
+        "versioning suspended",
+        "aws:s3/bucketVersioning:BucketVersioning",
+        None,
+        _set(("versioningConfiguration", "status"), "Suspended"),
+        "s3-bucket-guardrails-present",
+    ),
+]
+WORKLOAD_MUTATIONS = [
+    (
+        "hostNetwork",
+        "PyTorchJob",
+        lambda o: [p.update(hostNetwork=True) for p in _pods(o)],
+        "k8s-training-no-host-namespaces",
+    ),
+    (
+        "root user",
+        "PyTorchJob",
+        lambda o: [p.update(securityContext={"runAsUser": 0}) for p in _pods(o)],
+        "k8s-training-run-as-non-root",
+    ),
+    (
+        "no GPU toleration",
+        "TrainJob",
+        lambda o: [p.pop("tolerations", None) for p in _pods(o)],
+        "k8s-gpu-requests-tolerate-taint",
+    ),
+    (
+        "latest image",
+        "TrainJob",
+        lambda o: o["spec"]["trainer"].update(image="repo/cuda:latest"),
+        "k8s-images-pinned",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("what", "type_", "which", "mutate", "rule"), MUTATIONS, ids=[m[0] for m in MUTATIONS]
+)
+def test_breaking_a_real_platform_resource_is_caught(platform_resources, what, type_, which, mutate, rule):
+    """The real stacks pass because they are right, not because the policies miss them."""
+    records = copy.deepcopy(platform_resources["prod"])
+    targets = [r for r in records if r["type"] == type_ and (which is None or which(r))]
+    assert targets, f"prod has no {type_} to break"
+    mutate(targets[0]["inputs"])
+    caught = {f.rule for f in evaluate(from_synth(records), RULES, STACK_RULES, prod=True)}
+    assert rule in caught, f"{what}: {rule} did not fire"
+
+
+@pytest.mark.parametrize(
+    ("what", "kind", "mutate", "rule"), WORKLOAD_MUTATIONS, ids=[m[0] for m in WORKLOAD_MUTATIONS]
+)
+def test_breaking_a_real_workload_object_is_caught(workload_objects, what, kind, mutate, rule):
+    objects = [copy.deepcopy(o) for objs in workload_objects.values() for o in objs if o.get("kind") == kind]
+    assert objects, f"no workload stack renders a {kind}"
+    mutate(objects[0])
+    assert rule in {f.rule for f in evaluate(from_manifests(objects[:1]), RULES)}, (
+        f"{what}: {rule} did not fire"
+    )
+
+
+class _PlatformOutputs(pulumi.runtime.Mocks):
+    """Keeps every registration with its inputs; the StackReference returns the example exports."""
+
+    def __init__(self, outputs: dict):
+        self.outputs, self.resources = outputs, []
+
+    def new_resource(self, args):
+        self.resources.append(
+            Resource(type=args.typ, name=args.name, inputs=json.loads(json.dumps(args.inputs)))
+        )
+        if args.typ == "pulumi:pulumi:StackReference":
+            return f"{args.name}-id", {"name": args.name, "outputs": self.outputs}
+        return f"{args.name}-id", {**args.inputs, "arn": f"arn:aws:iam::123456789012:role/{args.name}"}
+
+    def call(self, args):
+        return {}
+
+
+def test_workload_programs_pass_every_policy(workload_objects):
+    """The workload program's own AWS resources too (the job's Pod Identity role, its S3 policy)."""
+    from infra.synth import install_mocks
+    from workloads.platform import example_outputs_path
+    from workloads.program import program
+
+    problems, seen = [], set()
+    for stack in workload_objects:
+        config = yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text())["config"]
+        platform = config["mlops-eks:platformStack"]
+        mocks = _PlatformOutputs(
+            {**json.loads(example_outputs_path(platform).read_text()), "kubeconfig": "{}"}
+        )
+        install_mocks(mocks, stack)
+        pulumi.runtime.set_all_config(
+            {"mlops-eks:platformStack": platform, "mlops-eks:job": json.dumps(config["mlops-eks:job"])}
+        )
+        try:
+            pulumi.runtime.test(program)()
+        finally:
+            pulumi.runtime.set_all_config({})
+            asyncio.set_event_loop(asyncio.new_event_loop())
+        seen |= {r.type for r in mocks.resources}
+        problems += [f"{stack}: {f}" for f in evaluate(mocks.resources, RULES, prod=is_prod({}, stack))]
+    assert problems == [], "\n".join(problems)
+    assert "aws:iam/role:Role" in seen, seen

@@ -2,13 +2,11 @@ import json
 import logging
 import os
 
-import boto3
 import pytest
 import torch
 from botocore.exceptions import EndpointConnectionError
-from moto import mock_aws
 
-from tests.trainer.conftest import FlakyS3
+from tests.trainer.runs import FlakyS3
 from trainer.checkpoint import CheckpointManager, checkpoint_name
 from trainer.storage import LocalStorage, S3Storage
 
@@ -95,16 +93,8 @@ def test_no_good_checkpoint_means_a_fresh_start(local):
     assert local.load_latest() is None
 
 
-@pytest.fixture
-def s3():
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket="ckpt")
-        yield client
-
-
 def _s3_manager(client, tmp_path, retries=3):
-    storage = S3Storage("s3://ckpt/runs/zimdb", client=client, retries=retries, backoff_s=0)
+    storage = S3Storage("s3://mlops/runs/zimdb", client=client, retries=retries, backoff_s=0)
     return CheckpointManager(storage, keep=2, workdir=tmp_path)
 
 
@@ -112,7 +102,7 @@ def test_s3_round_trip_with_latest_pointer_and_keep_last_k(s3, tmp_path):
     ckpt = _s3_manager(s3, tmp_path)
     for step in (1, 2, 3):
         assert ckpt.save(step, _state(step))
-    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="ckpt")["Contents"])
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="mlops")["Contents"])
     assert keys == [
         "runs/zimdb/latest",
         "runs/zimdb/step-000000002/manifest.json",
@@ -149,5 +139,5 @@ def test_s3_manifest_failure_leaves_the_payload_incomplete(s3, tmp_path):
     half = FlakyS3(s3, failures=0)
     half.put_object = lambda **kw: (_ for _ in ()).throw(EndpointConnectionError(endpoint_url="s3"))
     assert _s3_manager(half, tmp_path, retries=1).save(6, _state(6)) is False
-    assert s3.get_object(Bucket="ckpt", Key="runs/zimdb/latest")["Body"].read() == b"step-000000005"
+    assert s3.get_object(Bucket="mlops", Key="runs/zimdb/latest")["Body"].read() == b"step-000000005"
     assert _s3_manager(s3, tmp_path).load_latest()[0] == checkpoint_name(5)

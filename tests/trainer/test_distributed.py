@@ -1,13 +1,13 @@
 """Real 2-process gloo runs under torchrun (through trainer.launch), as a pod would start them."""
 
 import json
+import os
 import signal
-import subprocess
-import time
+from pathlib import Path
 
 import torch
 
-from tests.trainer.conftest import assert_same_weights, launch, launch_cmd, metrics, run_env
+from tests.trainer.runs import assert_same_weights, launch, metrics, start_and_wait_for_step
 from trainer.launch import exit_code
 
 
@@ -29,19 +29,7 @@ def test_two_process_run_keeps_ranks_identical_and_lowers_the_loss(uninterrupted
 def test_resume_after_sigterm_continues_from_last_step_and_matches_uninterrupted_run(uninterrupted, tmp_path):
     out = tmp_path / "out"
     # A Spot reclaim as the kubelet does it: SIGTERM to the container's main process (the launcher).
-    first = subprocess.Popen(
-        launch_cmd(out),
-        cwd=tmp_path,
-        env=run_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and first.poll() is None:
-        if (out / "metrics.jsonl").exists() and any(r["step"] >= 10 for r in metrics(out, "train")):
-            break
-        time.sleep(0.05)
+    first = start_and_wait_for_step(out, 10)
     first.send_signal(signal.SIGTERM)
     log = first.communicate(timeout=120)[0]
     assert first.returncode == 143, log
@@ -60,6 +48,23 @@ def test_resume_after_sigterm_continues_from_last_step_and_matches_uninterrupted
     assert reference.keys() == resumed.keys()
     for key in reference:
         assert torch.equal(reference[key], resumed[key]), key
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def test_sigterm_to_one_rank_stops_every_rank_at_the_same_step_with_143(tmp_path):
+    out = tmp_path / "out"
+    proc = start_and_wait_for_step(out, 10)
+    workers = _children(proc.pid)
+    assert len(workers) == 2
+    os.kill(workers[1], signal.SIGTERM)  # only rank 1's process hears about it
+    log = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 143, log
+    saved = metrics(out, "checkpoint")
+    assert len(saved) == 1 and saved[0]["step"] < 300
+    assert "failed first with exit code 143; exit 143" in log
 
 
 def test_invalid_config_exits_2_through_torchrun(tmp_path):

@@ -4,12 +4,10 @@ import json
 import logging
 import signal
 
-import boto3
 import pytest
 import torch
-from moto import mock_aws
 
-from tests.trainer.conftest import FlakyS3, assert_same_weights, trainer_args
+from tests.trainer.runs import FlakyS3, assert_same_weights, trainer_args
 from trainer.config import from_args
 from trainer.loop import run
 
@@ -19,14 +17,6 @@ def keep_sigterm_handler():
     handler = signal.getsignal(signal.SIGTERM)
     yield
     signal.signal(signal.SIGTERM, handler)
-
-
-@pytest.fixture
-def s3():
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket="mlops")
-        yield client
 
 
 def _cfg(tmp_path, **overrides):

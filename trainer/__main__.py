@@ -25,6 +25,20 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"trainer: invalid configuration: {err}", file=sys.stderr, flush=True)
         return INVALID_CONFIG_EXIT
+    except Exception as err:
+        from trainer.dist import peer_lost
+        from trainer.loop import RETRYABLE_EXIT
+
+        if not peer_lost(err):
+            raise
+        reason = str(err).splitlines()[0][:200]
+        print(
+            f"trainer: lost a peer rank ({type(err).__name__}: {reason}); exiting {RETRYABLE_EXIT} so the "
+            "job restarts from its last checkpoint",
+            file=sys.stderr,
+            flush=True,
+        )
+        return RETRYABLE_EXIT
 
 
 if __name__ == "__main__":

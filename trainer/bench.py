@@ -14,6 +14,7 @@ import contextlib
 import io
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -131,53 +132,54 @@ def _spread(values: list[float]) -> str:
     return ", ".join(f"{v:,.0f}" for v in values)
 
 
-def _launch(out: Path, nproc: int) -> tuple[float, float]:
-    """(samples/s, seconds from process start to first step) of a subprocess run under trainer.launch."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "trainer.launch",
-        "--nproc-per-node",
-        str(nproc),
-        "-m",
-        "trainer",
-        "--train.max_steps",
-        str(STEPS),
-        "--train.log_every",
-        str(STEPS // 5),
-        "--train.eval_every",
-        "1000000",
-        "--checkpoint.every_steps",
-        "1000000",
-        "--checkpoint.resume",
-        "false",
-        "--train.device",
-        "cpu",
-        "--output.dir",
-        str(out),
-        "--checkpoint.dir",
-        str(out / "ckpt"),
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+def _launch(out: Path, nproc: int, steps: int = STEPS) -> tuple[float, float, float]:
+    """(samples/s, seconds from process start to first step, CPU seconds of all processes) of a run
+    under trainer.launch, the way a pod starts it."""
+    flags = {
+        "train.max_steps": steps,
+        "train.warmup_steps": min(JobConfig().train.warmup_steps, steps - 1),
+        "train.log_every": max(1, steps // 5),
+        "train.eval_every": 10**6,
+        "checkpoint.every_steps": 10**6,
+        "checkpoint.resume": "false",
+        "train.device": "cpu",
+        "output.dir": out,
+        "checkpoint.dir": out / "ckpt",
+    }
+    cmd = [sys.executable, "-m", "trainer.launch", "--nproc-per-node", str(nproc), "-m", "trainer"]
+    cmd += [arg for key, value in flags.items() for arg in (f"--{key}", str(value))]
+    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.time()
-    subprocess.run(cmd, env=env, check=True, capture_output=True)
+    subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, check=True, capture_output=True)
+    cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (cpu_after.ru_utime + cpu_after.ru_stime) - (cpu_before.ru_utime + cpu_before.ru_stime)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     first = next(r["time"] for r in rows if r["event"] == "first_step")
-    return _trainer_samples_per_s(out), first - started
+    return (_trainer_samples_per_s(out) if steps > 1 else 0.0), first - started, cpu
+
+
+def _samples_per_cpu_second(tmp: Path, nproc: int) -> float:
+    """Training samples per CPU-second: a 1-step run's CPU (imports, set-up) is subtracted. Unlike
+    samples/s it does not drop when other work on the machine takes a core away."""
+    _, _, cpu_full = _launch(tmp / f"cpu{nproc}", nproc)
+    _, _, cpu_setup = _launch(tmp / f"setup{nproc}", nproc, steps=1)
+    return (STEPS - 1) * JobConfig().train.batch_size * nproc / (cpu_full - cpu_setup)
 
 
 def scaling() -> list[tuple[str, str, str]]:
     one, two, start1, start2 = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(2):
-            s, t = _launch(Path(tmp) / f"one{i}", 1)
+            s, t, _ = _launch(Path(tmp) / f"one{i}", 1)
             one.append(s)
             start1.append(t)
-            s, t = _launch(Path(tmp) / f"two{i}", 2)
+            s, t, _ = _launch(Path(tmp) / f"two{i}", 2)
             two.append(s)
             start2.append(t)
+        per_cpu = {n: _samples_per_cpu_second(Path(tmp), n) for n in (1, 2)}
     speedup = max(two) / max(one)
     load = os.getloadavg()[0]  # 2 processes cannot reach 2x while other work holds a core
+    efficiency = per_cpu[2] / per_cpu[1]
     return [
         ("torchrun 1 process, 1 thread", f"{max(one):,.0f} samples/s", f"best of 2: {_spread(one)}"),
         ("torchrun 2 processes, 1 thread each", f"{max(two):,.0f} samples/s", f"best of 2: {_spread(two)}"),
@@ -186,6 +188,11 @@ def scaling() -> list[tuple[str, str, str]]:
             f"{speedup:.2f}x",
             f"target >= 1.8x ({'met' if speedup >= 1.8 else 'NOT met'}; 1-min load average {load:.1f} "
             f"on {os.cpu_count()} CPUs)",
+        ),
+        (
+            "samples per CPU-second, 1 / 2 processes",
+            f"{per_cpu[1]:,.0f} / {per_cpu[2]:,.0f}",
+            f"2-process CPU efficiency {efficiency:.2f}: {2 * efficiency:.2f}x expected on 2 free cores",
         ),
         ("start to first step, 1 process", f"{min(start1):.1f} s", "process spawn -> first optimizer step"),
         ("start to first step, 2 processes", f"{min(start2):.1f} s", "includes torchrun rendezvous"),

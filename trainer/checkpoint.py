@@ -109,7 +109,20 @@ class CheckpointManager:
         except Exception as err:
             log.warning("cannot read %s/%s: %s", self.storage.uri, POINTER, err)
             return None
-        return raw.decode().strip() if raw else None
+        if not raw:
+            return None
+        name = raw.decode("utf-8", errors="replace").strip()
+        if _step_of(name) is None:  # a damaged pointer must not hide the checkpoints themselves
+            log.error(
+                "ignoring %s/%s: unreadable pointer %r, expected a name like %s; "
+                "using the newest complete checkpoint instead",
+                self.storage.uri,
+                POINTER,
+                raw[:40],
+                checkpoint_name(100),
+            )
+            return None
+        return name
 
     def _prune(self, newest: int) -> None:
         """Keep the newest `keep` complete checkpoints; drop older ones and stale incomplete leftovers."""

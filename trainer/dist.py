@@ -110,6 +110,20 @@ def barrier(env: DistEnv) -> None:
         dist.barrier()
 
 
+# What a surviving rank sees when a peer process or its node is gone (Spot reclaim of another pod):
+# NCCL raises DistBackendError (unless its watchdog aborts the process first, which the launcher reports
+# as 128 + SIGABRT, retryable as well); gloo raises a plain RuntimeError from its TCP transport.
+_PEER_LOST_MESSAGES = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")
+
+
+def peer_lost(err: BaseException) -> bool:
+    """Whether `err` means another rank went away, so a gang restart from the last checkpoint is the cure
+    (a retryable exit), as opposed to a bug in this process (a permanent one)."""
+    if isinstance(err, dist.DistError):
+        return True
+    return isinstance(err, RuntimeError) and any(m in str(err) for m in _PEER_LOST_MESSAGES)
+
+
 class StopFlag:
     """SIGTERM (Spot reclaim, pod eviction, torchrun forwarding) asks for a checkpoint and a clean exit.
 

@@ -166,19 +166,29 @@ class S3Storage(Storage):
 
     def list_dirs(self) -> list[str]:
         base = f"{self.prefix}/" if self.prefix else ""
-        names = []
-        for page in self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=base, Delimiter="/"
-        ):
-            names += [p["Prefix"][len(base) :].rstrip("/") for p in page.get("CommonPrefixes", [])]
-        return sorted(names)
+
+        def listing() -> list[str]:
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=base, Delimiter="/"
+            )
+            return [
+                p["Prefix"][len(base) :].rstrip("/") for page in pages for p in page.get("CommonPrefixes", [])
+            ]
+
+        return sorted(self._retry(f"list s3://{self.bucket}/{base}", listing))
 
     def delete_dir(self, name: str) -> None:
         base = self._key(name) + "/"
-        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=base):
-            objects = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-            if objects:
-                self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": objects})
+
+        def delete() -> None:
+            for page in self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=base
+            ):
+                objects = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+                if objects:
+                    self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": objects})
+
+        self._retry(f"delete s3://{self.bucket}/{base}", delete)
 
 
 def _is_not_found(err: BaseException) -> bool:

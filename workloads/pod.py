@@ -21,6 +21,9 @@ RUN_AS = 1000  # the images' non-root user (docker/*/Dockerfile)
 # The Spot interruption notice comes 2 minutes before the instance is reclaimed; the kubelet must not
 # SIGKILL the trainer before its SIGTERM checkpoint is written.
 TERMINATION_GRACE_SECONDS = 180
+# torchrun forwards SIGTERM to its workers, then SIGKILLs them after --shutdown-timeout (default 30 s,
+# too short for a checkpoint upload); it must still end before the kubelet's own SIGKILL.
+LAUNCHER_SHUTDOWN_SECONDS = TERMINATION_GRACE_SECONDS - 20
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 # /dev/kfd and /dev/dri belong to these groups on the ROCm hosts (video, render on Ubuntu-based AMIs):
 # a non-root process needs them to open the GPU. Check `getent group video render` on a custom AMI.
@@ -76,6 +79,7 @@ def command(spec: TrainingJobSpec) -> list[str]:
     if spec.max_nodes == 1:
         launcher.append("--standalone")
     launcher.append(f"--nproc_per_node={spec.processes_per_node}")
+    launcher.append(f"--shutdown-timeout={LAUNCHER_SHUTDOWN_SECONDS}")
     if program.delivery == "image":
         target = ["-m", program.module]
     elif program.delivery == "configmap":

@@ -1,12 +1,11 @@
-"""Fixtures of the trainer tests (helpers live in runs.py)."""
+"""Fixtures of the trainer tests (helpers live in trainer_runs.py)."""
 
 from __future__ import annotations
 
 import boto3
 import pytest
 from moto import mock_aws
-
-from tests.trainer.runs import launch
+from trainer_runs import launch
 
 
 @pytest.fixture

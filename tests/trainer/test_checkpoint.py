@@ -5,8 +5,8 @@ import os
 import pytest
 import torch
 from botocore.exceptions import EndpointConnectionError
+from trainer_runs import FlakyS3
 
-from tests.trainer.runs import FlakyS3
 from trainer.checkpoint import CheckpointManager, checkpoint_name
 from trainer.storage import LocalStorage, S3Storage
 
@@ -141,3 +141,12 @@ def test_s3_manifest_failure_leaves_the_payload_incomplete(s3, tmp_path):
     assert _s3_manager(half, tmp_path, retries=1).save(6, _state(6)) is False
     assert s3.get_object(Bucket="mlops", Key="runs/zimdb/latest")["Body"].read() == b"step-000000005"
     assert _s3_manager(s3, tmp_path).load_latest()[0] == checkpoint_name(5)
+
+
+def test_garbage_latest_pointer_is_ignored_and_the_newest_complete_checkpoint_used(local, caplog):
+    local.save(10, _state(10))
+    local.save(20, _state(20))
+    (local.storage.root / "latest").write_bytes(b"\xff\xfe\x00garbage")
+    with caplog.at_level(logging.ERROR, logger="trainer"):
+        assert local.load_latest()[0] == checkpoint_name(20)
+    assert "unreadable pointer" in caplog.text

@@ -3,11 +3,21 @@
 import json
 import os
 import signal
+import socket
+import subprocess
+import time
 from pathlib import Path
 
 import torch
+from trainer_runs import (
+    assert_same_weights,
+    launch,
+    launch_cmd,
+    metrics,
+    run_env,
+    start_and_wait_for_step,
+)
 
-from tests.trainer.runs import assert_same_weights, launch, metrics, start_and_wait_for_step
 from trainer.launch import exit_code
 
 
@@ -65,6 +75,45 @@ def test_sigterm_to_one_rank_stops_every_rank_at_the_same_step_with_143(tmp_path
     saved = metrics(out, "checkpoint")
     assert len(saved) == 1 and saved[0]["step"] < 300
     assert "failed first with exit code 143; exit 143" in log
+
+
+def test_losing_a_peer_node_exits_143_on_the_surviving_node(tmp_path):
+    """Two launchers, one process each, as two pods of a multi-node job: kill node 1's worker the way a
+    Spot reclaim would, and node 0 must exit retryably (not 1, which ExitCode policies never retry)."""
+    port = str(_free_port())
+    nodes = []
+    for rank in (0, 1):
+        out = tmp_path / f"node{rank}"
+        cmd = launch_cmd(out, nproc=1)
+        where = cmd.index("--nproc-per-node")
+        cmd[where:where] = [
+            "--nnodes=2",
+            f"--node-rank={rank}",
+            "--master-addr=127.0.0.1",
+            f"--master-port={port}",
+        ]
+        nodes.append(
+            subprocess.Popen(
+                cmd, cwd=tmp_path, env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
+    out0 = tmp_path / "node0"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not ((out0 / "metrics.jsonl").exists() and metrics(out0, "train")):
+        time.sleep(0.05)
+    workers = _children(nodes[1].pid)
+    assert len(workers) == 1
+    os.kill(workers[0], signal.SIGKILL)
+    log = nodes[0].communicate(timeout=120)[0]
+    nodes[1].communicate(timeout=120)
+    assert nodes[0].returncode == 143, log
+    assert "lost a peer rank" in log
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def test_invalid_config_exits_2_through_torchrun(tmp_path):

@@ -6,8 +6,8 @@ import signal
 
 import pytest
 import torch
+from trainer_runs import FlakyS3, assert_same_weights, trainer_args
 
-from tests.trainer.runs import FlakyS3, assert_same_weights, trainer_args
 from trainer.config import from_args
 from trainer.loop import run
 

@@ -140,6 +140,7 @@ def test_seed_shape_single_node_four_t4_runs_standalone_torchrun_through_the_tra
         "trainer.launch",  # torchrun that passes the trainer's exit codes (2, 143) on to the pod
         "--standalone",
         "--nproc_per_node=4",
+        "--shutdown-timeout=160",  # workers get 160 s for their SIGTERM checkpoint, inside the 180 s grace
         "-m",
         "trainer",
         "--config",
@@ -166,10 +167,11 @@ def test_seed_shape_configmap_mounted_script():
     )
     assert "def main(" in program["data"]["gpu_check.py"]
     trainer = by_kind(objects, "TrainJob")["spec"]["trainer"]
-    assert trainer["command"][:4] == [
+    assert trainer["command"][:5] == [
         "torchrun",
         "--standalone",
         "--nproc_per_node=4",
+        "--shutdown-timeout=160",
         "/opt/program/gpu_check.py",
     ]
     mounts = pod_spec(objects)["containers"][0]["volumeMounts"]

@@ -95,6 +95,13 @@ def _check_platform_features(spec: TrainingJobSpec, platform: PlatformFacts) -> 
             f"{_key('queue')}: {spec.queue!r} is not a ClusterQueue of {platform.cluster_name}; "
             f"allowed: {', '.join(platform.kueue_queues) or 'none'}"
         )
+    if platform.gang_scheduler == "kueue" and spec.operator != "trainjob":
+        # Kueue 0.19's default integrations (what infra installs) cover TrainJob/JobSet, not PyTorchJob:
+        # the queue label would be ignored and the job would run unqueued.
+        raise SpecError(
+            f"{_key('queue')}: {spec.queue!r}: Kueue on {platform.cluster_name} admits TrainJobs only; "
+            "allowed with operator: trainjob"
+        )
     if platform.gang_scheduler == "volcano" and spec.operator != "pytorchjob":
         raise SpecError(
             f"{_key('queue')}: Volcano queues are set through PyTorchJob's schedulingPolicy; "

@@ -109,6 +109,14 @@ def test_queue_without_a_gang_scheduler_and_unknown_kueue_queue(dev_platform, pr
     assert _error(a100, prod_platform).endswith("allowed: research, production")
 
 
+def test_kueue_queue_with_a_pytorchjob_is_refused_rather_than_ignored(prod_platform):
+    spec = {**BASE, "accelerator": "a100", "gpusPerNode": 8, "queue": "research", "operator": "pytorchjob"}
+    assert _error(spec, prod_platform) == (
+        "mlops-eks:job.queue: 'research': Kueue on mlops-eks-prod admits TrainJobs only; "
+        "allowed with operator: trainjob"
+    )
+
+
 def test_operator_not_installed_on_the_platform(dev_platform):
     platform = dev_platform.model_copy(update={"training_operators": {"trainjob": True, "pytorchjob": False}})
     msg = _error({**BASE, "operator": "pytorchjob"}, platform)

@@ -77,7 +77,7 @@ def install_addons(
                 subnet_tags={"karpenter.sh/discovery": platform.cluster_name},
                 security_group_id=platform.cluster.info.vpc_config.cluster_security_group_id,
                 service_monitor=observability is not None,
-                tags={"mlops-eks:stack": platform.stack, "managed-by": "pulumi", **platform.config.tags},
+                tags=platform.tags,
                 depends_on=[*cluster_ready, *([monitors_after] if monitors_after else [])],
             ),
         )

@@ -37,6 +37,8 @@ class Platform:
     gpu_pools: dict[str, NodePool]
     managed_addons: ManagedAddons
     storage: Storage
+    # Tags on every AWS resource of the stack (and on the EC2 instances Karpenter launches).
+    tags: dict[str, str] = field(default_factory=dict)
     exports: dict[str, object] = field(default_factory=dict)
 
     @property
@@ -153,6 +155,7 @@ def build(config: PlatformConfig, stack: str) -> Platform:
         gpu_pools=gpu_pools,
         managed_addons=managed_addons,
         storage=storage,
+        tags=tags,
     )
 
 

@@ -2,7 +2,8 @@
 
 Order (each a dependency, so `pulumi destroy` runs it backwards): managed node groups and EKS add-ons ->
 kube-prometheus-stack (its CRDs back every ServiceMonitor) -> GPU software, metrics-server, Karpenter,
-Kubecost, training operators. Karpenter's NodePools go before its controller on destroy.
+Kubecost, training operators, and Kueue last (after every release that creates Deployments: its webhooks
+cannot refuse them on first install). Karpenter's NodePools go before its controller on destroy.
 """
 
 from __future__ import annotations
@@ -12,18 +13,26 @@ from typing import TYPE_CHECKING, Any
 import pulumi
 
 from infra.addons_config import AddonsConfig
+from infra.cost import NAMESPACE as KUBECOST_NAMESPACE
 from infra.cost import Kubecost, KubecostArgs
-from infra.gpu import GpuSoftware, GpuSoftwareArgs
+from infra.gpu import NAMESPACE as GPU_NAMESPACE
+from infra.gpu import GpuSoftware, GpuSoftwareArgs, device_plugins
+from infra.karpenter import NAMESPACE as KARPENTER_NAMESPACE
 from infra.karpenter import Karpenter, KarpenterArgs
+from infra.observability import NAMESPACE as MONITORING_NAMESPACE
 from infra.observability import MetricsServer, MetricsServerArgs, Observability, ObservabilityArgs
-from infra.training import Training, TrainingArgs
+from infra.training import Training, TrainingArgs, queue_quotas
 
 if TYPE_CHECKING:
     from infra.program import Platform
 
 
 def install_addons(
-    platform: Platform, config: AddonsConfig, grafana_admin_password: pulumi.Input[str] | None
+    platform: Platform,
+    config: AddonsConfig,
+    grafana_admin_password: pulumi.Input[str] | None,
+    *,
+    alert_receiver_secret: pulumi.Input[str] | None = None,
 ) -> dict[str, Any]:
     """Register every enabled add-on; returns the add-on exports (see the platform exports contract)."""
     provider = platform.k8s_provider
@@ -43,12 +52,14 @@ def install_addons(
                 k8s_provider=provider,
                 storage_class=storage_class,
                 grafana_admin_password=grafana_admin_password,
+                alert_receiver_secret=alert_receiver_secret,
                 depends_on=cluster_ready,
             ),
         )
     monitors_after = observability.release if observability else None
 
-    GpuSoftware(
+    releases: list[pulumi.Resource] = [observability.release] if observability else []
+    gpu = GpuSoftware(
         "gpu",
         GpuSoftwareArgs(
             config=config.gpu,
@@ -57,19 +68,23 @@ def install_addons(
             depends_on=cluster_ready,
         ),
     )
+    releases += gpu.releases.values()
     if config.metrics_server.enabled:
-        MetricsServer(
+        metrics_server = MetricsServer(
             "metrics-server",
             MetricsServerArgs(
                 k8s_provider=provider, service_monitor_after=monitors_after, depends_on=cluster_ready
             ),
         )
+        releases.append(metrics_server.release)
     if config.karpenter.enabled:
-        Karpenter(
+        karpenter = Karpenter(
             "karpenter",
             KarpenterArgs(
                 config=config.karpenter,
-                cluster_name=platform.cluster_name,
+                gpu_pools=platform.config.gpu_pools,
+                # An Output of the cluster: its access entry and pod identity association wait for it.
+                cluster_name=platform.cluster.name,
                 region=platform.region,
                 account_id=platform.account_id,
                 partition=platform.partition,
@@ -81,15 +96,18 @@ def install_addons(
                 depends_on=[*cluster_ready, *([monitors_after] if monitors_after else [])],
             ),
         )
+        releases.append(karpenter.release)
     if config.kubecost.enabled and observability is not None:
-        Kubecost(
+        kubecost = Kubecost(
             "kubecost",
             KubecostArgs(
                 cluster_name=platform.cluster_name,
+                prometheus_retention=config.observability.retention,
                 k8s_provider=provider,
                 depends_on=[*cluster_ready, observability.release],
             ),
         )
+        releases.append(kubecost.release)
     training = Training(
         "training",
         TrainingArgs(
@@ -97,6 +115,10 @@ def install_addons(
             k8s_provider=provider,
             service_monitor_after=monitors_after,
             depends_on=cluster_ready,
+            kueue_after=releases,
+            platform_namespaces=[
+                GPU_NAMESPACE, MONITORING_NAMESPACE, KUBECOST_NAMESPACE, KARPENTER_NAMESPACE
+            ],  # fmt: skip
         ),
     )
     return {
@@ -105,4 +127,7 @@ def install_addons(
         "training_runtimes": training.runtimes,
         "gang_scheduler": config.training.gang_scheduler,
         "kueue_queues": training.queues,
+        # The scheduling contract (infra.pools): what serves each extended resource, and queue quotas.
+        "device_plugins": [p.model_dump(mode="json") for p in device_plugins(config.gpu)],
+        "queue_quotas": [q.model_dump(mode="json") for q in queue_quotas(config.training)],
     }

@@ -13,16 +13,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from infra.accelerators import CATALOG, NodeImage
+from infra.accelerators import CATALOG
+from infra.pools import CapacityType
 
-# Karpenter's duration syntax (NodePool disruption.consolidateAfter): "30s", "10m", "1h30m" or "Never".
-_DURATION = re.compile(r"^(([0-9]+(s|m|h))+|Never)$")
 # Prometheus retention: a number and a unit.
 _RETENTION = re.compile(r"^[0-9]+(h|d|w|y)$")
+# cost-analyzer 2.8.7's prometheusRetentionCheck (templates/_helpers.tpl): retention >= 3 days, or >= 50
+# hours and above kubecostModel.etlHourlyStoreDurationHours (49).
+KUBECOST_MIN_RETENTION_HOURS = 50
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
-_AMI_ID = re.compile(r"^ami-[0-9a-f]{8}([0-9a-f]{9})?$")
 _AMI_ALIAS = re.compile(r"^al2023@(latest|v[0-9]{8})$")
-CapacityType = Literal["spot", "on-demand"]
 
 
 def _on_demand() -> list[CapacityType]:
@@ -52,55 +52,6 @@ def _names(kind: str, names: list[str]) -> None:
             raise AddonsInvalid(f"{kind}[{i}].name", name, "a name no other entry has")
 
 
-class KarpenterGpuPool(_Model):
-    """One Karpenter NodePool (and its EC2NodeClass) for accelerator `accelerator` of the catalog."""
-
-    name: str
-    accelerator: str
-    # Default: every instance type the catalog lists for the accelerator.
-    instance_types: list[str] | None = None
-    capacity_types: list[CapacityType] = Field(default_factory=_on_demand)
-    # The most GPUs this pool may run at once (NodePool spec.limits): the cost ceiling.
-    gpu_limit: int = Field(default=8, ge=1, le=1024)
-    # How long a GPU node must be empty before Karpenter removes it. Nodes with pods are never consolidated.
-    consolidate_after: str = "10m"
-    # Custom AMI for AMD pools (there is no EKS-optimized AMD AMI); must be unset for NVIDIA pools.
-    ami_id: str | None = None
-
-    @model_validator(mode="after")
-    def _check(self) -> KarpenterGpuPool:
-        if self.accelerator not in CATALOG:
-            raise AddonsInvalid("accelerator", self.accelerator, ", ".join(CATALOG), "unknown accelerator")
-        acc = CATALOG[self.accelerator]
-        known = [t.name for t in acc.instance_types]
-        if self.instance_types is not None and not self.instance_types:
-            raise AddonsInvalid("instanceTypes", [], f"one or more of {', '.join(known)}")
-        for i, t in enumerate(self.instance_types or []):
-            if t not in known:
-                raise AddonsInvalid(
-                    f"instanceTypes[{i}]", t, ", ".join(known), f"not a {acc.key} instance type"
-                )
-        if not self.capacity_types:
-            raise AddonsInvalid("capacityTypes", [], "one or both of spot, on-demand")
-        if not _DURATION.match(self.consolidate_after):
-            raise AddonsInvalid(
-                "consolidateAfter", self.consolidate_after, 'a duration like "10m", "1h" or "Never"'
-            )
-        custom = acc.node_image is NodeImage.CUSTOM
-        if custom and not (self.ami_id and _AMI_ID.match(self.ami_id)):
-            raise AddonsInvalid(
-                "amiId", self.ami_id, "an AMI id like ami-0123456789abcdef0 with the amdgpu driver",
-                f"{acc.key} has no EKS-optimized AMI (the al2023 alias would give it the NVIDIA one)",
-            )  # fmt: skip
-        if not custom and self.ami_id is not None:
-            raise AddonsInvalid("amiId", self.ami_id, "unset", f"{acc.key} nodes use karpenter.amiAlias")
-        return self
-
-    @property
-    def instance_type_names(self) -> list[str]:
-        return self.instance_types or [t.name for t in CATALOG[self.accelerator].instance_types]
-
-
 class KarpenterCpuPool(_Model):
     """The NodePool for pods that need no GPU (data preparation, notebooks' controllers, CI)."""
 
@@ -110,19 +61,23 @@ class KarpenterCpuPool(_Model):
 
 
 class KarpenterConfig(_Model):
+    """The Karpenter controller and its shared node settings. GPU NodePools come from the stack's
+    `gpuPools` (source karpenter); this holds what they and the CPU pool share."""
+
     enabled: bool = True
-    # Pin to a release (al2023@v20251023) in prod so AMI updates are deliberate (they drift every node).
-    ami_alias: str = "al2023@latest"
+    # The EKS-optimized AL2023 release of Karpenter's NVIDIA and CPU nodes. A changed alias drifts (and
+    # replaces) every such node, so it is pinned (al2023@vYYYYMMDD, see
+    # github.com/awslabs/amazon-eks-ami/releases) and bumped deliberately; "al2023@latest" is allowed in
+    # dev only, where following AWS's newest AMI is worth the node replacements.
+    ami_alias: str = "al2023@v20260818"
     # Root volume of Karpenter nodes: CUDA images are 10-20 GB compressed and unpack to several times that.
     root_volume_gib: int = Field(default=200, ge=50, le=16384)
-    gpu_pools: list[KarpenterGpuPool] = Field(default_factory=list)
     cpu_pool: KarpenterCpuPool = Field(default_factory=KarpenterCpuPool)
 
     @model_validator(mode="after")
     def _check(self) -> KarpenterConfig:
         if not _AMI_ALIAS.match(self.ami_alias):
             raise AddonsInvalid("amiAlias", self.ami_alias, '"al2023@latest" or "al2023@vYYYYMMDD"')
-        _names("gpuPools", [p.name for p in self.gpu_pools])
         return self
 
 
@@ -130,18 +85,28 @@ class GpuSoftwareConfig(_Model):
     nvidia_device_plugin: bool = True
     dcgm_exporter: bool = True
     amd_device_plugin: bool = False
+    # Makes vpc.amazonaws.com/efa allocatable on EFA-capable instance types (pools with efa: true).
+    efa_device_plugin: bool = False
 
 
 class ObservabilityConfig(_Model):
     enabled: bool = True
     retention: str = "15d"
     prometheus_storage_gib: int = Field(default=50, ge=10, le=16384)
+    # Where Alertmanager sends the platform's alerts and every critical one; its URL (webhook, Slack
+    # incoming webhook) or PagerDuty routing key is the secret config `alertReceiverSecret`.
+    alert_receiver: Literal["none", "webhook", "slack", "pagerduty"] = "none"
 
     @model_validator(mode="after")
     def _check(self) -> ObservabilityConfig:
         if not _RETENTION.match(self.retention):
             raise AddonsInvalid("retention", self.retention, 'a number and a unit h, d, w or y, e.g. "15d"')
         return self
+
+    @property
+    def retention_hours(self) -> int:
+        number, unit = int(self.retention[:-1]), self.retention[-1]
+        return number * {"h": 1, "d": 24, "w": 24 * 7, "y": 24 * 365}[unit]
 
 
 class Toggle(_Model):
@@ -156,6 +121,9 @@ class TeamQueue(_Model):
     memory_gib: int = Field(default=256, ge=1)
     # GPUs per accelerator key, e.g. {"t4": 8}.
     gpus: dict[str, int] = Field(default_factory=dict)
+    # vpc.amazonaws.com/efa interfaces (4 per p4d pod). Kueue refuses a workload requesting a resource
+    # its ClusterQueue does not cover ("resource ... unavailable in ClusterQueue").
+    efa_interfaces: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _check(self) -> TeamQueue:
@@ -198,10 +166,10 @@ class AddonsConfig(_Model):
                 "kubecost.enabled", True, "false when observability.enabled is false",
                 "Kubecost reads the platform's Prometheus",
             )  # fmt: skip
-        if self.karpenter.enabled:
-            for i, pool in enumerate(self.karpenter.gpu_pools):
-                plugin = f"{CATALOG[pool.accelerator].vendor}_device_plugin"
-                if not getattr(self.gpu, plugin):
-                    reason = f"karpenter.gpuPools[{i}] ({pool.accelerator}) needs it, or its GPUs never count"
-                    raise AddonsInvalid(f"gpu.{to_camel(plugin)}", False, "true", reason)
+        if self.kubecost.enabled and self.observability.retention_hours < KUBECOST_MIN_RETENTION_HOURS:
+            raise AddonsInvalid(
+                "observability.retention", self.observability.retention,
+                f'at least "{KUBECOST_MIN_RETENTION_HOURS}h" (or "3d") while kubecost.enabled',
+                "Kubecost's hourly ETL reads 49 hours back from Prometheus",
+            )  # fmt: skip
         return self

@@ -3,6 +3,9 @@
 Metrics: DCGM exporter (DCGM_FI_*, with the workload's pod/namespace labels), kube-state-metrics
 (extended resources appear as `nvidia_com_gpu` / `amd_com_gpu`) and Karpenter's controller metrics.
 A "training pod" is a pod that requests GPUs: no pod-label allowlist in kube-state-metrics is needed.
+
+Every rule here carries `platform: mlops-eks`; Alertmanager routes those and every critical alert (the
+chart's default rules included) to the configured receiver (`alertmanager_config`).
 """
 
 from __future__ import annotations
@@ -10,6 +13,15 @@ from __future__ import annotations
 from typing import Any
 
 GPU_RESOURCES = 'resource=~"nvidia_com_gpu|amd_com_gpu"'
+ROUTE_LABEL = ("platform", "mlops-eks")
+RECEIVER = "platform"
+# The receiver kinds `addons.observability.alertReceiver` offers -> Alertmanager's config block, whose
+# secret field is read from a file (Alertmanager >= 0.25; kube-prometheus-stack 88.5.3 runs 0.34).
+RECEIVER_KINDS = {
+    "webhook": ("webhook_configs", "url_file"),
+    "slack": ("slack_configs", "api_url_file"),
+    "pagerduty": ("pagerduty_configs", "routing_key_file"),
+}
 
 
 def _alert(name: str, expr: str, for_: str, severity: str, summary: str, description: str) -> dict[str, Any]:
@@ -17,7 +29,7 @@ def _alert(name: str, expr: str, for_: str, severity: str, summary: str, descrip
         "alert": name,
         "expr": expr,
         "for": for_,
-        "labels": {"severity": severity},
+        "labels": {"severity": severity, ROUTE_LABEL[0]: ROUTE_LABEL[1]},
         "annotations": {"summary": summary, "description": description},
     }
 
@@ -77,3 +89,19 @@ def prometheus_rules() -> dict[str, Any]:
         "mlops-eks-gpu": {"groups": [{"name": "gpu-nodes", "rules": gpu}]},
         "mlops-eks-training": {"groups": [{"name": "training-jobs", "rules": training}]},
     }
+
+
+def alertmanager_config(receiver: str, secret_file: str) -> dict[str, Any]:
+    """kube-prometheus-stack `alertmanager.config`. Helm merges it into the chart's default: `route`
+    key by key, while `routes` and `receivers` replace the chart's lists, so the chart's Watchdog route
+    (an always-firing heartbeat, meant for a dead man's switch) is kept here explicitly."""
+    routes: list[dict[str, Any]] = [{"receiver": "null", "matchers": ['alertname = "Watchdog"']}]
+    receivers: list[dict[str, Any]] = [{"name": "null"}]
+    if receiver != "none":
+        block, secret_field = RECEIVER_KINDS[receiver]
+        routes += [
+            {"receiver": RECEIVER, "matchers": [f'{ROUTE_LABEL[0]} = "{ROUTE_LABEL[1]}"']},
+            {"receiver": RECEIVER, "matchers": ['severity = "critical"']},
+        ]
+        receivers.append({"name": RECEIVER, block: [{secret_field: secret_file, "send_resolved": True}]})
+    return {"route": {"receiver": "null", "routes": routes}, "receivers": receivers}

@@ -45,13 +45,16 @@ CHARTS: MappingProxyType[str, Chart] = MappingProxyType(
         "amd-gpu": Chart(
             name="amd-gpu", version="0.21.0", repository="https://rocm.github.io/k8s-device-plugin/"
         ),
+        "aws-efa-k8s-device-plugin": Chart(
+            name="aws-efa-k8s-device-plugin", version="0.5.30", repository="https://aws.github.io/eks-charts"
+        ),
         "kube-prometheus-stack": Chart(
             name="kube-prometheus-stack",
             version="88.5.3",
             repository="https://prometheus-community.github.io/helm-charts",
         ),
         "cost-analyzer": Chart(
-            name="cost-analyzer", version="2.9.7", repository="https://kubecost.github.io/cost-analyzer/"
+            name="cost-analyzer", version="2.8.7", repository="https://kubecost.github.io/cost-analyzer/"
         ),
         "kubeflow-trainer": Chart(name="oci://ghcr.io/kubeflow/charts/kubeflow-trainer", version="2.3.0"),
         "kueue": Chart(name="oci://registry.k8s.io/kueue/charts/kueue", version="0.19.2"),

@@ -1,10 +1,19 @@
 """The EKS control plane (pulumi-eks `eks.Cluster`) and the managed add-ons that need running nodes.
 
-`Cluster` creates the KMS key for secrets envelope encryption, the node IAM role every node group
-(and Karpenter) shares, the cluster with API authentication and access entries, all five control
-plane log types, and the Kubernetes provider other components deploy through. `ManagedAddons`
-installs CoreDNS, the Pod Identity agent and the EBS CSI driver (with its own role) once the system
-nodes exist, then makes an encrypted gp3 StorageClass the default.
+`Cluster` creates the KMS key for secrets envelope encryption, the node IAM role the managed node
+groups share, the cluster with API authentication and access entries, all five control plane log
+types, and the Kubernetes provider other components deploy through. `ManagedAddons` installs CoreDNS,
+the Pod Identity agent and the EBS CSI driver (with its own role) once the system nodes exist, then
+makes an encrypted gp3 StorageClass the default.
+
+Node access under `authenticationMode: API`: EKS itself creates the EC2_LINUX access entry of a managed
+node group's role when it creates the group; Karpenter's node role gets its own (infra/karpenter.py).
+pulumi-eks refuses `instanceRoles` in this mode (nodejs/eks/cluster/authenticationMode.ts,
+`validateAuthenticationMode`); of the roles it takes, only the singular `instanceRole` of its default
+node group gets an EC2_LINUX access entry (nodejs/eks/cluster/cluster.ts, `createCore`).
+
+`Cluster.name` is an Output of the cluster resource: every AWS resource that names the cluster (access
+entries, pod identity associations, add-ons) takes it, so none is created before the cluster exists.
 """
 
 from __future__ import annotations
@@ -16,6 +25,8 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict
+
+from infra.cluster_rules import DEPLOY_FROM_VPC_TAG
 
 LOG_TYPES = ["api", "audit", "authenticator", "controllerManager", "scheduler"]
 # EKS's own default service CIDR, set explicitly because custom-AMI nodes are told it at bootstrap.
@@ -66,6 +77,8 @@ class ClusterArgs(ComponentArgs):
     public_subnet_ids: pulumi.Output[list[str]]
     endpoint_public_access: bool
     public_access_cidrs: list[str]
+    # Recorded on the cluster as a tag, so the policy pack sees why a private-only prod API is legal.
+    deploy_from_vpc: bool = False
     admin_principal_arns: list[str]
     tags: dict[str, str]
 
@@ -74,7 +87,6 @@ class Cluster(pulumi.ComponentResource):
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("mlops-eks:infra:Cluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        self.name = args.cluster_name
 
         key = aws.kms.Key(
             f"{name}-secrets",
@@ -113,8 +125,6 @@ class Cluster(pulumi.ComponentResource):
             public_subnet_ids=args.public_subnet_ids,
             node_associate_public_ip_address=False,
             skip_default_node_group=True,
-            # Registers an EC2_LINUX access entry for the shared node role.
-            instance_roles=[self.node_role],
             authentication_mode=eks.AuthenticationMode.API,
             access_entries={
                 f"admin-{i}": eks.AccessEntryArgs(
@@ -134,6 +144,7 @@ class Cluster(pulumi.ComponentResource):
             endpoint_public_access=args.endpoint_public_access,
             public_access_cidrs=args.public_access_cidrs or None,
             create_oidc_provider=True,
+            cluster_tags={DEPLOY_FROM_VPC_TAG: "true"} if args.deploy_from_vpc else None,
             kubernetes_service_ip_address_range=SERVICE_CIDR,
             # vpc-cni and kube-proxy come as EKS add-ons with the cluster; CoreDNS waits for nodes
             # (ManagedAddons), so EKS must not bootstrap its self-managed copies.
@@ -142,6 +153,9 @@ class Cluster(pulumi.ComponentResource):
             tags=args.tags,
             opts=child,
         )
+        # The name as an Output that resolves once the cluster exists (the component's registration
+        # returns after pulumi-eks created it), carrying the dependency to whatever takes it as input.
+        self.name: pulumi.Output[str] = self.eks.urn.apply(lambda _: args.cluster_name)
         self.kubeconfig_json = self.eks.kubeconfig_json
         self.oidc_provider_arn = self.eks.oidc_provider_arn
         self.oidc_provider_url = self.eks.oidc_provider_url
@@ -160,7 +174,8 @@ class Cluster(pulumi.ComponentResource):
 
 
 class ManagedAddonsArgs(ComponentArgs):
-    cluster_name: str
+    # Cluster.name: an Output of the cluster, so the add-ons and their associations wait for it.
+    cluster_name: pulumi.Output[str]
     partition: str
     k8s_provider: k8s.Provider
     # The add-ons' pods need schedulable nodes before EKS reports them ACTIVE.
@@ -191,10 +206,10 @@ class ManagedAddons(pulumi.ComponentResource):
         # account of this cluster (Pod Identity association below, session tags in the trust policy).
         ebs_role = aws.iam.Role(
             f"{name}-ebs-csi",
-            assume_role_policy=pod_identity_trust_policy(
-                args.cluster_name, "kube-system", EBS_CSI_SERVICE_ACCOUNT
+            assume_role_policy=args.cluster_name.apply(
+                lambda cluster: pod_identity_trust_policy(cluster, "kube-system", EBS_CSI_SERVICE_ACCOUNT)
             ),
-            description=f"EBS CSI controller of {args.cluster_name}",
+            description=args.cluster_name.apply(lambda cluster: f"EBS CSI controller of {cluster}"),
             tags=args.tags,
             opts=pulumi.ResourceOptions(parent=self),
         )

@@ -20,18 +20,26 @@ from pydantic.alias_generators import to_camel
 
 from infra.accelerators import CATALOG, SYSTEM_INSTANCE_USD_PER_HOUR, Accelerator, NodeImage
 from infra.addons_config import AddonsConfig, AddonsInvalid
+from infra.cluster_rules import (
+    DEFAULT_KUBERNETES_VERSION,
+    EKS_STANDARD_SUPPORT_END,
+    PRIVATE_ONLY_REASON,
+    creator_conflicts,
+    is_access_entry_principal,
+    public_cidr_problem,
+)
+from infra.pools import EKS_CAPACITY_TYPE, CapacityType, Source
 
 PROJECT = "mlops-eks"
 REGION_KEY = "aws:region"
-MIN_KUBERNETES_MINOR = 33
 # Keys of workload stacks (same project, other program): declared in Pulumi.yaml, never read here.
 WORKLOAD_KEYS = frozenset({"platformStack", "job"})
 
 _REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d+$")
 _AMI_ID = re.compile(r"^ami-[0-9a-f]{8}([0-9a-f]{9})?$")
 _POOL_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
-_PRINCIPAL_ARN = re.compile(r"^arn:aws[a-z-]*:(iam|sts)::\d{12}:(role|user|assumed-role)/[\w+=,.@/-]+$")
-_KUBERNETES_VERSION = re.compile(r"^1\.(\d+)$")
+# Karpenter's duration syntax (NodePool disruption.consolidateAfter): "30s", "10m", "1h30m" or "Never".
+_DURATION = re.compile(r"^(([0-9]+(s|m|h))+|Never)$")
 
 
 class ConfigError(Exception):
@@ -72,7 +80,8 @@ class SystemNodesConfig(_Model):
     min_size: int = 2
     max_size: int = 3
     desired_size: int | None = None
-    capacity_type: Literal["ON_DEMAND", "SPOT"] = "ON_DEMAND"
+    # Karpenter's spelling, as for GPU pools; mapped to EKS's ON_DEMAND / SPOT.
+    capacity_type: CapacityType = "on-demand"
     disk_size_gib: int = Field(default=50, ge=20, le=16384)
 
     @model_validator(mode="after")
@@ -92,19 +101,35 @@ class SystemNodesConfig(_Model):
     def desired(self) -> int:
         return self.min_size if self.desired_size is None else self.desired_size
 
+    @property
+    def eks_capacity_type(self) -> str:
+        return EKS_CAPACITY_TYPE[self.capacity_type]
+
 
 class GpuPoolConfig(_Model):
-    """One managed GPU node group, built from the accelerator catalog entry `accelerator`."""
+    """One GPU node source, built from the accelerator catalog entry `accelerator`.
+
+    `source: karpenter` (the default) is elastic: a Karpenter NodePool that launches nodes when a job's
+    pods are pending and removes them when empty, up to `gpuLimit` GPUs. `source: managed` is an EKS
+    managed node group of exactly `size` nodes for reserved capacity (an ODCR or a Savings Plan): nothing
+    scales managed groups, so it runs `size` nodes whether jobs run or not.
+    """
 
     name: str
     accelerator: str
-    # Default: the catalog's first (smallest) instance type of the accelerator.
+    source: Source = "karpenter"
+    # Default: the catalog's first (smallest) instance type of the accelerator. One GPU count per pool.
     instance_types: list[str] | None = None
-    min_size: int = Field(default=0, ge=0)
-    max_size: int = 2
-    desired_size: int | None = None
-    capacity_type: Literal["ON_DEMAND", "SPOT"] = "ON_DEMAND"
-    disk_size_gib: int = Field(default=200, ge=20, le=16384)
+    # Karpenter's spelling; a managed group takes exactly one (EKS maps it to SPOT / ON_DEMAND).
+    capacity_types: list[CapacityType] = Field(default_factory=lambda: ["on-demand"])
+    # karpenter: the most GPUs the pool runs at once (NodePool spec.limits), the cost ceiling.
+    gpu_limit: int | None = None
+    # karpenter: how long a GPU node must be empty before it is removed.
+    consolidate_after: str = "10m"
+    # managed: the fixed number of nodes.
+    size: int | None = None
+    # managed: the root volume (Karpenter nodes use addons.karpenter.rootVolumeGib).
+    disk_size_gib: int | None = Field(default=None, ge=20, le=16384)
     ami_id: str | None = None
     efa: bool = False
 
@@ -131,7 +156,6 @@ class GpuPoolConfig(_Model):
                 "instance types with the same GPU count",
                 reason="a pool's GPUs per node must be one number (jobs are sized by it)",
             )
-        _check_sizes(self.min_size, self.max_size, self.desired_size)
         if acc.node_image is NodeImage.CUSTOM and not (self.ami_id and _AMI_ID.match(self.ami_id)):
             raise _Invalid(
                 "amiId",
@@ -149,7 +173,43 @@ class GpuPoolConfig(_Model):
         if self.efa and any(acc.instance(t).efa_interfaces == 0 for t in self.instance_type_names):
             efa_types = ", ".join(t.name for t in acc.instance_types if t.efa_interfaces) or "none"
             raise _Invalid("efa", self.efa, f"false, or instance types with EFA: {efa_types}")
+        self._check_source()
         return self
+
+    def _check_source(self) -> None:
+        if not self.capacity_types or len(set(self.capacity_types)) != len(self.capacity_types):
+            raise _Invalid("capacityTypes", self.capacity_types, "one or both of spot, on-demand, once each")
+        if self.source == "karpenter":
+            if self.size is not None:
+                raise _Invalid("size", self.size, "unset for source karpenter (use gpuLimit)")
+            if self.disk_size_gib is not None:
+                allowed = "unset for source karpenter (it uses addons.karpenter.rootVolumeGib)"
+                raise _Invalid("diskSizeGib", self.disk_size_gib, allowed)
+            if self.gpu_limit is None or not 1 <= self.gpu_limit <= 1024:
+                raise _Invalid("gpuLimit", self.gpu_limit, "1-1024 GPUs (the pool's cost ceiling)")
+            if self.gpu_limit < self.gpus_per_node:
+                raise _Invalid(
+                    "gpuLimit",
+                    self.gpu_limit,
+                    f">= {self.gpus_per_node} (the GPUs of one {self.instance_type_names[0]})",
+                    reason="a limit below one node's GPUs lets Karpenter launch no node at all",
+                )
+            if not _DURATION.match(self.consolidate_after):
+                raise _Invalid(
+                    "consolidateAfter", self.consolidate_after, 'a duration like "10m", "1h" or "Never"'
+                )
+            return
+        if self.gpu_limit is not None:
+            raise _Invalid("gpuLimit", self.gpu_limit, "unset for source managed (use size)")
+        if self.size is None or not 1 <= self.size <= 100:
+            raise _Invalid(
+                "size",
+                self.size,
+                "1-100 nodes",
+                reason="a managed pool is reserved capacity of fixed size (elastic pools: source karpenter)",
+            )
+        if len(self.capacity_types) != 1:
+            raise _Invalid("capacityTypes", self.capacity_types, "exactly one of spot, on-demand (managed)")
 
     @property
     def catalog_entry(self) -> Accelerator:
@@ -164,8 +224,21 @@ class GpuPoolConfig(_Model):
         return self.catalog_entry.instance(self.instance_type_names[0]).gpus
 
     @property
-    def desired(self) -> int:
-        return self.min_size if self.desired_size is None else self.desired_size
+    def efa_interfaces(self) -> int:
+        """EFA interfaces per node (the smallest count among the pool's instance types), 0 without EFA."""
+        if not self.efa:
+            return 0
+        return min(self.catalog_entry.instance(t).efa_interfaces for t in self.instance_type_names)
+
+    @property
+    def eks_capacity_type(self) -> str:
+        return EKS_CAPACITY_TYPE[self.capacity_types[0]]
+
+    @property
+    def max_nodes(self) -> int:
+        if self.source == "karpenter":
+            return (self.gpu_limit or 0) // self.gpus_per_node
+        return self.size or 0
 
 
 def _check_sizes(min_size: int, max_size: int, desired: int | None) -> None:
@@ -190,9 +263,13 @@ class PlatformConfig(_Model):
     private_subnet_cidrs: list[str] = Field(default_factory=list)
     public_subnet_cidrs: list[str] = Field(default_factory=list)
     nat_gateways: Literal["single", "per-az"] = "per-az"
-    kubernetes_version: str = "1.33"
+    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
+    # The private endpoint is always on. The public one, limited to publicAccessCidrs, is how a deployer
+    # outside the VPC reaches the API; private-only needs deployFromVpc (see check_deployable).
     endpoint_public_access: bool = False
     public_access_cidrs: list[str] = Field(default_factory=list)
+    # `pulumi up` runs inside the VPC (a CI runner or bastion there): a private-only endpoint is usable.
+    deploy_from_vpc: bool = False
     admin_principal_arns: list[str] = Field(default_factory=list)
     system_nodes: SystemNodesConfig = Field(default_factory=SystemNodesConfig)
     gpu_pools: list[GpuPoolConfig] = Field(default_factory=list)
@@ -205,6 +282,19 @@ class PlatformConfig(_Model):
     addons: AddonsConfig = Field(default_factory=AddonsConfig)
     # Secret config (`pulumi config set --secret grafanaAdminPassword ...`); unset: one is generated.
     grafana_admin_password: SecretStr | None = None
+    # Secret config: the URL (webhook, Slack) or routing key (PagerDuty) of addons.observability.alertReceiver.
+    alert_receiver_secret: SecretStr | None = None
+
+    @model_validator(mode="after")
+    def _check_alert_receiver(self) -> PlatformConfig:
+        receiver = self.addons.observability.alert_receiver
+        secret = self.alert_receiver_secret.get_secret_value() if self.alert_receiver_secret else ""
+        if receiver != "none" and not secret:
+            raise _Invalid(
+                "alertReceiverSecret", "", "the receiver's URL or routing key, set with `pulumi config set "
+                "--secret alertReceiverSecret ...`", f"addons.observability.alertReceiver is {receiver!r}",
+            )  # fmt: skip
+        return self
 
     @model_validator(mode="after")
     def _check(self) -> PlatformConfig:
@@ -224,28 +314,74 @@ class PlatformConfig(_Model):
                 raise _Invalid(
                     f"availabilityZones[{i}]", zone, f"a distinct AZ of {self.region}, e.g. {self.region}a"
                 )
-        version = _KUBERNETES_VERSION.match(self.kubernetes_version)
-        if not version or int(version.group(1)) < MIN_KUBERNETES_MINOR:
+        if self.kubernetes_version not in EKS_STANDARD_SUPPORT_END:
             raise _Invalid(
-                "kubernetesVersion", self.kubernetes_version, f'"1.{MIN_KUBERNETES_MINOR}" or newer'
+                "kubernetesVersion",
+                self.kubernetes_version,
+                ", ".join(f'"{v}"' for v in EKS_STANDARD_SUPPORT_END),
+                reason="the EKS versions the platform and its pinned add-ons are validated with",
             )
         self._check_network()
         self._check_endpoint()
         for i, arn in enumerate(self.admin_principal_arns):
-            if not _PRINCIPAL_ARN.match(arn):
-                raise _Invalid(f"adminPrincipalArns[{i}]", arn, "an IAM role or user ARN")
+            if not is_access_entry_principal(arn):
+                raise _Invalid(
+                    f"adminPrincipalArns[{i}]",
+                    arn,
+                    "an IAM role or user ARN (arn:aws:iam::<account>:role/<name>); for an assumed-role "
+                    "session (arn:aws:sts::...:assumed-role/<name>/<session>) give its role's ARN",
+                )
         names = [p.name for p in self.gpu_pools]
         for i, name in enumerate(names):
             if name in names[:i]:
                 raise _Invalid(f"gpuPools[{i}].name", name, "a name no other pool has")
-        if self.environment == "prod" and self.system_nodes.capacity_type != "ON_DEMAND":
+        if self.environment == "prod" and self.system_nodes.capacity_type != "on-demand":
             raise _Invalid(
                 "systemNodes.capacityType",
                 self.system_nodes.capacity_type,
-                "ON_DEMAND in prod",
+                "on-demand in prod",
                 reason="Spot interruptions would take CoreDNS and the controllers down",
             )
+        self._check_capacity()
         return self
+
+    def _check_capacity(self) -> None:
+        """What the GPU pools need from the add-ons: Karpenter for elastic pools, the vendor's device
+        plugin for every pool (or its GPUs are never allocatable), a pinned node image in prod."""
+        karpenter = self.addons.karpenter
+        for i, pool in enumerate(self.gpu_pools):
+            if pool.source == "karpenter" and not karpenter.enabled:
+                raise _Invalid(
+                    f"gpuPools[{i}].source",
+                    pool.source,
+                    "managed (with size), or addons.karpenter.enabled true",
+                    reason="Karpenter pools need the Karpenter add-on",
+                )
+            plugin = f"{pool.catalog_entry.vendor}_device_plugin"
+            if not getattr(self.addons.gpu, plugin):
+                raise _Invalid(
+                    f"addons.gpu.{to_camel(plugin)}",
+                    False,
+                    "true",
+                    reason=f"gpuPools[{i}] ({pool.accelerator}) needs it, or its GPUs never count",
+                )
+            if pool.efa and not self.addons.gpu.efa_device_plugin:
+                raise _Invalid(
+                    "addons.gpu.efaDevicePlugin",
+                    False,
+                    "true",
+                    reason=f"gpuPools[{i}] has efa: true; without the plugin vpc.amazonaws.com/efa is never "
+                    "allocatable",
+                )
+        uses_alias = any(p.source == "karpenter" and p.catalog_entry.node_image is not NodeImage.CUSTOM
+                         for p in self.gpu_pools) or (karpenter.enabled and karpenter.cpu_pool.enabled)
+        if self.environment == "prod" and uses_alias and karpenter.ami_alias.endswith("@latest"):
+            raise _Invalid(
+                "addons.karpenter.amiAlias",
+                karpenter.ami_alias,
+                'a pinned release such as "al2023@v20260818" in prod',
+                reason="@latest drifts every Karpenter node (training pods too) when AWS publishes an AMI",
+            )
 
     def _check_network(self) -> None:
         vpc = _cidr("vpcCidr", self.vpc_cidr)
@@ -282,13 +418,36 @@ class PlatformConfig(_Model):
                 "publicAccessCidrs", self.public_access_cidrs, "[] when endpointPublicAccess is false"
             )
         for i, value in enumerate(self.public_access_cidrs):
-            if _cidr(f"publicAccessCidrs[{i}]", value).prefixlen == 0 and self.environment == "prod":
+            _cidr(f"publicAccessCidrs[{i}]", value)
+            if problem := public_cidr_problem(value, self.environment):
                 raise _Invalid(
                     f"publicAccessCidrs[{i}]",
                     value,
-                    "specific CIDRs (e.g. your VPN's), or endpointPublicAccess false",
-                    reason="prod must not expose the Kubernetes API to the whole internet",
+                    "the deployer's own egress CIDRs (VPN or NAT, e.g. 198.51.100.7/32), never 0.0.0.0/0",
+                    reason=problem,
                 )
+
+    def check_deployable(self, caller_arn: str | None = None) -> None:
+        """Refuse a config `pulumi up` cannot carry out from where it runs: a private-only endpoint
+        with the deployer outside the VPC, or an admin entry for the deploying identity `caller_arn`
+        (EKS makes the creator cluster-admin already; a second access entry for it fails)."""
+        problems = []
+        if not self.endpoint_public_access and not self.deploy_from_vpc:
+            problems.append(
+                f"{PROJECT}:endpointPublicAccess: {PRIVATE_ONLY_REASON}; got endpointPublicAccess false "
+                "and deployFromVpc false; allowed: endpointPublicAccess true with publicAccessCidrs "
+                "(the deployer's egress CIDRs), or deployFromVpc true when pulumi runs inside the VPC"
+            )
+        for i in creator_conflicts(self.admin_principal_arns, caller_arn or ""):
+            problems.append(
+                f"{PROJECT}:adminPrincipalArns[{i}]: {self.admin_principal_arns[i]!r} is the identity "
+                f"running pulumi ({caller_arn}); EKS already gives the cluster creator cluster-admin "
+                "(pulumi-eks sets bootstrapClusterCreatorAdminPermissions: true), so a second access entry "
+                "for it fails with ResourceInUseException; allowed: remove it from adminPrincipalArns "
+                "(the creator stays admin) or deploy as another identity"
+            )
+        if problems:
+            raise ConfigError(problems)
 
     @property
     def private_subnets(self) -> list[str]:

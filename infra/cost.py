@@ -1,13 +1,29 @@
 """Kubecost: cost per namespace, job and GPU, from the platform's own Prometheus.
 
-Why the 2.9.7 `cost-analyzer` line and not 3.2.1 `kubecost`: 2.x reads an existing Prometheus
-(`global.prometheus.enabled: false` + `fqdn`), so Kubecost reuses the kube-prometheus-stack that already
-scrapes DCGM, kube-state-metrics and cAdvisor. 3.x brings its own collector and storage: a second metrics
-pipeline, a second set of volumes and a second place where GPU metrics must be scraped, for no feature a
-single-cluster training platform needs. GPU cost allocation needs `nvidia.com/gpu` requests (the device
-plugin) and DCGM utilisation, both present here. Kubecost's own metrics and recording rules reach
-Prometheus through its ServiceMonitor and PrometheusRule, which our Prometheus selects (it selects all).
-Revisit when 2.x support ends: 3.x is the migration path (the finops agent that prepares it is off here).
+Why the 2.8.7 `cost-analyzer` chart, and not 2.9.x or Kubecost 3 (`kubecost` 3.2.1):
+- 2.8 reads an existing Prometheus (`global.prometheus.enabled: false` + `fqdn`), so Kubecost reuses the
+  kube-prometheus-stack that already scrapes DCGM, kube-state-metrics and cAdvisor: one metrics pipeline,
+  one set of volumes, one place where GPU metrics are scraped.
+- 2.9.x is a bridge to Kubecost 3: its templates `fail` unless the finops agent is on and federated
+  storage is configured (cost-analyzer-deployment-template.yaml, _helpers.tpl at 2.9.7), so "2.x with our
+  Prometheus" is not what 2.9 installs.
+- 3.x collects with its own agent into object storage: a second pipeline, an S3 prefix and a Pod Identity
+  role for a single-cluster platform that needs none of its multi-cluster features.
+Revisit when 2.8 leaves support: 3.x with storage in the platform bucket is the migration path.
+
+What the chart needs to work on our Prometheus (read from its templates at 2.8.7):
+- `prometheus.server.global.external_labels.cluster_id` becomes the cost model's CLUSTER_ID (the bundled
+  server is not deployed: every template under templates/prometheus/ is gated on
+  `global.prometheus.enabled`).
+- `prometheus.server.retention` carries *our* Prometheus's retention: the chart's own
+  prometheusRetentionCheck then refuses a retention shorter than the cost model's hourly ETL window.
+- Kubecost's metrics (node_gpu_hourly_cost, container_gpu_allocation, ...) and recording rules reach our
+  Prometheus through the chart's ServiceMonitor and PrometheusRule, which it selects (it selects all).
+GPU cost allocation: the cost model counts a node's GPUs from its `nvidia.com/gpu` capacity (the NVIDIA
+device plugin) and prices them per instance type; per-container GPU utilisation comes from DCGM
+(DCGM_FI_DEV_GPU_UTIL with the workload's namespace/pod/container labels, which survive only because the
+DCGM ServiceMonitor honours the exporter's labels: infra/gpu.py). AMD GPUs (`amd.com/gpu`) are not priced
+by Kubecost 2.8; their nodes are costed as ordinary instances.
 """
 
 from __future__ import annotations
@@ -28,18 +44,23 @@ RELEASE = "kubecost"
 SERVICE = f"{RELEASE}-cost-analyzer"
 
 
-def cost_analyzer_values(*, cluster_name: str) -> dict[str, Any]:
+def cost_analyzer_values(*, cluster_name: str, prometheus_retention: str) -> dict[str, Any]:
     return {
         "global": {
-            "clusterId": cluster_name,
             "prometheus": {"enabled": False, "fqdn": PROMETHEUS_URL},
             # Our Grafana holds the dashboards; Kubecost's bundled one would be a second Grafana.
             "grafana": {"enabled": False, "proxy": False},
         },
+        "prometheus": {
+            "server": {
+                "retention": prometheus_retention,
+                "global": {"external_labels": {"cluster_id": cluster_name}},
+            }
+        },
         "serviceMonitor": {"enabled": True},
         "prometheusRule": {"enabled": True},
-        "finopsagent": {"enabled": False},
-        # On the cluster's default StorageClass (encrypted gp3).
+        # A plain PVC (not a StatefulSet claim) on the default StorageClass (encrypted gp3): Helm
+        # deletes it with the release.
         "persistentVolume": {"enabled": True, "size": "32Gi"},
     }
 
@@ -47,6 +68,8 @@ def cost_analyzer_values(*, cluster_name: str) -> dict[str, Any]:
 @dataclass(frozen=True, kw_only=True)
 class KubecostArgs:
     cluster_name: pulumi.Input[str]
+    # The platform Prometheus's retention (ObservabilityConfig.retention).
+    prometheus_retention: str
     k8s_provider: k8s.Provider
     # The observability release: Prometheus and its CRDs must exist first.
     depends_on: Sequence[pulumi.Resource] = ()
@@ -58,7 +81,9 @@ class Kubecost(pulumi.ComponentResource):
     def __init__(self, name: str, args: KubecostArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("mlops-eks:infra:Kubecost", name, None, opts)
         values = pulumi.Output.from_input(args.cluster_name).apply(
-            lambda cluster: cost_analyzer_values(cluster_name=cluster)
+            lambda cluster: cost_analyzer_values(
+                cluster_name=cluster, prometheus_retention=args.prometheus_retention
+            )
         )
         self.release = release(
             RELEASE,

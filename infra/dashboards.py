@@ -1,4 +1,5 @@
-"""Grafana dashboards as code: GPU health per node and per pod (DCGM metrics) and training jobs.
+"""Grafana dashboards as code: GPU health per node and per pod (DCGM metrics) and training jobs (DCGM plus
+the trainer's own loss, throughput and progress gauges).
 
 Jobs are identified by the `mlops-eks.io/job` pod label, which DCGM copies onto the metrics of the GPUs a
 pod holds (see gpu.POD_LABEL_ALLOWLIST) as `mlops_eks_io_job`.
@@ -109,6 +110,23 @@ def training_dashboard() -> dict[str, Any]:
     util, memory = per_job("avg", "DCGM_FI_DEV_GPU_UTIL"), per_job("sum", "DCGM_FI_DEV_FB_USED")
     # Tensor-core activity: the closest thing to throughput the GPU itself reports.
     tensor = per_job("avg", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")
+    # The trainer's own gauges (trainer/metrics.py, scraped by infra/training_metrics.py's PodMonitor).
+    # Every pod of a job reports the job-wide value, so pods are collapsed with max, not summed.
+    loss, lr = per_job("max", "trainer_loss"), per_job("max", "trainer_learning_rate")
+    samples = per_job("max", "trainer_samples_per_second")
+    tokens = per_job("max", "trainer_tokens_per_second")
+    progress = {legend: f"max by ({JOB_LABEL}) (trainer_step{{{job}}} / trainer_total_steps{{{job}}})"}
+    mfu = per_job("max", "trainer_mfu_ratio")
+    trainer_panels = [
+        _panel(7, "Training loss per job", loss, "none", (0, 22, 12, 8)),
+        _panel(8, "Validation accuracy per job", per_job("max", "trainer_val_accuracy"), "percentunit",
+               (12, 22, 12, 8)),
+        _panel(9, "Samples/s per job", samples, "none", (0, 30, 8, 8)),
+        _panel(10, "Tokens/s per job", tokens, "none", (8, 30, 8, 8)),
+        _panel(11, "MFU per job (GPUs with a known peak)", mfu, "percentunit", (16, 30, 8, 8)),
+        _panel(12, "Progress (step / total)", progress, "percentunit", (0, 38, 12, 6), kind="bargauge"),
+        _panel(13, "Learning rate per job", lr, "none", (12, 38, 12, 6)),
+    ]  # fmt: skip
     panels = [
         _panel(1, "Running training jobs", running, "none", (0, 0, 6, 6), kind="stat"),
         _panel(2, "GPUs in use per job", per_job("count", "DCGM_FI_DEV_GPU_UTIL"), "none", (6, 0, 18, 6)),
@@ -116,8 +134,11 @@ def training_dashboard() -> dict[str, Any]:
         _panel(4, "GPU utilisation per job", util, "percent", (12, 6, 12, 8)),
         _panel(5, "Tensor pipe active per job", tensor, "percentunit", (0, 14, 12, 8)),
         _panel(6, "GPU memory used per job", memory, "decmbytes", (12, 14, 12, 8)),
+        *trainer_panels,
     ]
-    variables = [_variable("job", "Job", f"label_values(DCGM_FI_DEV_GPU_UTIL, {JOB_LABEL})")]
+    # Jobs with GPUs (DCGM) and jobs that run the trainer (CPU jobs have no DCGM series).
+    jobs = '{__name__=~"DCGM_FI_DEV_GPU_UTIL|trainer_step"}'
+    variables = [_variable("job", "Job", f"label_values({jobs}, {JOB_LABEL})")]
     return _dashboard("mlops-eks-training", "Training jobs", panels, variables)
 
 

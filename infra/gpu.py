@@ -1,5 +1,6 @@
 """GPU software on the nodes: the NVIDIA device plugin (makes `nvidia.com/gpu` allocatable), DCGM exporter
-(GPU metrics for Prometheus and Kubecost) and the AMD device plugin (`amd.com/gpu`).
+(GPU metrics for Prometheus and Kubecost), the AMD device plugin (`amd.com/gpu`) and the EFA device plugin
+(`vpc.amazonaws.com/efa`: without it a pod requesting EFA never schedules).
 
 Each DaemonSet is scheduled by the labels every GPU node of its vendor carries (the catalog's
 `node_labels`, set by managed node groups and Karpenter NodePools alike) and tolerates the vendor's GPU
@@ -19,6 +20,7 @@ import pulumi_kubernetes as k8s
 from infra.accelerators import CATALOG, Vendor
 from infra.addons_config import GpuSoftwareConfig
 from infra.charts import release
+from infra.pools import EFA_RESOURCE, INSTANCE_TYPE_LABEL, DevicePlugin, Toleration
 
 NAMESPACE = "gpu-system"
 # Workload pod labels DCGM copies onto GPU metrics (set by the workload renderer on every training pod):
@@ -84,6 +86,46 @@ def amd_device_plugin_values() -> dict[str, Any]:
     }
 
 
+def efa_instance_types() -> list[str]:
+    """The catalog's instance types with EFA interfaces."""
+    return sorted({t.name for a in CATALOG.values() for t in a.instance_types if t.efa_interfaces})
+
+
+def efa_device_plugin_values() -> dict[str, Any]:
+    """The chart selects nodes by required affinity on `supportedInstanceLabels` (its daemonset template);
+    narrowed to the catalog's EFA types. EFA nodes here are GPU nodes: tolerate both GPU taints."""
+    return {
+        "supportedInstanceLabels": {"keys": [INSTANCE_TYPE_LABEL], "values": efa_instance_types()},
+        "tolerations": [vendor_toleration("nvidia"), vendor_toleration("amd")],
+    }
+
+
+def device_plugins(cfg: GpuSoftwareConfig) -> list[DevicePlugin]:
+    """Where each installed device plugin runs, from the values above (the scheduling contract)."""
+    plugins = []
+    if cfg.nvidia_device_plugin:
+        values = nvidia_device_plugin_values()
+        plugins.append(DevicePlugin(
+            name="nvidia-device-plugin", resource=CATALOG["t4"].resource_name,
+            node_selector=values["nodeSelector"], tolerations=values["tolerations"],
+        ))  # fmt: skip
+    if cfg.amd_device_plugin:
+        values = amd_device_plugin_values()
+        plugins.append(DevicePlugin(
+            name="amd-gpu", resource=CATALOG["amd-v520"].resource_name,
+            node_selector=values["node_selector"], tolerations=values["tolerations"],
+        ))  # fmt: skip
+    if cfg.efa_device_plugin:
+        values = efa_device_plugin_values()
+        plugins.append(DevicePlugin(
+            name="aws-efa-k8s-device-plugin", resource=EFA_RESOURCE,
+            node_affinity={INSTANCE_TYPE_LABEL: tuple(values["supportedInstanceLabels"]["values"])},
+            # The chart adds CriticalAddonsOnly before the configured tolerations.
+            tolerations=[Toleration(key="CriticalAddonsOnly", operator="Exists"), *values["tolerations"]],
+        ))  # fmt: skip
+    return plugins
+
+
 @dataclass(frozen=True, kw_only=True)
 class GpuSoftwareArgs:
     config: GpuSoftwareConfig
@@ -121,4 +163,9 @@ class GpuSoftware(pulumi.ComponentResource):
             self.releases["amd-gpu"] = release(
                 "amd-gpu", "amd-gpu", NAMESPACE, amd_device_plugin_values(), base
             )
+        if cfg.efa_device_plugin:
+            self.releases["aws-efa-k8s-device-plugin"] = release(
+                "aws-efa-k8s-device-plugin", "aws-efa-k8s-device-plugin", NAMESPACE,
+                efa_device_plugin_values(), base,
+            )  # fmt: skip
         self.register_outputs({"releases": list(self.releases)})

@@ -1,8 +1,8 @@
 """What a platform stack costs per hour with no job running, from the catalog's indicative prices.
 
-Idle means: the EKS control plane, the NAT gateways, the system nodes at their desired size and every
-GPU pool at its minimum size (0 by default, so GPUs cost nothing idle). GPU pools are priced on
-demand even when Spot: an upper bound. Data transfer, EBS, S3, CloudWatch logs and KMS are left out.
+Idle means: the EKS control plane, the NAT gateways, the system nodes at their desired size, every
+Karpenter GPU pool at zero nodes and every managed (reserved) GPU pool at its fixed size. GPU pools are
+priced on demand even when Spot: an upper bound. Data transfer, EBS, S3, CloudWatch logs and KMS are left out.
 """
 
 from __future__ import annotations
@@ -32,10 +32,12 @@ def idle_cost_lines(config: PlatformConfig) -> list[tuple[str, float]]:
     ]
     for pool in config.gpu_pools:
         instance = pool.catalog_entry.instance(pool.instance_type_names[0])
+        # Karpenter pools run no node without a job; a managed (reserved) pool always runs its size.
+        idle_nodes = pool.max_nodes if pool.source == "managed" else 0
         lines.append(
             (
-                f"GPU pool {pool.name} ({pool.min_size} x {instance.name})",
-                pool.min_size * instance.usd_per_hour,
+                f"GPU pool {pool.name} ({idle_nodes} x {instance.name})",
+                idle_nodes * instance.usd_per_hour,
             )
         )
     return lines

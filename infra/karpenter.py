@@ -25,6 +25,7 @@ from infra import karpenter_iam as iam
 from infra.accelerators import CATALOG
 from infra.addons_config import KarpenterConfig
 from infra.charts import release
+from infra.config import GpuPoolConfig
 from infra.karpenter_pools import (
     CPU_NODE_CLASS,
     NODE_CLASS_API,
@@ -44,6 +45,8 @@ SERVICE_ACCOUNT = "karpenter"
 @dataclass(frozen=True, kw_only=True)
 class KarpenterArgs:
     config: KarpenterConfig
+    # The stack's `gpuPools` with source karpenter: one NodePool each.
+    gpu_pools: Sequence[GpuPoolConfig] = ()
     cluster_name: pulumi.Input[str]
     region: str
     account_id: pulumi.Input[str]
@@ -225,15 +228,16 @@ class Karpenter(pulumi.ComponentResource):
                 spec=facts.apply(render),
             )
 
-        if any(CATALOG[p.accelerator].vendor == "nvidia" for p in cfg.gpu_pools):
+        gpu_pools = [p for p in args.gpu_pools if p.source == "karpenter"]
+        if any(CATALOG[p.accelerator].vendor == "nvidia" for p in gpu_pools):
             node_class(NVIDIA_NODE_CLASS)
-        for pool in cfg.gpu_pools:
+        for pool in gpu_pools:
             if CATALOG[pool.accelerator].vendor == "amd":
                 node_class(gpu_node_class_name(pool), pool.ami_id)
         if cfg.cpu_pool.enabled:
             node_class(CPU_NODE_CLASS)
 
-        pool_bodies = [gpu_node_pool(p) for p in cfg.gpu_pools]
+        pool_bodies = [gpu_node_pool(p) for p in gpu_pools]
         if cfg.cpu_pool.enabled:
             pool_bodies.append(cpu_node_pool(cfg.cpu_pool))
         for body in pool_bodies:

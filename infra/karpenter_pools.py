@@ -1,10 +1,14 @@
 """Karpenter EC2NodeClasses and NodePools rendered from the accelerator catalog and config: plain dicts,
 checked against Karpenter's 1.14 CRDs in tests.
 
-One EC2NodeClass per image family: `nvidia` (the AL2023 alias; Karpenter picks the NVIDIA variant of the
-AMI for GPU instance types), one per AMD pool (its custom AMI by id: the alias would hand g4ad the NVIDIA
-AMI) and `default` for CPU nodes. GPU NodePools carry exactly the catalog's labels and taint, so the device
-plugins and the workloads schedule the same way on Karpenter nodes as on managed node groups.
+One NodePool per `gpuPools` entry with source karpenter. One EC2NodeClass per image family: `nvidia` (the
+AL2023 alias; Karpenter picks the NVIDIA variant of the AMI for GPU instance types), one per AMD pool (its
+custom AMI by id: the alias would hand g4ad the NVIDIA AMI) and `default` for CPU nodes.
+EFA: Karpenter configures every interface of an instance as EFA when the pending pod requests
+`vpc.amazonaws.com/efa` (docs.aws.amazon.com/eks/latest/userguide/device-management-efa.html), so an EFA
+pool needs no network settings of its own, only the EFA device plugin on its nodes. GPU NodePools carry
+exactly the catalog's labels and taint, so the device plugins and the workloads schedule the same way on
+Karpenter nodes as on managed node groups.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from infra.accelerators import CATALOG
-from infra.addons_config import KarpenterCpuPool, KarpenterGpuPool
+from infra.addons_config import KarpenterCpuPool
+from infra.config import GpuPoolConfig
 
 NODE_CLASS_API = "karpenter.k8s.aws/v1"
 NODE_POOL_API = "karpenter.sh/v1"
@@ -75,11 +80,11 @@ def ec2_node_class(name: str, facts: NodeClassFacts, *, ami_id: str | None = Non
     return {"apiVersion": NODE_CLASS_API, "kind": "EC2NodeClass", "metadata": {"name": name}, "spec": spec}
 
 
-def gpu_node_class_name(pool: KarpenterGpuPool) -> str:
+def gpu_node_class_name(pool: GpuPoolConfig) -> str:
     return NVIDIA_NODE_CLASS if CATALOG[pool.accelerator].vendor == "nvidia" else f"amd-{pool.name}"
 
 
-def gpu_node_pool(pool: KarpenterGpuPool) -> dict[str, Any]:
+def gpu_node_pool(pool: GpuPoolConfig) -> dict[str, Any]:
     acc = CATALOG[pool.accelerator]
     taint = {"key": acc.taint.key, "value": acc.taint.value, "effect": acc.taint.effect}
     return {

@@ -1,4 +1,5 @@
-"""Managed node groups (pulumi-eks `eks.ManagedNodeGroup`): the system pool and one pool per accelerator.
+"""Managed node groups (pulumi-eks `eks.ManagedNodeGroup`): the system pool and the fixed-size GPU pools
+(`gpuPools` entries with source managed: reserved capacity; elastic GPU pools are Karpenter NodePools).
 
 Every pool gets its own launch template, because the one pulumi-eks would generate allows a metadata
 hop limit of 2: here IMDSv2 is required with hop limit 1 (pods cannot reach the node's credentials),
@@ -111,6 +112,10 @@ class NodePool(pulumi.ComponentResource):
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                 min_size=args.min_size, max_size=args.max_size, desired_size=args.desired_size
             ),
+            # A group that can grow (min < max) may be scaled by hand or by an autoscaler between
+            # deploys: pulumi-eks then ignores scalingConfig.desiredSize, so `pulumi up` does not shrink it
+            # back. A fixed-size group (min == max) has nothing to keep.
+            ignore_scaling_changes=args.min_size < args.max_size,
             launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
                 id=template.id, version=template.latest_version.apply(str)
             ),

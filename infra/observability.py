@@ -5,7 +5,19 @@ Prometheus selects every ServiceMonitor, PodMonitor and PrometheusRule in the cl
 (`*SelectorNilUsesHelmValues: false`): without that, DCGM's and Kubecost's monitors, installed by other
 releases, are silently never scraped. Grafana's admin password comes from a Pulumi secret (generated when
 none is configured) through a Kubernetes Secret, so it never appears in the Helm values; dashboards are
-ConfigMaps picked up by Grafana's sidecar, so Grafana itself keeps no state worth a volume.
+ConfigMaps picked up by Grafana's sidecar.
+
+On EKS the control plane is AWS's: kube-controller-manager, kube-scheduler and etcd expose no scrape
+target, so their ServiceMonitors and rules are off (else KubeControllerManagerDown/KubeSchedulerDown fire
+for the cluster's whole life). kube-proxy is off too: the EKS kube-proxy add-on binds its metrics to
+127.0.0.1:10249 and reverts edits of its config (aws/containers-roadmap#657), so the target is always
+down. Alertmanager sends the platform's own alerts (label `platform: mlops-eks`, infra/alerts.py) and
+every critical one to the receiver configured in `addons.observability.alertReceiver`, whose URL or key
+is read from a mounted Secret (never from the Helm values); with none configured they go to "null".
+
+Prometheus's, Alertmanager's and Grafana's StatefulSets delete their volumes with themselves
+(persistentVolumeClaimRetentionPolicy whenDeleted: Delete), so `pulumi destroy` leaves no EBS volume;
+the release depends on the EBS CSI add-on and the nodes, so destroy removes it first.
 """
 
 from __future__ import annotations
@@ -19,8 +31,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
+from infra import training_metrics
 from infra.addons_config import ObservabilityConfig
-from infra.alerts import prometheus_rules
+from infra.alerts import alertmanager_config, prometheus_rules
 from infra.charts import release
 from infra.dashboards import DASHBOARDS
 
@@ -31,6 +44,19 @@ PROMETHEUS_URL = f"http://{RELEASE}-prometheus.{NAMESPACE}.svc:9090"
 GRAFANA_SERVICE = f"{RELEASE}-grafana"
 GRAFANA_SECRET = "grafana-admin"
 DASHBOARD_LABEL = "grafana_dashboard"
+# Holds the receiver's URL or routing key; the chart mounts alertmanagerSpec.secrets under
+# /etc/alertmanager/secrets/<name>/ in the Alertmanager pods.
+RECEIVER_SECRET = "alertmanager-receiver"
+RECEIVER_SECRET_KEY = "receiver"
+RECEIVER_SECRET_FILE = f"/etc/alertmanager/secrets/{RECEIVER_SECRET}/{RECEIVER_SECRET_KEY}"
+# StatefulSet volumes go with their StatefulSet (Kubernetes >= 1.32: StatefulSetAutoDeletePVC is GA).
+DELETE_VOLUMES = {"whenDeleted": "Delete", "whenScaled": "Retain"}
+# Control-plane components EKS does not expose, and kube-proxy (metrics on 127.0.0.1 only).
+UNSCRAPABLE = ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy")
+# Their default rule groups (values `defaultRules.rules.*`), off as well.
+UNSCRAPABLE_RULES = (
+    "kubeControllerManager", "kubeSchedulerAlerting", "kubeSchedulerRecording", "etcd", "kubeProxy",
+)  # fmt: skip
 
 
 def _volume_claim(storage_class: str, gib: int) -> dict[str, Any]:
@@ -46,6 +72,7 @@ def _volume_claim(storage_class: str, gib: int) -> dict[str, Any]:
 
 
 def kube_prometheus_stack_values(config: ObservabilityConfig, *, storage_class: str) -> dict[str, Any]:
+    receiving = config.alert_receiver != "none"
     return {
         "prometheus": {
             "prometheusSpec": {
@@ -54,9 +81,19 @@ def kube_prometheus_stack_values(config: ObservabilityConfig, *, storage_class: 
                 "ruleSelectorNilUsesHelmValues": False,
                 "retention": config.retention,
                 "storageSpec": _volume_claim(storage_class, config.prometheus_storage_gib),
+                "persistentVolumeClaimRetentionPolicy": DELETE_VOLUMES,
             }
         },
-        "alertmanager": {"alertmanagerSpec": {"storage": _volume_claim(storage_class, 10)}},
+        "alertmanager": {
+            "alertmanagerSpec": {
+                "storage": _volume_claim(storage_class, 10),
+                "persistentVolumeClaimRetentionPolicy": DELETE_VOLUMES,
+                "secrets": [RECEIVER_SECRET] if receiving else [],
+            },
+            "config": alertmanager_config(config.alert_receiver, RECEIVER_SECRET_FILE),
+        },
+        **{component: {"enabled": False} for component in UNSCRAPABLE},
+        "defaultRules": {"rules": dict.fromkeys(UNSCRAPABLE_RULES, False)},
         "grafana": {
             # The chart documents this block only as a commented example (grafana subchart values);
             # tests check each key against that example. A StatefulSet keeps users, API keys and
@@ -67,6 +104,7 @@ def kube_prometheus_stack_values(config: ObservabilityConfig, *, storage_class: 
                 "storageClassName": storage_class,
                 "accessModes": ["ReadWriteOnce"],
                 "size": "10Gi",
+                "persistentVolumeClaimRetentionPolicy": DELETE_VOLUMES,
             },
             "admin": {
                 "existingSecret": GRAFANA_SECRET,
@@ -103,6 +141,9 @@ class ObservabilityArgs:
     storage_class: str = "gp3"
     # From the stack's secret config; None: generate one.
     grafana_admin_password: pulumi.Input[str] | None = None
+    # The alert receiver's URL or routing key (secret config alertReceiverSecret); required unless
+    # config.alert_receiver is "none".
+    alert_receiver_secret: pulumi.Input[str] | None = None
     depends_on: Sequence[pulumi.Resource] = ()
 
 
@@ -134,6 +175,24 @@ class Observability(pulumi.ComponentResource):
             string_data={"admin-user": "admin", "admin-password": self.grafana_admin_password},
             opts=in_namespace,
         )
+        release_after: list[pulumi.Resource] = [secret]
+        if args.config.alert_receiver != "none":
+            if args.alert_receiver_secret is None:
+                raise ValueError(f"alertReceiver {args.config.alert_receiver!r} has no alertReceiverSecret")
+            release_after.append(
+                k8s.core.v1.Secret(
+                    f"{name}-alert-receiver",
+                    metadata={"name": RECEIVER_SECRET, "namespace": NAMESPACE},
+                    string_data={RECEIVER_SECRET_KEY: pulumi.Output.secret(args.alert_receiver_secret)},
+                    opts=in_namespace,
+                )
+            )
+        else:
+            pulumi.log.warn(
+                "no alert receiver (addons.observability.alertReceiver): Alertmanager sends every alert to "
+                '"null"; set one and `pulumi config set --secret alertReceiverSecret ...` (README)',
+                self,
+            )
         for file_name, render in DASHBOARDS.items():
             k8s.core.v1.ConfigMap(
                 f"{name}-dashboard-{file_name.removesuffix('.json')}",
@@ -147,8 +206,18 @@ class Observability(pulumi.ComponentResource):
             "kube-prometheus-stack",
             NAMESPACE,
             kube_prometheus_stack_values(args.config, storage_class=args.storage_class),
-            pulumi.ResourceOptions.merge(in_namespace, pulumi.ResourceOptions(depends_on=[secret])),
+            pulumi.ResourceOptions.merge(in_namespace, pulumi.ResourceOptions(depends_on=release_after)),
             timeout_s=900,
+        )
+        monitor = training_metrics.pod_monitor(NAMESPACE)  # the trainer's /metrics on every training pod
+        after_chart = pulumi.ResourceOptions(depends_on=[self.release])  # the chart installs the CRD
+        k8s.apiextensions.CustomResource(
+            f"{name}-training-pods",
+            api_version=monitor["apiVersion"],
+            kind=monitor["kind"],
+            metadata=monitor["metadata"],
+            spec=monitor["spec"],
+            opts=pulumi.ResourceOptions.merge(in_namespace, after_chart),
         )
         self.register_outputs(
             {"grafana_admin_password": self.grafana_admin_password, "prometheus_url": PROMETHEUS_URL}

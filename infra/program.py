@@ -19,6 +19,7 @@ from infra.cluster import Cluster, ClusterArgs, ManagedAddons, ManagedAddonsArgs
 from infra.config import ConfigError, GpuPoolConfig, PlatformConfig
 from infra.network import Network, NetworkArgs
 from infra.nodegroups import SYSTEM_AMI_TYPE, SYSTEM_LABELS, NodePool, NodePoolArgs, gpu_pool_scheduling
+from infra.pools import AcceleratorPool, PoolTaint
 from infra.storage import Storage, StorageArgs
 
 
@@ -99,6 +100,7 @@ def build(config: PlatformConfig, stack: str) -> Platform:
             public_subnet_ids=network.public_subnet_ids,
             endpoint_public_access=config.endpoint_public_access,
             public_access_cidrs=config.public_access_cidrs,
+            deploy_from_vpc=config.deploy_from_vpc,
             admin_principal_arns=config.admin_principal_arns,
             tags=tags,
         ),
@@ -116,16 +118,20 @@ def build(config: PlatformConfig, stack: str) -> Platform:
             min_size=system.min_size,
             max_size=system.max_size,
             desired_size=system.desired,
-            capacity_type=system.capacity_type,
+            capacity_type=system.eks_capacity_type,
             disk_size_gib=system.disk_size_gib,
             tags=tags,
         ),
     )
-    gpu_pools = {pool.name: _gpu_pool(pool, cluster, network, tags) for pool in config.gpu_pools}
+    gpu_pools = {
+        pool.name: _gpu_pool(pool, cluster, network, tags)
+        for pool in config.gpu_pools
+        if pool.source == "managed"
+    }
     managed_addons = ManagedAddons(
         "addons",
         ManagedAddonsArgs(
-            cluster_name=cluster_name,
+            cluster_name=cluster.name,
             partition=partition,
             k8s_provider=cluster.k8s_provider,
             node_groups=[system_pool.node_group],
@@ -160,15 +166,17 @@ def build(config: PlatformConfig, stack: str) -> Platform:
 
 
 def _gpu_pool(pool: GpuPoolConfig, cluster: Cluster, network: Network, tags: dict[str, str]) -> NodePool:
+    """A fixed-size managed node group (`source: managed`): min = max = desired = size."""
     acc = pool.catalog_entry
     labels, taints = gpu_pool_scheduling(acc)
-    efa_interfaces = acc.instance(pool.instance_type_names[0]).efa_interfaces if pool.efa else 0
+    efa_interfaces = pool.efa_interfaces
     # A cluster placement group lives in one AZ: EFA pools use the first AZ's private subnet only.
     subnets = (
         network.private_subnet_ids.apply(lambda ids: ids[:1])
         if efa_interfaces
         else network.private_subnet_ids
     )
+    size = pool.max_nodes
     return NodePool(
         f"gpu-{pool.name}",
         NodePoolArgs(
@@ -180,11 +188,11 @@ def _gpu_pool(pool: GpuPoolConfig, cluster: Cluster, network: Network, tags: dic
             ami_id=pool.ami_id,
             labels=labels,
             taints=taints,
-            min_size=pool.min_size,
-            max_size=pool.max_size,
-            desired_size=pool.desired,
-            capacity_type=pool.capacity_type,
-            disk_size_gib=pool.disk_size_gib,
+            min_size=size,
+            max_size=size,
+            desired_size=size,
+            capacity_type=pool.eks_capacity_type,
+            disk_size_gib=pool.disk_size_gib or 200,
             efa_interfaces=efa_interfaces,
             cluster_info=cluster.info,
             tags={**tags, "mlops-eks:gpu-pool": pool.name},
@@ -192,24 +200,26 @@ def _gpu_pool(pool: GpuPoolConfig, cluster: Cluster, network: Network, tags: dic
     )
 
 
-def accelerator_pools(config: PlatformConfig) -> dict[str, dict]:
-    """The scheduling facts of each GPU pool that a workload stack needs (plain data)."""
+def accelerator_pools(config: PlatformConfig) -> dict[str, AcceleratorPool]:
+    """Every GPU node source (Karpenter NodePools and managed groups alike), as the contract describes
+    it. A Karpenter pool exists only when the Karpenter add-on is on (config validation ensures it)."""
     pools = {}
     for pool in config.gpu_pools:
         acc = pool.catalog_entry
         labels, taints = gpu_pool_scheduling(acc)
-        pools[pool.name] = {
-            "accelerator": acc.key,
-            "instance_types": pool.instance_type_names,
-            "gpus_per_node": pool.gpus_per_node,
-            "resource_name": acc.resource_name,
-            "node_labels": labels,
-            "taints": taints,
-            "min_size": pool.min_size,
-            "max_size": pool.max_size,
-            "capacity_type": pool.capacity_type,
-            "efa": pool.efa,
-        }
+        pools[pool.name] = AcceleratorPool(
+            source=pool.source,
+            accelerator=acc.key,
+            instance_types=tuple(pool.instance_type_names),
+            gpus_per_node=pool.gpus_per_node,
+            resource_name=acc.resource_name,
+            node_labels=labels,
+            taints=tuple(PoolTaint(**t) for t in taints),
+            capacity_types=tuple(pool.capacity_types),
+            efa_interfaces=pool.efa_interfaces,
+            gpu_limit=pool.gpu_limit,
+            size=pool.size,
+        )
     return pools
 
 
@@ -228,7 +238,9 @@ def export(platform: Platform) -> None:
         bucket_name=storage.bucket_name,
         ecr_repository_urls=storage.repository_urls,
         node_role_arn=cluster.node_role.arn,
-        accelerator_pools=accelerator_pools(platform.config),
+        accelerator_pools={
+            n: p.model_dump(mode="json") for n, p in accelerator_pools(platform.config).items()
+        },
     )
     for name, value in platform.exports.items():
         pulumi.export(name, value)
@@ -238,6 +250,8 @@ def program() -> Platform:
     """Entry point of a platform stack (dev, prod)."""
     try:
         config = PlatformConfig.from_pulumi()
+        # Who runs `pulumi up` becomes cluster-admin through EKS itself: known at preview, refused here.
+        config.check_deployable(aws.get_caller_identity().arn)
     except ConfigError as e:
         raise pulumi.RunError(str(e)) from None
     platform = build(config, pulumi.get_stack())
@@ -247,6 +261,10 @@ def program() -> Platform:
         if password and password.get_secret_value()
         else None
     )
-    platform.exports.update(install_addons(platform, config.addons, secret))
+    receiver = config.alert_receiver_secret
+    receiver_secret = pulumi.Output.secret(receiver.get_secret_value()) if receiver else None
+    platform.exports.update(
+        install_addons(platform, config.addons, secret, alert_receiver_secret=receiver_secret)
+    )
     export(platform)
     return platform

@@ -176,13 +176,17 @@ def available_stacks() -> list[str]:
     )
 
 
-def synth(stack: str, values: dict[str, Any]) -> tuple[PlatformConfig, list[Registered], dict[str, Any]]:
-    """Run the real platform program for `stack` under mocks. Raises ConfigError on invalid config."""
+def synth(
+    stack: str, values: dict[str, Any], monitor_type: type[RecordingMonitor] | None = None
+) -> tuple[PlatformConfig, list[Registered], dict[str, Any]]:
+    """Run the real platform program for `stack` under mocks. Raises ConfigError on invalid config.
+    `monitor_type`: a RecordingMonitor subclass that keeps more of each registration (tests)."""
     from infra.program import program
 
     config = PlatformConfig.from_mapping(values)  # fail with the config message before any mock runs
+    config.check_deployable()
     mocks = PlatformMocks(config.region)
-    monitor = RecordingMonitor(mocks)
+    monitor = (monitor_type or RecordingMonitor)(mocks)
     pulumi.runtime.set_all_config({k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()})
     install_mocks(mocks, stack, monitor)
     exports: dict[str, Any] = {}

@@ -15,17 +15,22 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+import yaml
 
 from infra.accelerators import CATALOG
 from infra.addons_config import TeamQueue, TrainingConfig
 from infra.charts import TRAINING_OPERATOR_V1_KUSTOMIZE, release
 from infra.manifests import custom_resource
+from infra.pools import EFA_RESOURCE, QueueQuota, quantity
 
 TRAINER_NAMESPACE = "kubeflow-system"
 TORCH_RUNTIME = "torch-distributed"
 # The upstream runtime's default image; every TrainJob of ours sets its own (spec.trainer.image).
 TORCH_RUNTIME_IMAGE = "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"
 CPU_FLAVOR = "cpu"
+# EFA interfaces are not tied to an accelerator's nodes (the GPU flavor pins the node): a flavor of its own.
+EFA_FLAVOR = "efa"
+GPU_FLAVOR_PREFIX = "gpu-"
 
 
 def trainer_values() -> dict[str, Any]:
@@ -94,8 +99,55 @@ def _restricted_pod_spec() -> dict[str, Any]:
     }
 
 
-def kueue_values(*, service_monitor: bool) -> dict[str, Any]:
-    return {"enablePrometheus": service_monitor}
+# The job kinds Kueue manages: TrainJob (and the JobSet it creates). The chart's default list also
+# turns on batch/job and the pod, deployment and statefulset integrations, whose webhooks the chart
+# renders with failurePolicy Fail for every namespace but kube-system and kueue-system (templates/webhook/
+# manifests.yaml: `{{- if has "deployment" $integrationsConfig.frameworks }} failurePolicy: Fail`, else
+# Ignore): while Kueue is not serving, every other release's Deployments and Jobs would be refused.
+KUEUE_FRAMEWORKS = ("trainer.kubeflow.org/trainjob", "jobset.x-k8s.io/jobset")
+
+
+KUEUE_NAMESPACE = "kueue-system"
+
+
+def kueue_manager_config(platform_namespaces: Sequence[str] = ()) -> dict[str, Any]:
+    """The chart's default controller_manager_config.yaml (kueue 0.19.2 values.yaml) with our frameworks.
+
+    The chart still renders Fail webhooks for every framework's kind (batch Jobs included; Helm hooks are
+    Jobs) with `managedJobsNamespaceSelector` as their namespaceSelector (default: all but kube-system and
+    kueue-system): keeping the platform's own namespaces out means no add-on object ever waits on Kueue.
+    Jobs are queued in the job namespaces only (workload stacks never use the platform's namespaces)."""
+    exempt = sorted({"kube-system", KUEUE_NAMESPACE, *platform_namespaces})
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "health": {"healthProbeBindAddress": ":8081"},
+        "metrics": {"bindAddress": ":8443"},
+        "webhook": {"port": 9443},
+        "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+        "controller": {
+            "groupKindConcurrency": {
+                "Job.batch": 5, "Pod": 5, "Workload.kueue.x-k8s.io": 10, "LocalQueue.kueue.x-k8s.io": 5,
+                "ClusterQueue.kueue.x-k8s.io": 5, "ResourceFlavor.kueue.x-k8s.io": 1,
+            }
+        },  # fmt: skip
+        "clientConnection": {"qps": 300, "burst": 500},
+        "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+        "managedJobsNamespaceSelector": {
+            "matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": exempt}
+            ]
+        },
+    }
+
+
+def kueue_values(*, service_monitor: bool, platform_namespaces: Sequence[str] = ()) -> dict[str, Any]:
+    config = kueue_manager_config(platform_namespaces)
+    return {
+        "enablePrometheus": service_monitor,
+        # The chart parses this string with fromYaml (templates/manager/manager-config.yaml).
+        "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(config)},
+    }
 
 
 def volcano_values() -> dict[str, Any]:
@@ -103,7 +155,7 @@ def volcano_values() -> dict[str, Any]:
 
 
 def _flavor_name(accelerator: str) -> str:
-    return f"gpu-{accelerator}"
+    return f"{GPU_FLAVOR_PREFIX}{accelerator}"
 
 
 def kueue_objects(queues: Sequence[TeamQueue]) -> list[dict[str, Any]]:
@@ -111,6 +163,8 @@ def kueue_objects(queues: Sequence[TeamQueue]) -> list[dict[str, Any]]:
     Flavors pin admitted pods to the accelerator's nodes with the catalog's labels and taint."""
     accelerators = sorted({key for q in queues for key in q.gpus})
     flavors = [_resource_flavor(CPU_FLAVOR, {}, [])]
+    if any(q.efa_interfaces for q in queues):
+        flavors.append(_resource_flavor(EFA_FLAVOR, {}, []))
     for key in accelerators:
         acc = CATALOG[key]
         toleration = {
@@ -145,6 +199,13 @@ def kueue_objects(queues: Sequence[TeamQueue]) -> list[dict[str, Any]]:
                     ],
                 }
             )
+        if q.efa_interfaces:
+            groups.append({
+                "coveredResources": [EFA_RESOURCE],
+                "flavors": [{"name": EFA_FLAVOR, "resources": [
+                    {"name": EFA_RESOURCE, "nominalQuota": str(q.efa_interfaces)},
+                ]}],
+            })  # fmt: skip
         cluster_queues.append(
             {
                 "apiVersion": "kueue.x-k8s.io/v1beta2",
@@ -172,6 +233,35 @@ def _resource_flavor(name: str, labels: dict[str, str], tolerations: list[dict[s
     }
 
 
+def queue_quotas(config: TrainingConfig) -> list[QueueQuota]:
+    """Each queue's nominal quota per resource, summed over its flavors, read back from the objects
+    created above (so the export says what the cluster enforces)."""
+    if config.gang_scheduler == "kueue":
+        quotas = []
+        for obj in kueue_objects(config.queues):
+            if obj["kind"] != "ClusterQueue":
+                continue
+            nominal: dict[str, str] = {}
+            gpus: dict[str, int] = {}
+            for group in obj["spec"]["resourceGroups"]:
+                for flavor in group["flavors"]:
+                    for r in flavor["resources"]:
+                        key = flavor["name"].removeprefix(GPU_FLAVOR_PREFIX)
+                        if flavor["name"].startswith(GPU_FLAVOR_PREFIX):
+                            gpus[key] = int(quantity(r["nominalQuota"]))
+                        else:
+                            nominal[r["name"]] = r["nominalQuota"]
+            quotas.append(QueueQuota(name=obj["metadata"]["name"], scheduler="kueue", nominal=nominal,
+                                     gpus=gpus))  # fmt: skip
+        return quotas
+    if config.gang_scheduler == "volcano":
+        return [
+            QueueQuota(name=o["metadata"]["name"], scheduler="volcano", nominal=o["spec"]["capability"])
+            for o in volcano_queues(config.queues)
+        ]
+    return []
+
+
 def volcano_queues(queues: Sequence[TeamQueue]) -> list[dict[str, Any]]:
     objects = []
     for q in queues:
@@ -179,6 +269,8 @@ def volcano_queues(queues: Sequence[TeamQueue]) -> list[dict[str, Any]]:
         for key, count in q.gpus.items():
             resource = CATALOG[key].resource_name
             capability[resource] = str(int(capability.get(resource, "0")) + count)
+        if q.efa_interfaces:
+            capability[EFA_RESOURCE] = str(q.efa_interfaces)
         objects.append(
             {
                 "apiVersion": "scheduling.volcano.sh/v1beta1",
@@ -196,6 +288,9 @@ class TrainingArgs:
     k8s_provider: k8s.Provider
     service_monitor_after: pulumi.Resource | None = None
     depends_on: Sequence[pulumi.Resource] = ()
+    # Every other add-on release: Kueue goes after them (see `kueue` below), and their namespaces.
+    kueue_after: Sequence[pulumi.Resource] = ()
+    platform_namespaces: Sequence[str] = ()
 
 
 class Training(pulumi.ComponentResource):
@@ -235,12 +330,21 @@ class Training(pulumi.ComponentResource):
         self.queues = []
         if cfg.gang_scheduler == "kueue":
             monitored = args.service_monitor_after is not None
-            after = [args.service_monitor_after] if args.service_monitor_after else []
+            # Installed last: its remaining Fail webhooks (JobSet, TrainJob, its own CRDs) cannot race
+            # another release's objects on first install, and on destroy it goes first.
+            after = [
+                *([args.service_monitor_after] if args.service_monitor_after else []),
+                *self.installed,
+                *args.kueue_after,
+            ]
             kueue = release(
                 "kueue",
                 "kueue",
-                "kueue-system",
-                kueue_values(service_monitor=monitored),
+                KUEUE_NAMESPACE,
+                kueue_values(
+                    service_monitor=monitored,
+                    platform_namespaces=[TRAINER_NAMESPACE, *args.platform_namespaces],
+                ),
                 pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(depends_on=after)),
             )
             self._objects(name, kueue_objects(cfg.queues), base, kueue)

@@ -8,6 +8,13 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from infra.accelerators import ACCELERATOR_LABEL, CATALOG, Accelerator
+from infra.cluster_rules import (
+    DEPLOY_FROM_VPC_TAG,
+    MINIMUM_KUBERNETES_VERSION,
+    PRIVATE_ONLY_REASON,
+    PUBLIC_CIDR_MIN_PREFIX,
+    public_cidr_problem,
+)
 from policy.core import Rule, as_list, dig
 
 AWS_CLUSTER = "aws:eks/cluster:Cluster"
@@ -19,9 +26,8 @@ EC2_NODE_CLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
 NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
 
 LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
-# Oldest Kubernetes minor the platform supports (DESIGN.md: EKS 1.33+). Older minors are out of EKS
-# standard support or lack what the add-ons need.
-MINIMUM_VERSION = "1.33"
+# Oldest Kubernetes minor the platform supports (infra/cluster_rules.py, shared with the config checks).
+MINIMUM_VERSION = MINIMUM_KUBERNETES_VERSION
 OPEN_CIDRS = ("0.0.0.0/0", "::/0")
 
 
@@ -60,12 +66,29 @@ def check_endpoint_not_open(type_: str, inputs: Mapping[str, Any]) -> Iterator[s
         open_ = [c for c in cidrs if c in OPEN_CIDRS]
         if open_:
             yield f"the public endpoint is open to {', '.join(open_)} (publicAccessCidrs={cidrs})"
+        for cidr in cidrs:
+            if cidr not in OPEN_CIDRS and (problem := public_cidr_problem(cidr, "dev")):
+                yield f"publicAccessCidrs has {cidr}: {problem}"
 
 
-def check_no_public_endpoint(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
+def _cluster_tags(type_: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    tags = dict(dig(inputs, "tags", default={}))
+    return {**tags, **dig(inputs, "clusterTags", default={})} if type_ == EKS_CLUSTER else tags
+
+
+def check_prod_endpoint(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
+    """Prod: the public endpoint admits only the deployer's narrow CIDRs; private-only only when the
+    cluster is tagged as deployed from inside the VPC (config deployFromVpc)."""
     _, public, cidrs = _endpoint(type_, inputs)
     if public:
-        yield f"endpointPublicAccess is on (publicAccessCidrs={cidrs}); a prod API server must be private"
+        for cidr in cidrs:
+            if problem := public_cidr_problem(cidr, "prod"):
+                yield f"publicAccessCidrs has {cidr}: {problem}"
+    elif str(_cluster_tags(type_, inputs).get(DEPLOY_FROM_VPC_TAG, "")).lower() != "true":
+        yield (
+            f"the endpoint is private-only and the cluster lacks the tag {DEPLOY_FROM_VPC_TAG}=true: "
+            f"{PRIVATE_ONLY_REASON}"
+        )
 
 
 def _minor(version: str) -> tuple[int, int] | None:
@@ -207,21 +230,26 @@ RULES = (
         name="eks-endpoint-not-open",
         description="The EKS API endpoint is private-enabled and never public to 0.0.0.0/0.",
         remediation="Set endpoint_private_access=True and limit public_access_cidrs to your office/VPN "
-        "CIDRs (config mlops-eks:publicAccessCidrs), or turn endpoint_public_access off.",
+        f"CIDRs, /{PUBLIC_CIDR_MIN_PREFIX['dev']} or narrower (config mlops-eks:publicAccessCidrs), or turn "
+        "endpoint_public_access off.",
         level="mandatory",
         severity="critical",
         types=CLUSTERS,
         check=check_endpoint_not_open,
     ),
     Rule(
-        name="eks-no-public-endpoint-in-prod",
-        description="In stacks tagged environment=prod the EKS API endpoint has no public access at all.",
-        remediation="Set endpoint_public_access=False (config mlops-eks:endpointPublicAccess: false) and "
-        "reach the API from inside the VPC (VPN, bastion, SSM).",
+        name="eks-prod-endpoint-deployer-only",
+        description="In prod the EKS API's public endpoint admits only the deployer's CIDRs "
+        f"(/{PUBLIC_CIDR_MIN_PREFIX['prod']} or narrower); a private-only endpoint needs the deployer "
+        "inside the VPC.",
+        remediation="List only your deployer's egress CIDRs "
+        f"(/{PUBLIC_CIDR_MIN_PREFIX['prod']} or narrower) in mlops-eks:publicAccessCidrs, or set "
+        "endpointPublicAccess: false with mlops-eks:deployFromVpc: true when pulumi runs inside the VPC "
+        "(CI runner, bastion).",
         level="mandatory",
         severity="high",
         types=CLUSTERS,
-        check=check_no_public_endpoint,
+        check=check_prod_endpoint,
         scope="prod",
     ),
     Rule(

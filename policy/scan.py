@@ -1,4 +1,6 @@
-"""Scanner gates: checkov over every Kubernetes object the stacks render and over docker/, hadolint over
+"""Scanner gates: checkov over every Kubernetes object the stacks render (the platform's own objects, every
+object its Helm releases install, rendered from the pinned chart packages by policy/helm_render.py, and
+the workload stacks) and over docker/, hadolint over
 the Dockerfiles, and the CrossGuard policies run offline over the same stacks. `python -m policy.scan`
 (what `make lint` runs) prints the findings and exits 1 on a mandatory policy violation, a hadolint
 finding, or a checkov failure that policy/checkov_skips.yaml does not explain.
@@ -24,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from policy import helm_render
 from policy.core import evaluate, from_synth, is_prod
 from policy.k8s import from_manifests, pod_specs
 from policy.pack import RULES, STACK_RULES
@@ -75,6 +78,17 @@ def platform_objects(resources: Iterable[dict[str, Any]]) -> list[dict[str, Any]
         r["inputs"]
         for r in resources
         if r["type"].startswith("kubernetes:") and "apiVersion" in r["inputs"] and "kind" in r["inputs"]
+    ]
+
+
+def helm_objects(resources: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every object the platform's Helm releases install, rendered with their real charts at the
+    cluster's Kubernetes version (the eks:index:Cluster's `version`)."""
+    kube_version = next(r["inputs"]["version"] for r in resources if r["type"] == "eks:index:Cluster")
+    return [
+        obj
+        for release in helm_render.releases(resources)
+        for obj in helm_render.objects(helm_render.render(release, kube_version))
     ]
 
 
@@ -182,27 +196,36 @@ def run_checkov(root: Path) -> tuple[list[Failure], dict[str, Any]]:
     return failures, summary
 
 
-def load_skips() -> list[dict[str, str]]:
-    """Explained exceptions: {check, applies_to (regex on checkov's resource id), reason}."""
+def load_skips() -> list[dict[str, Any]]:
+    """Explained exceptions: {check, reason} and either `applies_to` (a regex on checkov's resource id,
+    for the project's own objects) or `resources` (exact resource ids: objects of third-party charts)."""
     return yaml.safe_load(SKIPS_FILE.read_text())["skips"]
 
 
-def unexplained(failures: Iterable[Failure], skips: list[dict[str, str]]) -> list[Failure]:
-    return [
-        f
-        for f in failures
-        if not any(s["check"] == f.check and re.match(s["applies_to"], f.resource) for s in skips)
-    ]
+def _covers(skip: dict[str, Any], failure: Failure) -> bool:
+    if skip["check"] != failure.check:
+        return False
+    if "resources" in skip:
+        return failure.resource in skip["resources"]
+    return bool(re.match(skip["applies_to"], failure.resource))
 
 
-def unused_skips(failures: Iterable[Failure], skips: list[dict[str, str]]) -> list[str]:
-    """Skips no failure needs any more: they must be deleted, not kept "just in case"."""
+def unexplained(failures: Iterable[Failure], skips: list[dict[str, Any]]) -> list[Failure]:
+    return [f for f in failures if not any(_covers(s, f) for s in skips)]
+
+
+def unused_skips(failures: Iterable[Failure], skips: list[dict[str, Any]]) -> list[str]:
+    """Skips (or listed resources) no failure needs any more: they must be deleted, not kept "just in
+    case"."""
     failures = list(failures)
-    return [
-        s["check"]
-        for s in skips
-        if not any(s["check"] == f.check and re.match(s["applies_to"], f.resource) for f in failures)
-    ]
+    stale = []
+    for s in skips:
+        if "resources" in s:
+            failing = {f.resource for f in failures if f.check == s["check"]}
+            stale += [f"{s['check']} {r}" for r in s["resources"] if r not in failing]
+        elif not any(_covers(s, f) for f in failures):
+            stale.append(s["check"])
+    return stale
 
 
 def run_hadolint(files: Iterable[Path]) -> list[str]:
@@ -240,6 +263,7 @@ def main() -> int:
     platform = {s: synth_resources(s) for s in PLATFORM_STACKS}
     workloads = {s: rendered_objects(s) for s in workload_stacks()}
     objects = {f"platform-{s}": platform_objects(r) for s, r in platform.items()}
+    objects.update({f"helm-{s}": helm_objects(r) for s, r in platform.items()})
     objects.update({f"workload-{s}": objs for s, objs in workloads.items()})
     for source, objs in objects.items():
         print(f"  {source}: {len(objs)} Kubernetes objects")

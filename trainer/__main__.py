@@ -1,4 +1,6 @@
-"""`python -m trainer [--config FILE] [--section.field VALUE ...]`: run one training job (see --help)."""
+"""`python -m trainer [--config FILE] [--section.field VALUE ...]`: run one training job (see --help).
+
+Exit codes: trainer/faults.py (0 done, 2 invalid config or data, 128+ retryable)."""
 
 from __future__ import annotations
 
@@ -6,9 +8,8 @@ import logging
 import os
 import sys
 
+from trainer import faults
 from trainer.config import ConfigError, from_args
-
-INVALID_CONFIG_EXIT = 2  # permanent: a retry would fail the same way
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,21 +25,14 @@ def main(argv: list[str] | None = None) -> int:
         return run(cfg)
     except ConfigError as err:
         print(f"trainer: invalid configuration: {err}", file=sys.stderr, flush=True)
-        return INVALID_CONFIG_EXIT
+        return faults.INVALID
     except Exception as err:
-        from trainer.dist import peer_lost
-        from trainer.loop import RETRYABLE_EXIT
-
-        if not peer_lost(err):
-            raise
-        reason = str(err).splitlines()[0][:200]
-        print(
-            f"trainer: lost a peer rank ({type(err).__name__}: {reason}); exiting {RETRYABLE_EXIT} so the "
-            "job restarts from its last checkpoint",
-            file=sys.stderr,
-            flush=True,
-        )
-        return RETRYABLE_EXIT
+        found = faults.verdict(err)
+        if found is None:
+            raise  # a bug: traceback and exit 1, permanent
+        code, reason = found
+        print(f"trainer: {reason}; exit {code} ({faults.describe(code)})", file=sys.stderr, flush=True)
+        return code
 
 
 if __name__ == "__main__":

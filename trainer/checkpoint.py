@@ -1,40 +1,59 @@
-"""Checkpoints that survive crashes, Spot reclaims and flaky S3.
+"""Checkpoints that belong to a run and survive crashes, Spot reclaims, full disks and flaky S3.
 
 Layout under checkpoint.dir (local directory or s3://bucket/prefix):
 
-    step-000000200/state.pt        torch.save of model, optimizer, scheduler, scaler, RNG, data position
-    step-000000200/manifest.json   {"step", "complete": true, "files": {"state.pt": {"bytes", "sha256"}}}
-    latest                         the name of the newest complete checkpoint, e.g. "step-000000200"
+    latest                                      "run-20261123T010000Z-1a2b/step-000000200"
+    run-20261123T010000Z-1a2b/step-000000200/
+        __0_0.distcp, __1_0.distcp, .metadata   model + optimizer, one shard per rank (torch DCP: shards.py)
+        train_state.pt                          step, data position, scheduler, scaler, every rank's RNG,
+                                                tokenizer, config (rank 0)
+        manifest.json                           {"format", "run", "step", "world_size", "complete": true,
+                                                 "files": {name: {"bytes", "sha256"}}}
 
-Order of writes: payload, then manifest, then the `latest` pointer, each atomic (local: temp + rename;
-S3: one PUT). A checkpoint without a manifest is incomplete and never loaded; a payload whose size or
-sha256 differs from its manifest is refused with a message, and the previous good checkpoint is used.
-A write that still fails after the storage's retries is logged and skipped: training goes on, and
-`latest` keeps pointing to the last good checkpoint.
+A run is one line of training: a fresh start (`checkpoint.resume false`, or nothing to resume) gets a new
+run id; resuming continues the run that `latest` names. Pruning, resuming and falling back only ever look
+at that run's checkpoints, so a fresh run started in a directory that holds another run never deletes or
+resumes the other run's checkpoints (they are left untouched, for the user to delete), and the checkpoint
+just written is never pruned.
+
+Order of writes: every rank stages its files, hashes them and publishes them (local: rename into place;
+S3: upload); only when every rank succeeded does rank 0 write the manifest, then `latest`. A checkpoint
+without a manifest is incomplete and never loaded. On resume, a checkpoint that fails verification
+(missing file, size or sha256 different from the manifest) is refused loudly and the run's previous one is
+used; a storage error while reading one (S3 down, throttled, no credentials yet) is NOT a reason to fall
+back to an older checkpoint or to step 0: it raises CheckpointUnavailable, which the trainer turns into a
+retryable exit. A save that fails (storage down after the retries, disk full) is logged and skipped:
+training goes on and `latest` keeps pointing to the last good checkpoint.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
 import os
-import random
+import secrets
+import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.optim import Optimizer
 
-from trainer.dist import DistEnv, gather_objects
+from trainer import shards
+from trainer.config import ConfigError
+from trainer.dist import DistEnv, broadcast_object, gather_objects
+from trainer.faults import STORAGE_UNAVAILABLE, Retryable
 from trainer.storage import LocalStorage, Storage
 
 log = logging.getLogger("trainer")
-FORMAT = 1
-PAYLOAD = "state.pt"
+FORMAT = 2
+TRAIN_STATE = "train_state.pt"
 MANIFEST = "manifest.json"
 POINTER = "latest"
 
@@ -43,13 +62,18 @@ def checkpoint_name(step: int) -> str:
     return f"step-{step:09d}"
 
 
+def new_run_id() -> str:
+    """Sortable by start time (the newest run is found by name when `latest` is damaged), unique."""
+    return time.strftime("run-%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
 def _step_of(name: str) -> int | None:
     prefix, _, digits = name.partition("-")
     return int(digits) if prefix == "step" and digits.isdigit() else None
 
 
-def _sort_key(name: str) -> int:
-    return _step_of(name) or 0
+def _is_run(name: str) -> bool:
+    return name.startswith("run-") and "/" not in name
 
 
 def _sha256(path: Path) -> str:
@@ -60,8 +84,21 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _not_found(err: BaseException) -> bool:
+    if isinstance(err, FileNotFoundError):
+        return True
+    code = getattr(err, "response", {}).get("Error", {}).get("Code", "")
+    return code in {"404", "NoSuchKey", "NotFound"}
+
+
 class CheckpointRefused(RuntimeError):
-    """A checkpoint exists but is incomplete or corrupt."""
+    """A checkpoint exists but is incomplete or corrupt: the previous one of the run may be used."""
+
+
+class CheckpointUnavailable(Retryable):
+    """Storage failed while reading checkpoints: retry the job, never fall back to older state."""
+
+    exit_code = STORAGE_UNAVAILABLE
 
 
 class CheckpointManager:
@@ -69,185 +106,405 @@ class CheckpointManager:
         self.storage = storage
         self.keep = keep
         self.workdir = Path(workdir or tempfile.gettempdir())
+        self.run: str | None = None  # set by begin(); "" is the flat layout of older trainers
+        self._fallbacks: list[str] = []  # the run's older checkpoints, best first, for restore()
+        self._saved_step: int | None = None  # the step of the run's newest complete checkpoint
 
-    def save(self, step: int, state: dict[str, Any]) -> bool:
-        """Write a complete checkpoint for `step`; False (and a warning) if storage failed."""
-        name = checkpoint_name(step)
-        # Stage the payload beside its final place for local storage (rename is atomic only within a file
-        # system); in the work dir for S3.
-        stage_dir = self.storage.root / name if isinstance(self.storage, LocalStorage) else self.workdir
-        stage_dir.mkdir(parents=True, exist_ok=True)
-        tmp = stage_dir / f".tmp-{PAYLOAD}-{os.getpid()}"
+    # -- where things are -------------------------------------------------------------------------------
+
+    def _run_storage(self, run: str) -> Storage:
+        if not run:
+            return self.storage
+        if isinstance(self.storage, LocalStorage):
+            return LocalStorage(self.storage.root / run)
+        child = copy.copy(self.storage)  # same client and retry settings, one level down
+        child.prefix = f"{child.prefix}/{run}".strip("/")
+        child.uri = f"{self.storage.uri}/{run}"
+        return child
+
+    @property
+    def run_storage(self) -> Storage:
+        return self._run_storage(self.run or "")
+
+    def location(self, step: int) -> str:
+        return f"{self.run_storage.uri}/{checkpoint_name(step)}"
+
+    def _pointer_text(self, name: str) -> str:
+        return f"{self.run}/{name}" if self.run else name
+
+    # -- start-up -----------------------------------------------------------------------------------------
+
+    def check_writable(self) -> None:
+        """Fail before training (exit 2) when a local checkpoint directory cannot be written, instead of
+        a traceback at the first checkpoint interval."""
+        if not isinstance(self.storage, LocalStorage):
+            return
+        root = self.storage.root
+        probe = root / f".write-probe-{os.getpid()}"
         try:
-            torch.save(state, tmp)
-            manifest = {
-                "format": FORMAT,
-                "step": step,
-                "complete": True,
-                "files": {PAYLOAD: {"bytes": tmp.stat().st_size, "sha256": _sha256(tmp)}},
-            }
-            self.storage.put_file(f"{name}/{PAYLOAD}", tmp)
-            self.storage.put_bytes(f"{name}/{MANIFEST}", json.dumps(manifest, indent=1).encode())
-            self.storage.put_bytes(POINTER, name.encode())
-        except Exception as err:  # storage down after retries, disk full: keep training, keep the old pointer
+            root.mkdir(parents=True, exist_ok=True)
+            probe.write_bytes(b"probe")
+            probe.unlink()
+        except OSError as err:
+            what = "disk full" if shards.is_disk_full(err) else err.strerror or str(err)
+            raise ConfigError(
+                f"checkpoint.dir={str(root)!r} is not writable: {what} ({err.filename or root}); allowed: "
+                f"a directory this process (uid {os.getuid()}) can create files in, e.g. fix the volume's "
+                "permissions (pod securityContext.fsGroup) or pass another --checkpoint.dir"
+            ) from None
+
+    def begin(self, env: DistEnv, *, resume: bool) -> dict[str, Any] | None:
+        """Every rank: pick this run and, when resuming, the checkpoint to continue from. Returns its
+        train state (tokenizer, step, data position, ...; the model follows in restore()) or None."""
+        decision: Any = None
+        if env.is_main:
+            try:
+                decision = self._choose(resume)
+            except CheckpointUnavailable as err:
+                decision = err
+        decision = broadcast_object(env, decision)
+        if isinstance(decision, CheckpointUnavailable):
+            raise decision
+        self.run, self._fallbacks, state = decision
+        self._saved_step = state["step"] if state else None
+        return state
+
+    def _choose(self, resume: bool) -> tuple[str, list[str], dict[str, Any] | None]:
+        runs = [n for n in self._list(self.storage) if _is_run(n)]
+        if resume:
+            run, candidates = self._candidates(runs)
+            for i, name in enumerate(candidates):
+                try:
+                    return run, candidates[i + 1 :], self._train_state(run, name)
+                except CheckpointRefused as err:
+                    log.error("refusing %s; trying the previous checkpoint of the run", err)
+            if candidates:
+                log.error(
+                    "no checkpoint of %s verifies (every refusal above): starting a new run from step 0",
+                    self._run_storage(run).uri,
+                )
+        run = new_run_id()
+        if runs:
             log.warning(
-                "checkpoint %s/%s NOT written (%s); latest still points to %s",
+                "starting run %s in %s%s; the checkpoints of %d other run(s) there (%s) are left untouched",
+                run,
                 self.storage.uri,
-                name,
-                err,
-                self.latest_name() or "nothing",
+                "" if resume else " (checkpoint.resume false)",
+                len(runs),
+                ", ".join(runs[-3:]),
             )
-            return False
+        return run, [], None
+
+    def _candidates(self, runs: list[str]) -> tuple[str, list[str]]:
+        """(run, its checkpoints to try, best first): the one `latest` names, then the others newest first."""
+        raw = self._get(self.storage, POINTER)
+        run, _, name = (raw or b"").decode("utf-8", errors="replace").strip().rpartition("/")
+        if raw and (_step_of(name) is None or (run and not _is_run(run))):
+            log.error(
+                "ignoring %s/%s: unreadable pointer %r, expected a name like run-…/%s; "
+                "using the newest complete checkpoint of the newest run instead",
+                self.storage.uri,
+                POINTER,
+                raw[:60],
+                checkpoint_name(100),
+            )
+            run, name = "", ""
+        if not name:
+            run = max(runs, default="")  # run ids sort by start time; "" is the flat layout
+        names = sorted(
+            (n for n in self._list(self._run_storage(run)) if _step_of(n) is not None),
+            key=_step_of,
+            reverse=True,
+        )
+        if name and name not in names:
+            log.error(
+                "%s/%s names %s/%s, which is missing; using the run's newest complete checkpoint instead",
+                self.storage.uri,
+                POINTER,
+                run,
+                name,
+            )
+        return run, ([name] if name in names else []) + [n for n in names if n != name]
+
+    # -- reading ------------------------------------------------------------------------------------------
+
+    def _get(self, store: Storage, key: str) -> bytes | None:
+        try:
+            return store.get_bytes(key)
+        except Exception as err:
+            raise self._unavailable(f"cannot read {store.uri}/{key}", err) from err
+
+    def _list(self, store: Storage) -> list[str]:
+        try:
+            return store.list_dirs()
+        except Exception as err:
+            raise self._unavailable(f"cannot list {store.uri}", err) from err
+
+    @staticmethod
+    def _unavailable(what: str, err: BaseException) -> CheckpointUnavailable:
+        return CheckpointUnavailable(
+            f"{what} ({type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}); not "
+            f"falling back to an older checkpoint or step 0: exiting {STORAGE_UNAVAILABLE} to be retried"
+        )
+
+    def _manifest(self, store: Storage, name: str) -> dict[str, Any]:
+        where = f"{store.uri}/{name}"
+        raw = self._get(store, f"{name}/{MANIFEST}")
+        if raw is None:
+            raise CheckpointRefused(f"checkpoint {where} is incomplete: no {MANIFEST} (interrupted write)")
+        try:
+            manifest = json.loads(raw)
+            files = manifest["files"]
+            complete, version = manifest.get("complete"), manifest.get("format")
+            assert isinstance(files, dict)
+        except (ValueError, KeyError, TypeError, AssertionError) as err:
+            raise CheckpointRefused(f"checkpoint {where}: unreadable {MANIFEST} ({err})") from None
+        if not complete:
+            raise CheckpointRefused(f"checkpoint {where}: manifest does not mark it complete")
+        if version != FORMAT:
+            raise CheckpointRefused(
+                f"checkpoint {where}: format {version!r}, expected {FORMAT} (written by another trainer "
+                "version; resume it with that version or start a new run)"
+            )
+        return manifest
+
+    def _fetch(self, store: Storage, name: str, file: str, manifest: dict, into: Path) -> Path:
+        """A verified local copy of one file of a checkpoint (in place for a local directory)."""
+        where = f"{store.uri}/{name}"
+        expected = manifest["files"].get(file)
+        if not isinstance(expected, dict):
+            raise CheckpointRefused(f"checkpoint {where}: {MANIFEST} does not list {file} (corrupt)")
+        if isinstance(store, LocalStorage):
+            path = store.local_path(f"{name}/{file}")
+            if not path.is_file():
+                raise CheckpointRefused(f"checkpoint {where}: {file} is missing")
+        else:
+            path = into / file
+            into.mkdir(parents=True, exist_ok=True)
+            try:
+                store.get_file(f"{name}/{file}", path)
+            except Exception as err:
+                if _not_found(err):
+                    raise CheckpointRefused(f"checkpoint {where}: {file} is missing") from None
+                raise self._unavailable(f"cannot download {where}/{file}", err) from err
+        try:
+            size, digest = path.stat().st_size, _sha256(path)
+        except OSError as err:
+            raise self._unavailable(f"cannot read {path}", err) from err
+        if size != expected.get("bytes"):
+            raise CheckpointRefused(
+                f"checkpoint {where}: {file} is {size} bytes, "
+                f"manifest says {expected.get('bytes')} (truncated?)"
+            )
+        if digest != expected.get("sha256"):
+            raise CheckpointRefused(
+                f"checkpoint {where}: {file} sha256 {digest[:12]}… does not match the manifest's "
+                f"{str(expected.get('sha256'))[:12]}… (corrupt)"
+            )
+        return path
+
+    def _train_state(self, run: str, name: str) -> dict[str, Any]:
+        store = self._run_storage(run)
+        into = self.workdir / f"load-{run}-{name}"
+        try:
+            path = self._fetch(store, name, TRAIN_STATE, self._manifest(store, name), into)
+            try:
+                state = torch.load(path, map_location="cpu", weights_only=True)
+            except Exception as err:
+                where = f"{store.uri}/{name}"
+                raise CheckpointRefused(f"checkpoint {where}: {TRAIN_STATE} does not load ({err})") from None
         finally:
-            tmp.unlink(missing_ok=True)
-        self._prune(step)
-        return True
+            shutil.rmtree(into, ignore_errors=True)
+        return {**state, "checkpoint": name}
+
+    def restore(
+        self, env: DistEnv, state: dict[str, Any], model: nn.Module, optimizer: Optimizer
+    ) -> dict[str, Any] | None:
+        """Every rank: load the model and optimizer shards of `state`'s checkpoint, each rank fetching and
+        verifying the files it reads. A corrupt shard makes every rank move to the run's previous
+        checkpoint (returned: its step and data position then apply); None if none verifies."""
+        while state is not None:
+            name = state["checkpoint"]
+            into = self.workdir / f"load-{name}"
+            try:
+                status = (self._fetch_shards(env, name, model, optimizer, into), None, None)
+            except CheckpointRefused as err:
+                status = (None, str(err), None)
+            except CheckpointUnavailable as err:
+                status = (None, None, str(err))
+            statuses = gather_objects(env, status[1:])
+            try:
+                unavailable = [u for _, u in statuses if u]
+                if unavailable:
+                    raise CheckpointUnavailable(unavailable[0])
+                refused = [r for r, _ in statuses if r]
+                if not refused:
+                    shards.read(env, model, optimizer, status[0])
+                    if state["world_size"] == env.world_size:
+                        shards.set_rng_state(state["rng"][env.rank])
+                    else:
+                        log.warning(
+                            "checkpoint was written by %d ranks, this run has %d: resharded; RNG streams "
+                            "start fresh",
+                            state["world_size"],
+                            env.world_size,
+                        )
+                    self._saved_step = state["step"]
+                    return state
+            finally:
+                if not isinstance(self.run_storage, LocalStorage):
+                    shutil.rmtree(into, ignore_errors=True)
+            if env.is_main:
+                for reason in dict.fromkeys(refused):
+                    log.error("refusing %s; trying the previous checkpoint of the run", reason)
+            state = self._next_fallback(env)
+        return None
+
+    def _fetch_shards(self, env: DistEnv, name: str, model: nn.Module, optimizer: Optimizer, into: Path):
+        store = self.run_storage
+        manifest = self._manifest(store, name)
+        metadata = self._fetch(store, name, shards.METADATA, manifest, into)
+        try:
+            needed = shards.files_needed(env, model, optimizer, metadata)
+        except Exception as err:  # intact, but written for other model settings: no retry cures that
+            raise ConfigError(
+                f"checkpoint {store.uri}/{name} was written for a different model ({err}); resume it with "
+                "the model settings it was written with, or pass --checkpoint.resume false for a new run"
+            ) from None
+        for file in sorted(needed):
+            self._fetch(store, name, file, manifest, into)
+        return metadata.parent
+
+    def _next_fallback(self, env: DistEnv) -> dict[str, Any] | None:
+        decision: Any = None
+        if env.is_main:
+            try:
+                while self._fallbacks and decision is None:
+                    name = self._fallbacks.pop(0)
+                    try:
+                        decision = self._train_state(self.run or "", name)
+                    except CheckpointRefused as err:
+                        log.error("refusing %s; trying the previous checkpoint of the run", err)
+                if decision is None:
+                    where = self.run_storage.uri
+                    log.error("no checkpoint of %s verifies: starting a new run from step 0", where)
+                    decision = new_run_id()
+            except CheckpointUnavailable as err:
+                decision = err
+        decision = broadcast_object(env, decision)
+        if isinstance(decision, CheckpointUnavailable):
+            raise decision
+        if isinstance(decision, str):
+            self.run, self._fallbacks, self._saved_step = decision, [], None
+            return None
+        return decision
+
+    # -- writing ------------------------------------------------------------------------------------------
+
+    def save(
+        self, env: DistEnv, step: int, model: nn.Module, optimizer: Optimizer, extra: dict[str, Any]
+    ) -> bool:
+        """Every rank: write a complete checkpoint for `step`; False (and a warning) if it failed."""
+        if step == self._saved_step:
+            return True  # already complete (e.g. a SIGTERM right after resuming at this step)
+        name, store = checkpoint_name(step), self.run_storage
+        rng = gather_objects(env, shards.rng_state())  # dropout and shuffling continue exactly on every rank
+        if isinstance(store, LocalStorage):  # beside the final place: publishing is a rename
+            stage = store.root / f".stage-{name}-rank{env.rank}"
+        else:
+            stage = self.workdir / f"stage-{name}"
+        files: dict[str, dict[str, Any]] = {}
+        error = None
+        try:
+            shards.write(env, model, optimizer, stage)
+            if env.is_main:
+                state = {"format": FORMAT, "run": self.run, "rng": rng, "world_size": env.world_size, **extra}
+                torch.save(state, stage / TRAIN_STATE)
+            for path in sorted(p for p in stage.iterdir() if p.is_file()):
+                files[path.name] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+                self._publish(store, f"{name}/{path.name}", path)
+        except (Exception, CheckpointException) as err:  # CheckpointException is a BaseException
+            error = self._describe(err, stage)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+        results = gather_objects(env, (files, error))
+        saved = False
+        if env.is_main:
+            errors = [f"rank {r}: {e}" for r, (_, e) in enumerate(results) if e]
+            if not errors:
+                manifest = {
+                    "format": FORMAT,
+                    "run": self.run,
+                    "step": step,
+                    "world_size": env.world_size,
+                    "complete": True,
+                    "files": {k: v for f, _ in results for k, v in f.items()},
+                }
+                try:
+                    store.put_bytes(f"{name}/{MANIFEST}", json.dumps(manifest, indent=1).encode())
+                    self.storage.put_bytes(POINTER, self._pointer_text(name).encode())
+                    saved = True
+                except Exception as err:
+                    errors = [self._describe(err, stage)]
+            if saved:
+                self._prune(step)
+            else:
+                latest = self.latest_name() or "nothing"
+                log.log(
+                    logging.ERROR if any("disk full" in e for e in errors) else logging.WARNING,
+                    "checkpoint %s/%s NOT written (%s); latest still points to %s",
+                    store.uri,
+                    name,
+                    "; ".join(dict.fromkeys(errors)),
+                    latest,
+                )
+        saved = broadcast_object(env, saved)
+        if saved:
+            self._saved_step = step
+        return saved
+
+    @staticmethod
+    def _publish(store: Storage, key: str, path: Path) -> None:
+        if isinstance(store, LocalStorage):
+            target = store.local_path(key)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, target)
+        else:
+            store.put_file(key, path)
+
+    @staticmethod
+    def _describe(err: BaseException, stage: Path) -> str:
+        if shards.is_disk_full(err):
+            where = next((p for p in stage.parents if p.exists()), stage.parent)
+            free = shutil.disk_usage(where).free / 2**30
+            return (
+                f"disk full: writing failed, no space left on the file system of {where} ({free:.2f} GiB "
+                "free); free space or give it a bigger volume"
+            )
+        cause = err.failures[min(err.failures)][0] if isinstance(err, CheckpointException) else err
+        return f"{type(cause).__name__}: {str(cause).splitlines()[0][:300] if str(cause) else ''}"
 
     def latest_name(self) -> str | None:
+        """What `latest` says (run/step-…), for messages; None when missing or unreadable."""
         try:
             raw = self.storage.get_bytes(POINTER)
         except Exception as err:
             log.warning("cannot read %s/%s: %s", self.storage.uri, POINTER, err)
             return None
-        if not raw:
-            return None
-        name = raw.decode("utf-8", errors="replace").strip()
-        if _step_of(name) is None:  # a damaged pointer must not hide the checkpoints themselves
-            log.error(
-                "ignoring %s/%s: unreadable pointer %r, expected a name like %s; "
-                "using the newest complete checkpoint instead",
-                self.storage.uri,
-                POINTER,
-                raw[:40],
-                checkpoint_name(100),
-            )
-            return None
-        return name
+        return raw.decode("utf-8", errors="replace").strip() if raw else None
 
     def _prune(self, newest: int) -> None:
-        """Keep the newest `keep` complete checkpoints; drop older ones and stale incomplete leftovers."""
+        """Keep the run's newest `keep` complete checkpoints up to `newest` (always `newest` itself); drop
+        the run's older ones and stale stage directories. Other runs and later steps are never touched."""
+        store = self.run_storage
         try:
-            names = [n for n in self.storage.list_dirs() if _step_of(n) is not None]
-            complete = [n for n in names if self.storage.get_bytes(f"{n}/{MANIFEST}") is not None]
-            kept = set(sorted(complete, key=_sort_key)[-self.keep :])
-            for n in names:
-                if n not in kept and (_step_of(n) or 0) <= newest:
-                    self.storage.delete_dir(n)
+            names = store.list_dirs()
+            upto = [n for n in names if (_step_of(n) or newest + 1) <= newest]
+            complete = [n for n in upto if store.get_bytes(f"{n}/{MANIFEST}") is not None]
+            kept = set(sorted(complete, key=_step_of)[-self.keep :]) | {checkpoint_name(newest)}
+            staged = {n: _step_of(n.removeprefix(".stage-").split("-rank")[0]) for n in names}
+            stale = [n for n, s in staged.items() if n.startswith(".stage-") and (s or 0) < newest]
+            for n in [n for n in upto if n not in kept] + stale:
+                store.delete_dir(n)
         except Exception as err:  # pruning is housekeeping: never fail a run for it
-            log.warning("could not prune old checkpoints in %s: %s", self.storage.uri, err)
-
-    def candidates(self) -> list[str]:
-        """Checkpoint names to try, best first: the `latest` pointer, then every other one newest first."""
-        names = sorted(
-            (n for n in self.storage.list_dirs() if _step_of(n) is not None), key=_sort_key, reverse=True
-        )
-        pointer = self.latest_name()
-        return ([pointer] if pointer else []) + [n for n in names if n != pointer]
-
-    def load(self, name: str) -> dict[str, Any]:
-        """Load and verify one checkpoint; CheckpointRefused says exactly what is wrong with it."""
-        where = f"{self.storage.uri}/{name}"
-        raw = self.storage.get_bytes(f"{name}/{MANIFEST}")
-        if raw is None:
-            raise CheckpointRefused(
-                f"checkpoint {where} is incomplete: no {MANIFEST} (write was interrupted)"
-            )
-        try:
-            manifest = json.loads(raw)
-            expected = manifest["files"][PAYLOAD]
-            if not manifest.get("complete"):
-                raise CheckpointRefused(f"checkpoint {where}: manifest does not mark it complete")
-        except (ValueError, KeyError, TypeError) as err:
-            raise CheckpointRefused(f"checkpoint {where}: unreadable {MANIFEST} ({err})") from None
-        local = self.workdir / f".load-{name}-{os.getpid()}.pt"
-        try:
-            if isinstance(self.storage, LocalStorage):
-                local = self.storage.local_path(f"{name}/{PAYLOAD}")
-                if not local.is_file():
-                    raise CheckpointRefused(f"checkpoint {where}: {PAYLOAD} is missing")
-            else:
-                try:
-                    self.storage.get_file(f"{name}/{PAYLOAD}", local)
-                except Exception as err:
-                    raise CheckpointRefused(
-                        f"checkpoint {where}: cannot download {PAYLOAD} ({err})"
-                    ) from None
-            size = local.stat().st_size
-            if size != expected["bytes"]:
-                raise CheckpointRefused(
-                    f"checkpoint {where}: {PAYLOAD} is {size} bytes, "
-                    f"manifest says {expected['bytes']} (truncated?)"
-                )
-            digest = _sha256(local)
-            if digest != expected["sha256"]:
-                raise CheckpointRefused(
-                    f"checkpoint {where}: {PAYLOAD} sha256 {digest[:12]}… does not match the manifest's "
-                    f"{expected['sha256'][:12]}… (corrupt)"
-                )
-            try:
-                return torch.load(local, map_location="cpu", weights_only=True)
-            except Exception as err:
-                raise CheckpointRefused(f"checkpoint {where}: {PAYLOAD} does not load ({err})") from None
-        finally:
-            if not isinstance(self.storage, LocalStorage):
-                local.unlink(missing_ok=True)
-
-    def load_latest(self) -> tuple[str, dict[str, Any]] | None:
-        """(name, state) of the best checkpoint that verifies, logging every one refused on the way."""
-        for name in self.candidates():
-            try:
-                return name, self.load(name)
-            except CheckpointRefused as err:
-                log.error("refusing %s; trying the previous checkpoint", err)
-        return None
-
-
-def _rng_state() -> dict[str, Any]:
-    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
-
-
-def capture(
-    env: DistEnv, model: nn.Module, optimizer: Optimizer, extra: dict[str, Any]
-) -> dict[str, Any] | None:
-    """The full training state on rank 0 (None elsewhere). Every rank must call it: it gathers."""
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    model_state, optim_state = get_state_dict(model, optimizer, options=options)
-    rng = gather_objects(env, _rng_state())  # dropout and shuffling continue exactly on every rank
-    if not env.is_main:
-        return None
-    return {
-        "format": FORMAT,
-        "model": model_state,
-        "optimizer": optim_state,
-        "rng": rng,
-        "world_size": env.world_size,
-        **extra,
-    }
-
-
-def restore(env: DistEnv, state: dict[str, Any], model: nn.Module, optimizer: Optimizer) -> None:
-    set_state_dict(
-        model,
-        optimizer,
-        model_state_dict=state["model"],
-        optim_state_dict=state["optimizer"],
-        options=StateDictOptions(full_state_dict=True),
-    )
-    if state["world_size"] == env.world_size:
-        _set_rng_state(state["rng"][env.rank])
-    else:
-        log.warning(
-            "checkpoint was written by %d ranks, this run has %d: RNG streams start fresh",
-            state["world_size"],
-            env.world_size,
-        )
+            log.warning("could not prune old checkpoints in %s: %s", store.uri, err)

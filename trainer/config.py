@@ -139,11 +139,18 @@ PRECISIONS = {"auto", "fp32", "bf16", "fp16"}
 
 @dataclass(kw_only=True)
 class TrainConfig:
-    device: str = field(default="auto", metadata=_help("'auto' (cuda if available), 'cpu' or 'cuda'"))
+    device: str = field(
+        default="auto",
+        metadata=_help(
+            "'auto' (the GPUs when any are visible, else CPU: for local runs), 'cuda' (refuse to start "
+            "without this rank's GPU, exit 201, retryable: what rendered GPU jobs use) or 'cpu'"
+        ),
+    )
     precision: str = field(
         default="auto",
         metadata=_help(
-            "'auto' (bf16 on GPUs that support it, fp16+GradScaler on others, fp32 on CPU), "
+            "'auto' (by the GPU's architecture: bf16 on NVIDIA sm_80+ and AMD CDNA2/3, RDNA3; "
+            "fp16+GradScaler on sm_70/sm_75 (V100, T4) and older AMD (V520); fp32 on CPU), "
             "'fp32', 'bf16' or 'fp16'"
         ),
     )
@@ -153,7 +160,10 @@ class TrainConfig:
     max_steps: int = field(default=300, metadata=_help("optimizer steps in the whole run"))
     lr: float = field(default=3e-3, metadata=_help("peak learning rate (AdamW)"))
     weight_decay: float = field(default=0.01, metadata=_help("AdamW weight decay"))
-    warmup_steps: int = field(default=30, metadata=_help("linear warmup steps, then cosine decay"))
+    warmup_steps: int = field(
+        default=-1,
+        metadata=_help("linear warmup steps, then cosine decay; -1: a tenth of max_steps"),
+    )
     min_lr_ratio: float = field(default=0.1, metadata=_help("final LR as a share of the peak"))
     grad_clip: float = field(default=1.0, metadata=_help("max gradient norm; 0 disables clipping"))
     grad_checkpointing: bool = field(default=False, metadata=_help("recompute activations in backward"))
@@ -181,6 +191,8 @@ class TrainConfig:
             _require(value >= 1, f"train.{key}", value, ">= 1")
         _require(self.lr > 0, "train.lr", self.lr, "> 0")
         _require(self.weight_decay >= 0, "train.weight_decay", self.weight_decay, ">= 0")
+        if self.warmup_steps == -1:
+            self.warmup_steps = self.max_steps // 10
         _require(
             0 <= self.warmup_steps < self.max_steps,
             "train.warmup_steps",
@@ -221,12 +233,23 @@ class OutputConfig:
     tensorboard: bool = field(
         default=False, metadata=_help("also write TensorBoard events (needs tensorboard)")
     )
+    metrics_port: int = field(
+        default=9464,
+        metadata=_help(
+            "Prometheus /metrics port, served by local rank 0 of each node for all its ranks; 0: none "
+            "(workload stacks expose this port as `metrics` for the platform's PodMonitor)"
+        ),
+    )
 
     def __post_init__(self) -> None:
         _require(bool(self.dir), "output.dir", self.dir, "a local directory or s3://bucket/prefix")
         _require_dir_uri(self.dir, "output.dir")
         if self.tensorboard:
             _require_package("tensorboard", "output.tensorboard", True, "tensorboard")
+        _require(0 <= self.metrics_port <= 65535, "output.metrics_port", self.metrics_port, "0..65535")
+        if self.metrics_port:
+            port = self.metrics_port
+            _require_package("prometheus_client", "output.metrics_port", port, "prometheus-client")
 
 
 def _require_dir_uri(uri: str, key: str) -> None:
@@ -321,7 +344,9 @@ def parser() -> argparse.ArgumentParser:
         prog="python -m trainer",
         description="Distributed PyTorch text classifier (run under torchrun; or `python -m trainer.launch` "
         "to get exit code 143 on SIGTERM). With no arguments: the zIMDB job on synthetic data. "
-        "Exit codes: 0 done, 2 invalid config, 143 stopped by SIGTERM after a checkpoint (retryable).",
+        "Exit codes: 0 done, 2 invalid config or data, 143 stopped by SIGTERM after a checkpoint, "
+        "200 storage unavailable, 201 no GPU for train.device cuda, 202 peer rank lost or hung "
+        "(128+: retryable; the table is in trainer/faults.py).",
     )
     p.add_argument("--config", help="YAML or JSON file of {section: {field: value}}; flags override it")
     for name, cls in SECTIONS.items():

@@ -1,141 +1,218 @@
 """Text classification data: the synthetic zIMDB corpus, JSONL/CSV/Parquet files (local or S3), HF data sets.
 
-Everything becomes a list of (text, label) pairs, then token ids from an offline tokenizer, then padded
-batches from a DataLoader with a DistributedSampler that can resume in the middle of an epoch.
+Files are streamed into Arrow string chunks plus a label array (never a Python object per record), token
+ids come from an offline tokenizer trained on the training split, and batches are padded by a DataLoader
+with a DistributedSampler that can resume in the middle of an epoch. `trainer.token_store` tokenizes once
+per node and shares the token ids with the other ranks through memory-mapped files.
 """
 
 from __future__ import annotations
 
 import csv
+import itertools
 import json
-import random
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import numpy as np
+import pyarrow as pa
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from trainer import zimdb
 from trainer.config import ConfigError, DataConfig
 from trainer.storage import fetch_to_local
 
 Example = tuple[str, int]
+synthetic_corpus = zimdb.corpus
 
 
 class DataError(ConfigError):
     """Input data that cannot be used as given (permanent: exit code 2)."""
 
 
-# The synthetic "zIMDB" corpus: movie-review-like sentences whose label follows from sentiment words,
-# with negations ("not great") that flip the next one, so a model must look at word order to do well.
-POSITIVE = "great wonderful brilliant moving superb charming delightful gripping funny beautiful".split()  # noqa: SIM905
-NEGATIVE = "awful boring dull terrible clumsy tedious bland weak predictable messy".split()  # noqa: SIM905
-NEGATIONS = "not never hardly".split()  # noqa: SIM905
-SUBJECTS = "movie film plot acting cast script ending score sequel".split()  # noqa: SIM905
-FILLER = "and with a very quite rather really in its of to honestly overall scenes story director".split()  # noqa: SIM905
+CHUNK_ROWS = 8192  # rows read, and tokenized, at a time: memory stays flat whatever the file size
 
 
-def synthetic_corpus(size: int, seed: int) -> list[Example]:
-    """Deterministic synthetic reviews (label 1 positive, 0 negative); same (size, seed), same corpus."""
-    rng = random.Random(seed)
-    examples: list[Example] = []
-    while len(examples) < size:
-        words, score = [], 0
-        for _ in range(rng.randint(2, 4)):
-            words += ["the", rng.choice(SUBJECTS), "was"]
-            negated = rng.random() < 0.3
-            if negated:
-                words.append(rng.choice(NEGATIONS))
-            positive = rng.random() < 0.5
-            words.append(rng.choice(POSITIVE if positive else NEGATIVE))
-            score += (1 if positive else -1) * (-1 if negated else 1)
-            words += rng.sample(FILLER, rng.randint(1, 4))
-        if score != 0:  # a tie has no label
-            examples.append((" ".join(words), int(score > 0)))
-    return examples
+@dataclass
+class Columns:
+    """Texts (Arrow string chunks, a fraction of the memory of Python strings) and integer labels."""
+
+    texts: list[pa.Array]
+    labels: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def text_chunks(self, keep: np.ndarray | None = None) -> Iterator[list[str]]:
+        """The texts chunk by chunk as Python strings; `keep` (a boolean per row) filters them."""
+        start = 0
+        for chunk in self.texts:
+            texts = [str(t) for t in chunk.to_pylist()]
+            if keep is not None:
+                texts = [t for t, k in zip(texts, keep[start : start + len(texts)], strict=True) if k]
+            start += len(chunk)
+            yield texts
+
+    def examples(self, rows: np.ndarray | None = None) -> list[Example]:
+        texts = [t for chunk in self.text_chunks() for t in chunk]
+        order = range(len(texts)) if rows is None else rows.tolist()
+        return [(texts[i], int(self.labels[i])) for i in order]
 
 
-def _read_rows(path: Path, text_field: str, label_field: str) -> list[Example]:
-    suffix = path.suffix.lower()
-    if suffix == ".parquet":
-        import pyarrow.parquet as pq
+def _columns(chunks: Iterable[tuple[list[Any], list[Any]]], path: Path | str) -> Columns:
+    texts, labels, row = [], [], 0
+    for text_chunk, label_chunk in chunks:
+        ints = np.empty(len(label_chunk), dtype=np.int64)
+        for i, label in enumerate(label_chunk):
+            try:
+                ints[i] = int(label)
+            except (TypeError, ValueError, OverflowError):
+                raise DataError(
+                    f"{path} row {row + i + 1}: label {label!r} is not an integer class id"
+                ) from None
+        row += len(label_chunk)
+        texts.append(pa.array([None if t is None else str(t) for t in text_chunk], type=pa.large_string()))
+        labels.append(ints)
+    if not row:
+        raise DataError(f"{path}: no rows")
+    return Columns(texts, np.concatenate(labels))
 
-        table = pq.read_table(path)
-        missing = [c for c in (text_field, label_field) if c not in table.column_names]
-        if missing:
-            raise DataError(f"{path}: no column {missing[0]!r}; columns are {table.column_names}")
-        rows = list(
-            zip(table.column(text_field).to_pylist(), table.column(label_field).to_pylist(), strict=True)
-        )
-    elif suffix == ".csv":
-        with open(path, newline="") as f:
-            reader = csv.DictReader(f)
-            for col in (text_field, label_field):
-                if col not in (reader.fieldnames or []):
-                    raise DataError(f"{path}: no column {col!r}; columns are {reader.fieldnames}")
-            rows = [(r[text_field], r[label_field]) for r in reader]
-    else:  # .jsonl, or .json holding either JSON lines or one list of objects
-        raw = path.read_text()
+
+def _batched(rows: Iterable[tuple[Any, Any]]) -> Iterator[tuple[list[Any], list[Any]]]:
+    it = iter(rows)
+    while batch := list(itertools.islice(it, CHUNK_ROWS)):
+        yield [t for t, _ in batch], [y for _, y in batch]
+
+
+def _parquet_chunks(path: Path, text_field: str, label_field: str):
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(path, memory_map=True)
+    names = pf.schema_arrow.names
+    for col in (text_field, label_field):
+        if col not in names:
+            raise DataError(f"{path}: no column {col!r}; columns are {names}")
+    for batch in pf.iter_batches(batch_size=CHUNK_ROWS, columns=[text_field, label_field]):
+        yield batch.column(text_field).to_pylist(), batch.column(label_field).to_pylist()
+
+
+def _csv_rows(path: Path, text_field: str, label_field: str):
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        for col in (text_field, label_field):
+            if col not in (reader.fieldnames or []):
+                raise DataError(f"{path}: no column {col!r}; columns are {reader.fieldnames}")
+        for r in reader:
+            yield r[text_field], r[label_field]
+
+
+def _json_rows(path: Path, text_field: str, label_field: str):
+    """JSON lines read one line at a time; a .json holding one list of objects is read whole."""
+
+    def fields(record: Any) -> tuple[Any, Any]:
         try:
-            records = (
-                json.loads(raw)
-                if raw.lstrip().startswith("[")
-                else [json.loads(line) for line in raw.splitlines() if line.strip()]
-            )
-        except json.JSONDecodeError as err:
-            raise DataError(f"{path}: not valid JSON lines ({err})") from None
-        try:
-            rows = [(r[text_field], r[label_field]) for r in records]
+            return record[text_field], record[label_field]
         except (KeyError, TypeError) as err:
             raise DataError(
                 f"{path}: every record needs {text_field!r} and {label_field!r} ({err!r})"
             ) from None
-    examples = []
-    for i, (text, label) in enumerate(rows, start=1):
+
+    with open(path) as f:
+        head = f.read(4096).lstrip()
+        f.seek(0)
         try:
-            examples.append((str(text), int(label)))
-        except (TypeError, ValueError):
-            raise DataError(f"{path} row {i}: label {label!r} is not an integer class id") from None
-    if not examples:
-        raise DataError(f"{path}: no rows")
-    return examples
+            if head.startswith("["):
+                yield from (fields(r) for r in json.load(f))
+                return
+            for line in f:
+                if line.strip():
+                    yield fields(json.loads(line))
+        except json.JSONDecodeError as err:
+            raise DataError(f"{path}: not valid JSON lines ({err})") from None
 
 
-def _hf_splits(name: str, text_field: str, label_field: str) -> tuple[list[Example], list[Example]]:
+def read_columns(path: Path, text_field: str, label_field: str) -> Columns:
+    """A JSONL/JSON/CSV/Parquet file, streamed: memory holds the texts once, never the file's records."""
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        chunks = _parquet_chunks(path, text_field, label_field)
+    elif suffix == ".csv":
+        chunks = _batched(_csv_rows(path, text_field, label_field))
+    else:  # .jsonl, or .json holding either JSON lines or one list of objects
+        chunks = _batched(_json_rows(path, text_field, label_field))
+    return _columns(chunks, path)
+
+
+def _read_rows(path: Path, text_field: str, label_field: str) -> list[Example]:
+    return read_columns(path, text_field, label_field).examples()
+
+
+def _hf_columns(name: str, text_field: str, label_field: str) -> tuple[Columns, Columns]:
     import datasets  # checked by DataConfig: the option fails early with a pip hint when missing
 
     ds = datasets.load_dataset(name)
     val_split = "validation" if "validation" in ds else "test"
-    return tuple(  # type: ignore[return-value]
-        [(str(r[text_field]), int(r[label_field])) for r in ds[split]] for split in ("train", val_split)
-    )
+
+    def columns(split: str) -> Columns:
+        table = ds[split].data  # Arrow-backed (memory-mapped from the datasets cache)
+        table = getattr(table, "table", table)
+        texts, labels = table.column(text_field), table.column(label_field)
+        return _columns(
+            ((t.to_pylist(), y.to_pylist()) for t, y in zip(texts.chunks, labels.chunks, strict=True)),
+            f"hf:{name}[{split}]",
+        )
+
+    return columns("train"), columns(val_split)
+
+
+@dataclass
+class Splits:
+    """Training and validation rows: which rows of which Columns (the same ones when split off one file)."""
+
+    train: Columns
+    train_rows: np.ndarray
+    val: Columns
+    val_rows: np.ndarray
+
+
+def load_columns(cfg: DataConfig, workdir: Path) -> Splits:
+    if cfg.source == "synthetic":
+        sizes = ((cfg.synthetic_train_size, cfg.seed), (cfg.synthetic_val_size, cfg.seed + 1_000_003))
+        train, val = (_columns(_batched(zimdb.corpus(n, seed)), "synthetic") for n, seed in sizes)
+    elif cfg.source.startswith("hf:"):
+        train, val = _hf_columns(cfg.source[3:], cfg.text_field, cfg.label_field)
+    else:
+        train = read_columns(fetch_to_local(cfg.source, workdir), cfg.text_field, cfg.label_field)
+        if cfg.val_source:
+            val = read_columns(fetch_to_local(cfg.val_source, workdir), cfg.text_field, cfg.label_field)
+        else:
+            order = np.random.default_rng(cfg.seed).permutation(len(train))
+            n_val = max(1, int(len(order) * cfg.val_fraction))
+            if n_val >= len(order):
+                raise DataError(
+                    f"{cfg.source}: {len(order)} rows are too few to hold out "
+                    f"data.val_fraction={cfg.val_fraction}"
+                )
+            return Splits(train, order[n_val:], train, order[:n_val])
+    return Splits(train, np.arange(len(train)), val, np.arange(len(val)))
 
 
 def load_splits(cfg: DataConfig, workdir: Path) -> tuple[list[Example], list[Example]]:
-    """(train, val) examples for the configured source."""
-    if cfg.source == "synthetic":
-        return (
-            synthetic_corpus(cfg.synthetic_train_size, cfg.seed),
-            synthetic_corpus(cfg.synthetic_val_size, cfg.seed + 1_000_003),
-        )
-    if cfg.source.startswith("hf:"):
-        return _hf_splits(cfg.source[3:], cfg.text_field, cfg.label_field)
-    train = _read_rows(fetch_to_local(cfg.source, workdir), cfg.text_field, cfg.label_field)
-    if cfg.val_source:
-        return train, _read_rows(fetch_to_local(cfg.val_source, workdir), cfg.text_field, cfg.label_field)
-    shuffled = train[:]
-    random.Random(cfg.seed).shuffle(shuffled)
-    n_val = max(1, int(len(shuffled) * cfg.val_fraction))
-    if n_val >= len(shuffled):
-        raise DataError(
-            f"{cfg.source}: {len(shuffled)} rows are too few to hold out data.val_fraction={cfg.val_fraction}"
-        )
-    return shuffled[n_val:], shuffled[:n_val]
+    """(train, val) examples as Python lists: for small data (tests, the bench's bare loop)."""
+    splits = load_columns(cfg, workdir)
+    return splits.train.examples(splits.train_rows), splits.val.examples(splits.val_rows)
 
 
-def check_labels(examples: list[Example], num_labels: int, where: str) -> None:
-    bad = next((label for _, label in examples if not 0 <= label < num_labels), None)
-    if bad is not None:
+def check_labels(examples: list[Example] | np.ndarray, num_labels: int, where: str) -> None:
+    """Every label a class of the model: (text, label) examples or an array of labels."""
+    labels = np.asarray([y for _, y in examples] if isinstance(examples, list) else examples, dtype=np.int64)
+    outside = labels[(labels < 0) | (labels >= num_labels)]
+    if len(outside):
+        bad = int(outside[0])
         raise DataError(
             f"{where}: label {bad} is outside 0..{num_labels - 1} (model.num_labels={num_labels})"
         )
@@ -175,7 +252,7 @@ class TextEncoder:
         return [e.ids[:max_len] or [UNK_ID] for e in self._tok.encode_batch(texts)]
 
 
-def train_tokenizer(kind: str, texts: list[str], vocab_size: int, model_name: str = "") -> TextEncoder:
+def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int, model_name: str = "") -> TextEncoder:
     """Build a tokenizer from the training split only, offline and deterministically.
 
     A Hugging Face model brings its own tokenizer (model.name hf:<model>), which wins over `kind`.
@@ -222,6 +299,23 @@ class EncodedDataset(Dataset):
         return self.ids[i], self.labels[i]
 
 
+class TokenDataset(Dataset):
+    """Rows of a token file: `tokens[offsets[r]:offsets[r + 1]]` and `labels[r]` for r in `rows`.
+
+    The arrays are usually memory-mapped (trainer.token_store), so every rank on a node shares one copy
+    in the page cache."""
+
+    def __init__(self, tokens: np.ndarray, offsets: np.ndarray, labels: np.ndarray, rows: np.ndarray):
+        self.tokens, self.offsets, self.labels, self.rows = tokens, offsets, labels, rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> tuple[list[int], int]:
+        r = int(self.rows[i])
+        return self.tokens[self.offsets[r] : self.offsets[r + 1]].tolist(), int(self.labels[r])
+
+
 def encode(examples: list[Example], encoder: TextEncoder, max_len: int) -> EncodedDataset:
     return EncodedDataset(encoder.encode([t for t, _ in examples], max_len), [label for _, label in examples])
 
@@ -261,7 +355,7 @@ class ResumableSampler(DistributedSampler):
 
 
 def train_loader(
-    ds: EncodedDataset,
+    ds: Dataset,
     cfg: DataConfig,
     *,
     batch_size: int,
@@ -291,7 +385,7 @@ def train_loader(
 
 
 def val_loader(
-    ds: EncodedDataset, cfg: DataConfig, *, batch_size: int, rank: int, world: int, pad_id: int = 0
+    ds: Dataset, cfg: DataConfig, *, batch_size: int, rank: int, world: int, pad_id: int = 0
 ) -> DataLoader:
     # Each rank takes every world-th example: no padding duplicates, so summed counts are exact.
     shard = torch.utils.data.Subset(ds, range(rank, len(ds), world))

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from trainer.config import ConfigError, TrainConfig
+from trainer.faults import GpuUnavailable
 
 
 @dataclass(frozen=True)
@@ -52,10 +53,20 @@ def _ranks_from_env(env: dict[str, str]) -> tuple[int, int, int]:
 
 
 def _device(choice: str, local_rank: int) -> torch.device:
-    if choice == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("train.device='cuda' but no CUDA/ROCm device is visible: allowed auto | cpu")
-    if choice == "cpu" or not torch.cuda.is_available():
+    """'cuda' (what rendered GPU jobs ask for) refuses to run without this rank's GPU; 'auto' (local runs)
+    takes the GPUs when there are any and the CPU when there are none."""
+    if choice == "cpu":
         return torch.device("cpu")
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if choice == "auto" and visible == 0:
+        return torch.device("cpu")
+    if visible <= local_rank:
+        raise GpuUnavailable(
+            f"train.device={choice!r} but this process (local rank {local_rank}) sees {visible} GPU(s) "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}, "
+            f"HIP_VISIBLE_DEVICES={os.environ.get('HIP_VISIBLE_DEVICES', '<unset>')}): "
+            "refusing to train on CPU; the node's GPU device plugin may not be ready"
+        )
     torch.cuda.set_device(local_rank)
     return torch.device("cuda", local_rank)
 
@@ -105,23 +116,17 @@ def all_reduce_sum(env: DistEnv, values: list[float]) -> list[float]:
     return t.tolist()
 
 
+def all_reduce_max(env: DistEnv, value: int) -> int:
+    if not env.distributed:
+        return value
+    t = torch.tensor([value], dtype=torch.int64, device=env.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
 def barrier(env: DistEnv) -> None:
     if env.distributed:
         dist.barrier()
-
-
-# What a surviving rank sees when a peer process or its node is gone (Spot reclaim of another pod):
-# NCCL raises DistBackendError (unless its watchdog aborts the process first, which the launcher reports
-# as 128 + SIGABRT, retryable as well); gloo raises a plain RuntimeError from its TCP transport.
-_PEER_LOST_MESSAGES = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")
-
-
-def peer_lost(err: BaseException) -> bool:
-    """Whether `err` means another rank went away, so a gang restart from the last checkpoint is the cure
-    (a retryable exit), as opposed to a bug in this process (a permanent one)."""
-    if isinstance(err, dist.DistError):
-        return True
-    return isinstance(err, RuntimeError) and any(m in str(err) for m in _PEER_LOST_MESSAGES)
 
 
 class StopFlag:

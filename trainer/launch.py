@@ -9,15 +9,25 @@ the same launcher (same flags, same PET_* environment defaults) and maps the out
   torchrun received signal N            -> 128 + N   (SIGTERM: 143, retryable)
   first failing worker exited with code -> that code (2 stays permanent, 143 stays retryable)
   first failing worker killed by signal -> 128 + N   (e.g. OOM kill: 137)
+  rendezvous not complete in time       -> 203       (retryable: the replacement pod may come later)
+
+A rendezvous that times out (static: "Timed out after N seconds waiting for clients", c10d:
+RendezvousTimeoutError) is the launcher's own failure, before any worker starts; torchrun lets it
+escape as a traceback and exit 1, which would fail a 4-pod job for good when one Spot replacement is
+slower than the rendezvous timeout. The codes are listed in trainer/faults.py.
 """
 
 from __future__ import annotations
 
 import sys
 
+from torch.distributed import DistError
 from torch.distributed import run as torchrun
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.elastic.rendezvous.api import RendezvousError, RendezvousGracefulExitError
+
+from trainer import faults
 
 
 def exit_code(failure_code: int) -> int:
@@ -41,6 +51,20 @@ def main(argv: list[str] | None = None) -> int:
         code = exit_code(failure.exitcode)
         print(
             f"trainer.launch: rank {rank} failed first with exit code {code}; exit {code}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return code
+    except RendezvousGracefulExitError:
+        return 0
+    except (RendezvousError, DistError) as err:
+        # DistError: the static rendezvous's TCPStore (DistStoreError: clients did not join in time;
+        # DistNetworkError: the master's address does not answer yet).
+        reason = str(err).splitlines()[0][:200] if str(err) else "not every node joined in time"
+        code = faults.RENDEZVOUS_TIMEOUT
+        print(
+            f"trainer.launch: rendezvous failed ({type(err).__name__}: {reason}); exit {code} "
+            f"({faults.describe(code)})",
             file=sys.stderr,
             flush=True,
         )

@@ -1,6 +1,7 @@
 """The training run, top to bottom: set up, resume, train with periodic eval and checkpoints, write outputs.
 
-`run(cfg)` returns the process exit code: 0 when done, 143 when stopped by SIGTERM after a checkpoint.
+`run(cfg)` returns the process exit code: 0 when done, 143 when stopped by SIGTERM after a checkpoint
+(the table of exit codes is in trainer/faults.py).
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from torch import nn
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
-from trainer import checkpoint, data
+from trainer import checkpoint, data, faults, precision, token_store
 from trainer.config import JobConfig, TrainConfig
 from trainer.dist import (
     DistEnv,
     StopFlag,
+    all_reduce_max,
     all_reduce_sum,
     barrier,
     broadcast_object,
@@ -33,25 +35,9 @@ from trainer.dist import (
     setup,
     teardown,
 )
-from trainer.metrics import Metrics
-from trainer.model import build_model
+from trainer.metrics import Exporter, Metrics
+from trainer.model import build_model, transformer_blocks
 from trainer.storage import LocalStorage, Storage, open_storage
-
-RETRYABLE_EXIT = 143  # 128 + SIGTERM: PyTorchJob restartPolicy ExitCode and JobSet retry codes >= 128
-
-
-def _precision(cfg: TrainConfig, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype, or None for fp32. 'auto': bf16 where the GPU has it, fp16 on older GPUs (T4)."""
-    choice = cfg.precision
-    if choice == "auto":
-        if device.type != "cuda":
-            return None
-        choice = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[choice]
-
-
-def _dtype_name(dtype: torch.dtype | None) -> str:
-    return str(dtype).removeprefix("torch.") if dtype else "fp32"
 
 
 def _autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
@@ -81,15 +67,18 @@ def _micro_batches(loader, epoch: int, position: int) -> Iterator[tuple[int, int
         epoch, position = epoch + 1, 0
 
 
-def _wrap(model: nn.Module, cfg: TrainConfig, env: DistEnv) -> nn.Module:
+def _wrap(model: nn.Module, cfg: TrainConfig, env: DistEnv, prec: precision.Precision) -> nn.Module:
     if cfg.compile:
         model.compile()  # in place: state-dict keys stay the same
     if not env.distributed:
         return model
     if cfg.parallelism == "fsdp":
-        for layer in getattr(model, "layers", []):
-            fully_shard(layer)
-        return cast(nn.Module, fully_shard(model))
+        # One FSDP unit per transformer block, innermost first: only one block's full parameters exist
+        # at a time (the memory saving); the root unit keeps the embeddings and the head.
+        policy = precision.fsdp_policy(prec)
+        for block in reversed(transformer_blocks(model)):
+            fully_shard(block, mp_policy=policy)
+        return cast(nn.Module, fully_shard(model, mp_policy=policy))
     return DistributedDataParallel(
         model, device_ids=[env.device.index] if env.device.type == "cuda" else None
     )
@@ -104,17 +93,39 @@ def _sync_context(model: nn.Module, sync: bool):
     return contextlib.nullcontext()
 
 
+def _filler_batch() -> dict[str, torch.Tensor]:
+    """One one-token padding example, for a rank that has no validation batch of its own."""
+    return {
+        "input_ids": torch.zeros(1, 1, dtype=torch.long),
+        "attention_mask": torch.ones(1, 1, dtype=torch.bool),
+        "labels": torch.zeros(1, dtype=torch.long),
+    }
+
+
 @torch.no_grad()
 def evaluate(model: nn.Module, loader, env: DistEnv, dtype: torch.dtype | None) -> dict[str, float]:
+    """Accuracy and loss over every rank's validation shard.
+
+    Every rank runs the same number of forward passes: under FSDP each one all-gathers parameters, so a
+    rank with fewer batches than its peers would leave them waiting in that collective until the timeout.
+    A rank out of batches repeats its last one (or a padding example) and counts nothing for it."""
     model.eval()
     correct = total = loss_sum = 0.0
-    for batch in loader:
+    rounds = all_reduce_max(env, len(loader))
+    batches = iter(loader)
+    filler = None
+    for _ in range(rounds):
+        batch = next(batches, None)
+        counted = batch is not None
+        batch = batch if batch is not None else filler or _filler_batch()
+        filler = batch
         batch = {k: v.to(env.device, non_blocking=True) for k, v in batch.items()}
         with _autocast(env.device, dtype):
             logits = model(batch["input_ids"], batch["attention_mask"])
-        loss_sum += nn.functional.cross_entropy(logits.float(), batch["labels"], reduction="sum").item()
-        correct += (logits.argmax(-1) == batch["labels"]).sum().item()
-        total += len(batch["labels"])
+        if counted:
+            loss_sum += nn.functional.cross_entropy(logits.float(), batch["labels"], reduction="sum").item()
+            correct += (logits.argmax(-1) == batch["labels"]).sum().item()
+            total += len(batch["labels"])
     correct, total, loss_sum = all_reduce_sum(env, [correct, total, loss_sum])
     model.train()
     return {"val_accuracy": correct / total, "val_loss": loss_sum / total}
@@ -173,45 +184,43 @@ def _open_sinks(cfg: JobConfig, env: DistEnv, workdir: Path, s3_client: Any):
     if env.is_main and not isinstance(output, LocalStorage):  # a restarted pod continues the metrics history
         local_out.mkdir(parents=True)
         (local_out / "metrics.jsonl").write_bytes(output.get_bytes("metrics.jsonl") or b"")
+    port = cfg.output.metrics_port  # one endpoint per node, served by local rank 0 for all its ranks
+    shared = token_store.node_scratch_dir("metrics")
     metrics = Metrics(
         local_out / "metrics.jsonl",
         enabled=env.is_main,
         tensorboard_dir=local_out / "tensorboard" if cfg.output.tensorboard else None,
+        total_steps=cfg.train.max_steps,
+        exporter=Exporter(shared, local_rank=env.local_rank, rank=env.rank, port=port) if port else None,
     )
     store = storage(cfg.checkpoint.dir)
     ckpt = checkpoint.CheckpointManager(store, keep=cfg.checkpoint.keep, workdir=workdir)
+    ckpt.check_writable()  # exit 2 now, not a traceback at the first checkpoint interval
     return output, local_out, metrics, ckpt
 
 
 def _resume_state(cfg: JobConfig, env: DistEnv, ckpt: checkpoint.CheckpointManager, metrics: Metrics):
-    """Rank 0 picks the newest checkpoint that verifies; every rank then loads that one."""
-    if not cfg.checkpoint.resume:
-        return None
-    found = ckpt.load_latest() if env.is_main else None
-    name = broadcast_object(env, found[0] if found else None)
-    if name is None:
-        return None
-    state = found[1] if found else ckpt.load(name)
-    metrics.say(f"resuming from {ckpt.storage.uri}/{name} (step {state['step']})")
-    return state
+    """The train state of the checkpoint to continue from (rank 0 picks, in the run `latest` names)."""
+    return ckpt.begin(env, resume=cfg.checkpoint.resume)  # the run's checkpoints only; see checkpoint.py
 
 
 def _prepare_data(cfg: JobConfig, env: DistEnv, workdir: Path, tokenizer_spec: str | None, metrics: Metrics):
     """(tokenizer spec, encoder, train loader, validation loader)."""
-    train_examples, val_examples = data.load_splits(cfg.data, workdir)
-    data.check_labels(train_examples, cfg.model.num_labels, "training data")
-    data.check_labels(val_examples, cfg.model.num_labels, "validation data")
-    if tokenizer_spec is None:  # trained once on rank 0 and shared, so every rank maps text to the same ids
-        texts = [text for text, _ in train_examples]
-        trained = (
-            data.train_tokenizer(cfg.data.tokenizer, texts, cfg.data.vocab_size, cfg.model.name).spec
-            if env.is_main
-            else None
-        )
-        tokenizer_spec = broadcast_object(env, trained)
-    encoder = data.TextEncoder(tokenizer_spec)
-    train_ds = data.encode(train_examples, encoder, cfg.data.max_len)
-    val_ds = data.encode(val_examples, encoder, cfg.data.max_len)
+    # Tokenized once per node by local rank 0 and memory-mapped by the others (trainer.token_store).
+    prepared = token_store.prepare(
+        cfg.data,
+        num_labels=cfg.model.num_labels,
+        model_name=cfg.model.name,
+        tokenizer_spec=tokenizer_spec,
+        workdir=workdir,
+        shared=token_store.node_scratch_dir("data"),
+        local_rank=env.local_rank,
+        on_built=lambda s: metrics.say(f"data tokenized in {s:.1f} s, shared with this node's ranks"),
+    )
+    if broadcast_object(env, prepared.fingerprint) != prepared.fingerprint:
+        raise data.DataError("the nodes tokenized the data differently (same config, different token ids)")
+    tokenizer_spec, encoder = prepared.spec, prepared.encoder
+    train_ds, val_ds = prepared.train, prepared.val
     shard = {"rank": env.rank, "world": env.world_size, "pad_id": encoder.pad_id}
     loader = data.train_loader(
         train_ds,
@@ -246,22 +255,27 @@ def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_clie
         grad_checkpointing=t.grad_checkpointing,
     ).to(env.device)
     params = sum(p.numel() for p in model.parameters())
-    model = _wrap(model, t, env)
+    prec = precision.choose(t.precision, env.device)
+    metrics.say(f"device {prec.gpu}: precision {prec.name} ({prec.reason})")
+    metrics.set_model(params=params, device=env.device, dtype=prec.dtype, world_size=env.world_size)
+    model = _wrap(model, t, env, prec)
     optimizer = torch.optim.AdamW(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(t))
-    dtype = _precision(t, env.device)
-    scaler = torch.amp.GradScaler(env.device.type, enabled=dtype == torch.float16)  # fp16 needs loss scaling
+    dtype = prec.dtype
+    scaler = torch.amp.GradScaler(env.device.type, enabled=prec.needs_scaler)
     torch.manual_seed(t.seed + 1 + env.rank)  # dropout differs per rank, reproducibly
 
     step, epoch, position = 0, 0, 0
     if state is not None:
-        checkpoint.restore(env, state, model, optimizer)
+        state = ckpt.restore(env, state, model, optimizer)  # an older one of the run if this one is corrupt
+    if state is not None:
+        metrics.say(f"resuming from {ckpt.location(state['step'])} (step {state['step']})")
         scheduler.load_state_dict(state["scheduler"])
-        scaler.load_state_dict(state["scaler"])
+        _restore_scaler(scaler, state.get("scaler"), metrics)
         step, epoch, position = state["step"], state["epoch"], state["position"]
         state = None  # free the CPU copy
     metrics.say(
-        f"model {cfg.model.name}: {params:,} parameters, precision {_dtype_name(dtype)}, "
+        f"model {cfg.model.name}: {params:,} parameters, precision {prec.name}, "
         f"{t.parallelism if env.distributed else 'single process'}; steps {step}..{t.max_steps}"
     )
 
@@ -275,11 +289,9 @@ def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_clie
             "scaler": scaler.state_dict(),
             "config": cfg.to_dict(),
         }
-        full = checkpoint.capture(env, model, optimizer, extra)
-        if full is not None and ckpt.save(at_step, full):
-            metrics.record(
-                "checkpoint", at_step, path=f"{ckpt.storage.uri}/{checkpoint.checkpoint_name(at_step)}"
-            )
+        if ckpt.save(env, at_step, model, optimizer, extra):  # every rank writes its shard
+            metrics.record("checkpoint", at_step, path=ckpt.location(at_step))
+        metrics.upload(output)  # an interrupted attempt's metrics reach S3 too
         barrier(env)  # nobody exits (and makes torchrun kill rank 0) before the write is finished
 
     batches = _micro_batches(loader, epoch, position)
@@ -329,18 +341,23 @@ def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_clie
                 **gpu,
             )
         with window.paused():  # eval and checkpoint time is not training throughput
-            if step % t.eval_every == 0 or step == t.max_steps:
-                last_eval = evaluate(model, val, env, dtype)
-                metrics.record("eval", step, **last_eval)
+            # Stop first: a Spot notice leaves 120 s, not enough to spend on a due evaluation too.
             if stop.agreed(env):
                 metrics.say(
-                    f"SIGTERM: checkpointing at step {step}, then exiting {RETRYABLE_EXIT} (retryable)"
+                    f"SIGTERM: checkpointing at step {step}, then exiting {faults.STOPPED} (retryable)"
                 )
                 save(step)
                 metrics.close()
-                return RETRYABLE_EXIT
+                return faults.STOPPED
+            if step % t.eval_every == 0 or step == t.max_steps:
+                last_eval = evaluate(model, val, env, dtype)
+                metrics.record("eval", step, **last_eval)
             if step % cfg.checkpoint.every_steps == 0 or step == t.max_steps:
                 save(step)
+                if stop.agreed(env):  # SIGTERM during that save: it is the resume point, no second save
+                    metrics.say(f"SIGTERM during the checkpoint at step {step}: exiting {faults.STOPPED}")
+                    metrics.close()
+                    return faults.STOPPED
 
     if not last_eval:  # resumed at the last step: report the model as it stands
         last_eval = evaluate(model, val, env, dtype)
@@ -356,6 +373,17 @@ def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_clie
     }
     _write_outputs(cfg, env, model, output, local_out, spec, metrics, summary)
     return 0
+
+
+def _restore_scaler(scaler: torch.amp.GradScaler, saved: dict[str, Any] | None, metrics: Metrics) -> None:
+    """Checkpoints move between precisions: one written under fp32/bf16 (disabled scaler, empty state)
+    resumes under fp16 with a fresh loss scale, and an fp16 scale is ignored by a run that needs none."""
+    if not scaler.is_enabled():
+        return
+    if saved:
+        scaler.load_state_dict(saved)
+    else:
+        metrics.say(f"checkpoint has no fp16 loss scale: starting at {scaler.get_scale():g}")
 
 
 def _write_outputs(
@@ -390,8 +418,9 @@ def _write_outputs(
         (local_out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
         metrics.close()
         if not isinstance(output, LocalStorage):
-            for name in ("model.pt", "summary.json", "config.json", "metrics.jsonl"):
+            for name in ("model.pt", "summary.json", "config.json"):
                 output.put_file(name, local_out / name)
+        metrics.upload(output)  # metrics.jsonl and the TensorBoard events
         metrics.say(
             "done: "
             + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in summary.items())

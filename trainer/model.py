@@ -78,6 +78,22 @@ class HuggingFaceClassifier(nn.Module):
         return self.inner(input_ids=input_ids, attention_mask=attention_mask).logits
 
 
+def transformer_blocks(model: nn.Module) -> list[nn.Module]:
+    """The repeated blocks of `model`, outermost first: the units FSDP shards one by one.
+
+    Ours are `nn.TransformerEncoderLayer`s. A Hugging Face model names its block classes in
+    `_no_split_modules` (e.g. ["BertLayer"]), the list Accelerate's FSDP plugin and `device_map` use as
+    the transformer layers to wrap; every module of the model that is one of those classes is a block."""
+    names: set[str] = set()
+    for module in model.modules():
+        names.update(getattr(module, "_no_split_modules", None) or ())
+    return [
+        m
+        for m in model.modules()
+        if m is not model and (isinstance(m, nn.TransformerEncoderLayer) or type(m).__name__ in names)
+    ]
+
+
 def build_model(
     cfg: ModelConfig, *, vocab_size: int, max_positions: int, grad_checkpointing: bool = False
 ) -> nn.Module:

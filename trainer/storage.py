@@ -1,7 +1,8 @@
 """Where checkpoints and outputs go: a local directory or an S3 prefix, behind one small interface.
 
 Local writes are atomic per file (temp file, fsync, rename). S3 puts are atomic per object by nature;
-failed S3 calls are retried with exponential backoff before the error reaches the caller.
+failed S3 calls are retried with exponential backoff before the error reaches the caller, which maps what
+is left to a retryable exit code (trainer/faults.py).
 """
 
 from __future__ import annotations
@@ -112,12 +113,16 @@ class S3Storage(Storage):
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def _retry(self, what: str, call: Callable[[], T]) -> T:
+        from boto3.exceptions import S3TransferFailedError, S3UploadFailedError
         from botocore.exceptions import BotoCoreError, ClientError
 
+        # upload_file/download_file go through s3transfer, which wraps the ClientError of a failed part
+        # in boto3's own S3UploadFailedError / S3TransferFailedError: retried like the plain calls.
+        transient = (BotoCoreError, ClientError, S3UploadFailedError, S3TransferFailedError)
         for attempt in range(1, self.retries + 1):
             try:
                 return call()
-            except (BotoCoreError, ClientError) as err:
+            except transient as err:
                 if _is_not_found(err) or attempt == self.retries:
                     raise
                 delay = self.backoff_s * 2 ** (attempt - 1)

@@ -1,9 +1,20 @@
 """The training job objects: a TrainJob with its TrainingRuntime (Kubeflow Trainer 2.3), or a PyTorchJob
-(Training Operator v1). Pure functions of the spec and its placement; pod pieces come from pod.py."""
+(Training Operator v1). Pure functions of the spec and its placement; pod pieces come from pod.py.
+
+A running job cannot be changed in place: the CRDs refuse updates of `TrainJob.spec.trainer`, its
+`runtimeRef`, its patched containers and volumes, and of the TrainingRuntime's `failurePolicy` (CEL
+`self == oldSelf`), and the Training Operator never rebuilds a PyTorchJob's running pods from a changed
+template (it only creates missing ones: ReconcilePods, training-operator pkg/controller.v1/common/pod.go).
+So `REPLACE_ON_CHANGES` lists, per kind, the spec fields whose change makes Pulumi replace the object
+(delete it, then create it: the job restarts from its last checkpoint); what the API server and the
+operators do take in place (`suspend`, the PyTorchJob's backoffLimit and TTL) stays an update.
+"""
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 from typing import Any
 
 from workloads import pod
@@ -17,6 +28,25 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # Exit codes 1-127 are the trainer's permanent failures (2: invalid config); 128+ (143 after a SIGTERM
 # checkpoint) are retryable — PyTorchJob's `restartPolicy: ExitCode` semantics, rebuilt for TrainJob.
 PERMANENT_EXIT_CODES = list(range(1, 128))
+# Pulumi property paths (of the resource's inputs) whose change replaces the object instead of updating it.
+REPLACE_ON_CHANGES = {
+    "TrainJob": ["spec.trainer", "spec.runtimeRef", "spec.runtimePatches"],
+    # Named after its spec (below): a changed runtime is a new object, created before the old one goes.
+    "TrainingRuntime": ["spec"],
+    "PyTorchJob": [
+        "spec.pytorchReplicaSpecs",
+        "spec.nprocPerNode",
+        "spec.elasticPolicy",
+        "spec.runPolicy.schedulingPolicy",
+    ],
+}
+# Jobs keep their name (the job's identity in logs, dashboards and its S3 prefix), so the old one must go
+# before the new one can be created. pulumi-kubernetes deletes in the foreground (pulumi-kubernetes#2529):
+# the old job is gone only once its pods are, after their SIGTERM checkpoint. Not the runtime: Trainer's
+# `resource-in-use` finalizer holds it while the old TrainJob exists (kubeflow/trainer#2608), so it is
+# replaced create-first under a new name and the old one is deleted at the end of the update, after the
+# TrainJob that used it.
+DELETE_BEFORE_REPLACE = {"TrainJob", "PyTorchJob"}
 
 
 def _job_labels(spec: TrainingJobSpec, platform: PlatformFacts) -> dict[str, str]:
@@ -50,6 +80,8 @@ def training_runtime(spec: TrainingJobSpec, placement: Placement) -> dict[str, A
     ExitCode semantics, the TTL and the priority."""
     # Secure on its own, with or without the TrainJob's patches.
     container = {"name": "node", "image": placement.image, "securityContext": pod.container_security()}
+    if pod.ports(spec):  # TrainJob patches cannot add ports: the runtime declares them
+        container["ports"] = pod.ports(spec)
     pod_spec: dict[str, Any] = _pod_security(placement) | {
         "restartPolicy": "Never",  # podFailurePolicy requires it; restarts are the JobSet's
         "containers": [container],
@@ -71,7 +103,7 @@ def training_runtime(spec: TrainingJobSpec, placement: Placement) -> dict[str, A
             "spec": {
                 "backoffLimit": 0,
                 "podFailurePolicy": {"rules": failure_rules},
-                "template": {"spec": pod_spec},
+                "template": {"metadata": {"annotations": dict(pod.DO_NOT_DISRUPT)}, "spec": pod_spec},
             },
         },
     }
@@ -86,25 +118,40 @@ def training_runtime(spec: TrainingJobSpec, placement: Placement) -> dict[str, A
             }
         ],
     }
+    runtime_spec = {
+        "mlPolicy": {"numNodes": spec.nodes, "torch": {}},
+        "template": {
+            "spec": {
+                "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
+                "failurePolicy": failure_policy,
+                "replicatedJobs": [node_job],
+            }
+        },
+    }
     return {
         "apiVersion": TRAINER_API,
         "kind": "TrainingRuntime",
-        "metadata": pod.metadata(spec, spec.name)
+        "metadata": pod.metadata(spec, runtime_name(spec, runtime_spec))
         | {"labels": pod.labels(spec) | {"trainer.kubeflow.org/framework": "torch"}},
-        "spec": {
-            "mlPolicy": {"numNodes": spec.nodes, "torch": {}},
-            "template": {
-                "spec": {
-                    "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
-                    "failurePolicy": failure_policy,
-                    "replicatedJobs": [node_job],
-                }
-            },
-        },
+        "spec": runtime_spec,
     }
 
 
-def train_job(spec: TrainingJobSpec, placement: Placement, platform: PlatformFacts) -> dict[str, Any]:
+def runtime_name(spec: TrainingJobSpec, runtime_spec: dict[str, Any]) -> str:
+    """The job's name and a digest of the runtime's spec: a changed runtime is a new object (its
+    failurePolicy cannot be updated), and the TrainJob's runtimeRef changes with it."""
+    digest = hashlib.sha256(json.dumps(runtime_spec, sort_keys=True).encode()).hexdigest()[:10]
+    return f"{spec.name}-{digest}"
+
+
+def train_job(
+    spec: TrainingJobSpec,
+    placement: Placement,
+    platform: PlatformFacts,
+    runtime: str,
+    config_digest: str | None = None,
+) -> dict[str, Any]:
+    """The TrainJob on the job's own TrainingRuntime named `runtime`; `config_digest`: pod.config_digest."""
     # The security settings again: a patch must not depend on which runtime it lands on (and the
     # policy pack checks every pod template on its own).
     container = {
@@ -125,7 +172,10 @@ def train_job(spec: TrainingJobSpec, placement: Placement, platform: PlatformFac
                             "name": "node",
                             "template": {
                                 "spec": {
-                                    "template": {"metadata": {"labels": pod.labels(spec)}, "spec": pod_patch}
+                                    "template": {
+                                        "metadata": pod.template_metadata(spec, config_digest),
+                                        "spec": pod_patch,
+                                    }
                                 }
                             },
                         }
@@ -147,7 +197,7 @@ def train_job(spec: TrainingJobSpec, placement: Placement, platform: PlatformFac
         "kind": "TrainJob",
         "metadata": pod.metadata(spec, spec.name) | {"labels": _job_labels(spec, platform)},
         "spec": {
-            "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime", "name": spec.name},
+            "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime", "name": runtime},
             "suspend": spec.suspend,
             "trainer": trainer,
             "runtimePatches": [patch],
@@ -155,7 +205,9 @@ def train_job(spec: TrainingJobSpec, placement: Placement, platform: PlatformFac
     }
 
 
-def pytorch_job(spec: TrainingJobSpec, placement: Placement, platform: PlatformFacts) -> dict[str, Any]:
+def pytorch_job(
+    spec: TrainingJobSpec, placement: Placement, platform: PlatformFacts, config_digest: str | None = None
+) -> dict[str, Any]:
     container = {
         "name": "pytorch",  # the Training Operator finds the training container by this name
         "image": placement.image,
@@ -165,10 +217,12 @@ def pytorch_job(spec: TrainingJobSpec, placement: Placement, platform: PlatformF
         "securityContext": pod.container_security(),
         "volumeMounts": pod.volume_mounts(spec),
     }
+    if pod.ports(spec):
+        container["ports"] = pod.ports(spec)
     pod_spec = _pod_security(placement) | _pod_placement(spec, placement) | {"containers": [container]}
     if spec.priority:
         pod_spec["priorityClassName"] = spec.priority
-    template = {"metadata": {"labels": pod.labels(spec)}, "spec": pod_spec}
+    template = {"metadata": pod.template_metadata(spec, config_digest), "spec": pod_spec}
 
     def replicas(count: int) -> dict[str, Any]:
         # ExitCode: 1-127 (e.g. the trainer's 2, invalid config) fail the job; 128+ (143 after a SIGTERM

@@ -1,16 +1,19 @@
 """Check a job spec against its platform and work out where and how big its pods are.
 
-The platform's `accelerator_pools` export says which pools exist and how far they grow; the
-accelerator catalog (infra.accelerators, pure data) says what each instance type has. The result,
+The platform's `accelerator_pools` export says which pools exist and how far they grow, `queue_quotas`
+what each queue admits; the accelerator catalog (infra.accelerators, pure data) says what each instance
+type has. The result,
 `Placement`, carries every fact the renderers need, so they never look anything up themselves.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal
 
 from infra.accelerators import Accelerator, InstanceType, accelerator
-from workloads.platform import AcceleratorPool, PlatformFacts
+from infra.pools import EFA_RESOURCE, AcceleratorPool, quantity
+from workloads.platform import PlatformFacts
 from workloads.spec import CONFIG_KEY, SpecError, TrainingJobSpec
 
 # Share of an instance's vCPUs and memory a job's pods ask for by default (split by their share of the
@@ -55,12 +58,14 @@ def _choose_pool(spec: TrainingJobSpec, platform: PlatformFacts) -> tuple[str, A
     else:
         candidates = offering
     if not spec.spot_tolerant:
-        candidates = {n: p for n, p in candidates.items() if p.capacity_type == "ON_DEMAND"}
+        # A pool that may launch Spot would put the job on Spot whenever Spot is cheaper.
+        candidates = {n: p for n, p in candidates.items() if p.capacity_types == ("on-demand",)}
         if not candidates:
             raise SpecError(
                 f"{_key('spotTolerant')}: false, but every {spec.accelerator} pool of "
-                f"{platform.cluster_name} is Spot ({', '.join(sorted(offering))}); allowed: "
-                "true (the trainer checkpoints on the Spot notice), or add an on-demand pool"
+                f"{platform.cluster_name} may launch Spot ({', '.join(sorted(offering))}); allowed: "
+                "true (the trainer checkpoints on the Spot notice), or add a pool with capacityTypes "
+                "[on-demand]"
             )
     fitting = {n: p for n, p in candidates.items() if p.gpus_per_node >= spec.gpus_per_node}
     if not fitting:
@@ -109,6 +114,52 @@ def _check_platform_features(spec: TrainingJobSpec, platform: PlatformFacts) -> 
         )
 
 
+def _pool_size(pool: AcceleratorPool) -> str:
+    if pool.source == "karpenter":
+        return (
+            f"at most {pool.max_nodes} nodes (Karpenter gpuLimit {pool.gpu_limit} / "
+            f"{pool.gpus_per_node} GPUs per node)"
+        )
+    return f"{pool.max_nodes} nodes (managed, fixed size)"
+
+
+def _check_quota(
+    spec: TrainingJobSpec, platform: PlatformFacts, pool: AcceleratorPool, cpu: float, memory: int, efa: int
+) -> None:
+    """A queued job is admitted only if its whole gang fits the queue's nominal quota (no cohort: nothing
+    to borrow); a resource the queue does not cover is refused outright by Kueue ("resource ...
+    unavailable in ClusterQueue", kueue 0.19 pkg/scheduler/flavorassigner/flavorassigner.go)."""
+    queue = platform.queue(spec.queue) if spec.queue else None
+    if queue is None:
+        return
+    per_pod = {"cpu": f"{cpu:g}", "memory": f"{memory}Gi", pool.resource_name: str(spec.gpus_per_node)}
+    if efa:
+        per_pod[EFA_RESOURCE] = str(efa)
+    pods = spec.max_nodes
+    problems = []
+    for resource, amount in per_pod.items():
+        nominal = queue.quota_for(resource, pool.accelerator)
+        if nominal is None:
+            problems.append(f"{resource} ({pool.accelerator} nodes) is not covered by the queue")
+        elif quantity(amount) * pods > quantity(nominal):
+            total = _format(quantity(amount) * pods, amount)
+            problems.append(f"{resource} {pods} x {amount} = {total} > nominal quota {nominal}")
+    if problems:
+        have = ", ".join([*(f"{k} {v}" for k, v in queue.nominal.items()),
+                          *(f"{k} GPUs {v}" for k, v in queue.gpus.items())])  # fmt: skip
+        raise SpecError(
+            f"{_key('queue')}: {spec.queue!r} would never admit this job: {'; '.join(problems)}; allowed: "
+            f"a job within the queue's quota ({have}), or a larger quota in the platform stack"
+        )
+
+
+def _format(value: Decimal, like: str) -> str:
+    for suffix in ("Gi", "Mi"):
+        if like.endswith(suffix):
+            return f"{value / quantity('1' + suffix):g}{suffix}"
+    return f"{value:g}"
+
+
 def _image(spec: TrainingJobSpec, platform: PlatformFacts, acc: Accelerator) -> str:
     if spec.image:
         return spec.image
@@ -129,13 +180,13 @@ def place(spec: TrainingJobSpec, platform: PlatformFacts) -> Placement:
     types = tuple(t for t in (acc.instance(n) for n in pool.instance_types) if t.gpus >= spec.gpus_per_node)
     # Training "nodes" are pods: pods of 1 GPU pack 4 to a g4dn.12xlarge, so capacity counts GPUs.
     per_instance = max(t.gpus // spec.gpus_per_node for t in types)
-    capacity = pool.max_size * per_instance
+    capacity = pool.max_nodes * per_instance
     if spec.max_nodes > capacity:
         field = "elastic.maxNodes" if spec.elastic else "nodes"
         raise SpecError(
             f"{_key(field)}: {spec.max_nodes} pods of {spec.gpus_per_node} GPU(s) do not fit pool "
-            f"{pool_name}: max_size {pool.max_size} instances x {per_instance} such pods each = {capacity}; "
-            f"allowed: 1-{capacity}"
+            f"{pool_name}: {_pool_size(pool)} x {per_instance} such pods each = {capacity}; "
+            f"allowed: {f'1-{capacity}' if capacity else 'none (grow the pool in the platform stack)'}"
         )
     smallest = min(types, key=lambda t: (t.gpus, t.vcpus))
     largest = max(types, key=lambda t: t.vcpus)
@@ -157,6 +208,7 @@ def place(spec: TrainingJobSpec, platform: PlatformFacts) -> Placement:
             "is memory the pod's limit counts; allowed: 1-" + str(memory - 1)
         )
     efa = min(t.efa_interfaces for t in types) if pool.efa else 0
+    _check_quota(spec, platform, pool, cpu, memory, efa)
     return Placement(
         pool_name=pool_name,
         pool=pool,

@@ -1,8 +1,10 @@
 """What a workload stack needs to know about its platform stack: the platform's exports, typed.
 
-The same model reads a live StackReference's outputs (workloads.program), a `--platform-outputs` JSON
-file, or the example outputs shipped beside this module (`examples/platform-<stack>.json`), so
-`render` prints exactly what `pulumi up` would create.
+The pool, device-plugin and queue models are the platform's own (infra.pools, pure data), so both sides
+of the StackReference read one contract. The same model reads a live StackReference's outputs
+(workloads.program), a `--platform-outputs` JSON file, or the example outputs shipped beside this module
+(`examples/platform-<stack>.json`, generated from the platform program under mocks by
+`python -m scripts.platform_examples`), so `render` prints exactly what `pulumi up` would create.
 """
 
 from __future__ import annotations
@@ -13,30 +15,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from infra.pools import AcceleratorPool, DevicePlugin, QueueQuota
+
 EXAMPLES = Path(__file__).resolve().parent / "examples"
-
-
-class PoolTaint(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    key: str
-    value: str
-    effect: Literal["NoSchedule", "NoExecute", "PreferNoSchedule"]
-
-
-class AcceleratorPool(BaseModel):
-    """One GPU node pool (a managed node group or a Karpenter NodePool) as the platform exports it."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-    accelerator: str
-    instance_types: tuple[str, ...]
-    gpus_per_node: int
-    resource_name: str
-    node_labels: dict[str, str]
-    taints: tuple[PoolTaint, ...]
-    min_size: int
-    max_size: int
-    capacity_type: Literal["SPOT", "ON_DEMAND"]
-    efa: bool = False
 
 
 class PlatformFacts(BaseModel):
@@ -47,11 +28,17 @@ class PlatformFacts(BaseModel):
     region: str
     bucket_name: str
     ecr_repository_urls: dict[str, str]
+    # Every GPU node source, with its device plugins and queues: the scheduling contract (infra.pools).
     accelerator_pools: dict[str, AcceleratorPool]
-    # Added by the add-ons (issue 3); absent on a platform without them.
+    device_plugins: tuple[DevicePlugin, ...] = ()
+    queue_quotas: tuple[QueueQuota, ...] = ()
+    # Absent on a platform without the add-ons.
     training_operators: dict[str, bool] = Field(default_factory=dict)
     gang_scheduler: Literal["kueue", "volcano"] | None = None
     kueue_queues: tuple[str, ...] = ()
+
+    def queue(self, name: str) -> QueueQuota | None:
+        return next((q for q in self.queue_quotas if q.name == name), None)
 
 
 def example_outputs_path(platform_stack: str) -> Path:

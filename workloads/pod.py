@@ -6,10 +6,13 @@ or splits them between a TrainJob's `trainer` and `runtimePatches` (Trainer 2.3'
 
 from __future__ import annotations
 
+import hashlib
+import json
 import posixpath
 from typing import Any
 
 from infra.accelerators import ACCELERATOR_LABEL
+from infra.training_metrics import METRICS_PORT, METRICS_PORT_NAME
 from workloads.placement import Placement
 from workloads.spec import Storage, TrainingJobSpec
 
@@ -32,10 +35,32 @@ AMD_DEVICE_GROUPS = (44, 109)
 # is slower than its shared-memory transport, so it is switched off (override through `env`).
 PCIE_ONLY = {"t4", "a10g", "l4"}
 ROLES = ("data", "checkpoint", "output")
+CONFIG_DIGEST_ANNOTATION = "mlops-eks.io/config-sha256"
+# On a pod, Karpenter's do-not-disrupt blocks consolidation of its node and drift (unless the NodePool sets a
+# terminationGracePeriod); not expiry, repair or a Spot interruption (karpenter.sh, Well-Known Annotations).
+# A training pod evicted mid-run loses its steps since the last checkpoint and restarts its whole gang.
+DO_NOT_DISRUPT = {"karpenter.sh/do-not-disrupt": "true"}
 
 
 def labels(spec: TrainingJobSpec) -> dict[str, str]:
     return {JOB_LABEL: spec.name, ACCELERATOR_LABEL: spec.accelerator}
+
+
+def config_digest(config_maps: list[dict[str, Any]]) -> str | None:
+    """A digest of what the pods read from ConfigMaps (trainer config, program), or None without any."""
+    if not config_maps:
+        return None
+    data = [(m["metadata"]["name"], m["data"]) for m in config_maps]
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def template_metadata(spec: TrainingJobSpec, digest: str | None) -> dict[str, Any]:
+    """A pod template's metadata: not to be disrupted by Karpenter while it runs, and the digest of its
+    ConfigMaps. The trainer reads its config (and a ConfigMap program is loaded) once, at start: with the
+    digest in the template a changed config is a changed job, which is replaced (jobs.REPLACE_ON_CHANGES),
+    so the new config takes effect at once and never in one pod of a gang only."""
+    annotations = DO_NOT_DISRUPT | ({CONFIG_DIGEST_ANNOTATION: digest} if digest else {})
+    return {"labels": labels(spec), "annotations": annotations}
 
 
 def metadata(spec: TrainingJobSpec, name: str, *, namespaced: bool = True) -> dict[str, Any]:
@@ -88,6 +113,14 @@ def command(spec: TrainingJobSpec) -> list[str]:
         target = [posixpath.join(PROGRAM_DIR, program.file or "")]
     config = ["--config", TRAINER_CONFIG_PATH] if program.runs_trainer else []
     return [*launcher, *target, *config, *program.args]
+
+
+def ports(spec: TrainingJobSpec) -> list[dict[str, Any]]:
+    """The trainer's Prometheus endpoint, named for the platform's PodMonitor (infra/training_metrics.py)."""
+    if not spec.program.runs_trainer:
+        return []
+    port = int(spec.trainer_config.get("output", {}).get("metrics_port", METRICS_PORT))
+    return [{"name": METRICS_PORT_NAME, "containerPort": port, "protocol": "TCP"}] if port else []
 
 
 def nccl_env(placement: Placement) -> dict[str, str]:

@@ -17,7 +17,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 from pydantic import ValidationError
 
-from workloads import pod
+from workloads import jobs, pod
 from workloads.platform import PlatformFacts
 from workloads.render import render
 from workloads.spec import SpecError, TrainingJobSpec, parse_spec
@@ -71,10 +71,24 @@ def pod_identity_trust(namespace: str, service_account: str) -> dict[str, Any]:
     }
 
 
-def _k8s_resource(obj: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
+def job_options(kind: str) -> pulumi.ResourceOptions:
+    """How a job object changes: replaced, not updated, when a field the CRD or operator fixes changes."""
+    if kind not in jobs.REPLACE_ON_CHANGES:
+        return pulumi.ResourceOptions()
+    return pulumi.ResourceOptions(
+        replace_on_changes=jobs.REPLACE_ON_CHANGES[kind],
+        delete_before_replace=kind in jobs.DELETE_BEFORE_REPLACE,
+    )
+
+
+def _k8s_resource(
+    spec: TrainingJobSpec, obj: dict[str, Any], opts: pulumi.ResourceOptions
+) -> pulumi.CustomResource:
     """One rendered object as the typed pulumi-kubernetes resource (custom resources generically)."""
     kind, meta = obj["kind"], obj["metadata"]
-    name = f"{meta['name']}-{kind.lower()}"
+    # The runtime's Kubernetes name follows its spec; its Pulumi name stays, so a change is a replacement.
+    name = f"{spec.name if kind == 'TrainingRuntime' else meta['name']}-{kind.lower()}"
+    opts = pulumi.ResourceOptions.merge(opts, job_options(kind))
     if kind == "Namespace":
         return k8s.core.v1.Namespace(name, metadata=meta, opts=opts)
     if kind == "ResourceQuota":
@@ -137,7 +151,7 @@ def deploy(
             identity = _identity(spec, facts, after=created)
         # In render's order: the namespace first, the job after everything it mounts or runs as.
         opts = pulumi.ResourceOptions(provider=provider, depends_on=list(created) + identity)
-        created.append(_k8s_resource(obj, opts))
+        created.append(_k8s_resource(spec, obj, opts))
     return created + identity
 
 

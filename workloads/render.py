@@ -14,7 +14,7 @@ import yaml
 from workloads import jobs, pod
 from workloads.placement import Placement, place
 from workloads.platform import PlatformFacts
-from workloads.spec import TrainingJobSpec
+from workloads.spec import CONFIG_KEY, SpecError, TrainingJobSpec, trainer_config_error
 
 # Quota room for two gangs: a restarted gang's pods start while the previous ones still terminate
 # (up to their grace period); a namespace quota of exactly one gang would stall every restart.
@@ -28,6 +28,9 @@ def _quantity(value: float) -> str:
 def trainer_config(spec: TrainingJobSpec, bucket: str) -> dict[str, Any]:
     """The spec's trainer config plus where data, checkpoints and outputs live."""
     config = {section: dict(values) for section, values in spec.trainer_config.items()}
+    # Every rendered job requests GPUs: one that starts without them must exit (201, retryable), not train
+    # on CPU as `auto` would. `run-local` overrides it with --train.device cpu.
+    config.setdefault("train", {}).setdefault("device", "cuda")
     for role, key in (("data", "source"), ("checkpoint", "dir"), ("output", "dir")):
         where = pod.location(spec, role, bucket)
         if where is not None:
@@ -77,7 +80,13 @@ def service_account(spec: TrainingJobSpec) -> dict[str, Any]:
 def config_maps(spec: TrainingJobSpec, bucket: str, program_text: str | None) -> list[dict[str, Any]]:
     maps = []
     if spec.program.runs_trainer:
-        text = yaml.safe_dump(trainer_config(spec, bucket), sort_keys=True)
+        config = trainer_config(spec, bucket)
+        # Again with the data, checkpoint and output locations filled in (e.g. the data file's format):
+        # the file the trainer reads at start, checked before a node scales up for it.
+        error = trainer_config_error(config)
+        if error:
+            raise SpecError(f"{CONFIG_KEY}.trainerConfig (as rendered for the pod): {error}")
+        text = yaml.safe_dump(config, sort_keys=True)
         data = {"config.yaml": text}
         maps.append(
             {
@@ -148,16 +157,19 @@ def render(
     """Every object of the workload stack, in creation order. Raises SpecError for a spec that does
     not fit the platform. `program_text` is the script a `configmap`-delivered program ships."""
     placement = place(spec, platform)
+    maps = config_maps(spec, platform.bucket_name, program_text)
+    digest = pod.config_digest(maps)
     objects = [
         *namespace(spec),
         resource_quota(spec, placement),
         service_account(spec),
-        *config_maps(spec, platform.bucket_name, program_text),
+        *maps,
         *volume_claims(spec),
         *local_queue(spec, platform),
     ]
     if spec.operator == "trainjob":
-        objects += [jobs.training_runtime(spec, placement), jobs.train_job(spec, placement, platform)]
+        runtime = jobs.training_runtime(spec, placement)
+        objects += [runtime, jobs.train_job(spec, placement, platform, runtime["metadata"]["name"], digest)]
     else:
-        objects.append(jobs.pytorch_job(spec, placement, platform))
+        objects.append(jobs.pytorch_job(spec, placement, platform, digest))
     return objects

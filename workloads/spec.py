@@ -13,6 +13,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+# The trainer's own config model: pure Python (no torch, no pulumi), so the spec is checked with the
+# checks and messages the trainer gives when its pod starts.
+from trainer.config import ConfigError
+from trainer.config import build as build_trainer_config
+
 CONFIG_KEY = "mlops-eks:job"
 
 DnsLabel = Annotated[str, StringConstraints(pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$", max_length=40)]
@@ -155,6 +160,8 @@ class TrainingJobSpec(_Model):
                 "trainerConfig: only the image's `trainer` module reads it; this job runs "
                 f"{self.program.file or self.program.module}"
             )
+        elif self.trainer_config and (error := trainer_config_error(self.trainer_config)):
+            problems.append(f"trainerConfig: {error}")
         if self.data and self.data.pvc and self.data.pvc.size:
             problems.append(
                 "data: a new, empty volume holds no data; allowed: `pvc: {claim: <existing>}` with `path`, "
@@ -168,7 +175,8 @@ class TrainingJobSpec(_Model):
                     "ReadWriteMany class (e.g. EFS); EBS attaches to one node"
                 )
         for role, key in (("data", "source"), ("checkpoint", "dir"), ("output", "dir")):
-            if getattr(self, role) is not None and key in self.trainer_config.get(role, {}):
+            section = self.trainer_config.get(role)
+            if getattr(self, role) is not None and isinstance(section, dict) and key in section:
                 problems.append(f"trainerConfig.{role}.{key}: also set by `{role}`; remove one of them")
         if self.elastic is not None:
             if self.operator != "pytorchjob":
@@ -198,6 +206,48 @@ class TrainingJobSpec(_Model):
     @property
     def uses_s3(self) -> bool:
         return any(s is not None and s.s3 is not None for s in (self.data, self.checkpoint, self.output))
+
+
+POD_FILESYSTEM = "s3://pod-filesystem/"
+
+
+def _pod_stand_ins(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The config with what only the pod can check replaced by values that pass just that check: a file
+    in the image or on a volume (its existence; its format is still checked), an `hf:` dataset or model
+    and TensorBoard (packages of the image, not of the machine that deploys). Returns the stand-ins and
+    {stand-in: original}, to put the original back into a message."""
+    values = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
+    originals: dict[str, str] = {}
+    data, model, output = (values.get(k) for k in ("data", "model", "output"))
+    if isinstance(data, dict):
+        for key in ("source", "val_source"):
+            src = data.get(key)
+            if not isinstance(src, str) or src in ("", "synthetic") or src.startswith("s3://"):
+                continue
+            if src.startswith("hf:"):
+                if key == "source" and src != "hf:":  # the trainer refuses "hf:" alone, and as val_source
+                    data[key] = "synthetic"
+            else:
+                data[key] = POD_FILESYSTEM + src.lstrip("/")
+                originals[data[key]] = src
+    if isinstance(model, dict) and isinstance(model.get("name"), str) and model["name"].startswith("hf:"):
+        model["name"] = model["name"] if model["name"] == "hf:" else "transformer"
+    if isinstance(output, dict) and str(output.get("tensorboard")).lower() == "true":
+        output["tensorboard"] = False
+    return values, originals
+
+
+def trainer_config_error(config: dict[str, Any]) -> str | None:
+    """What the trainer (trainer.config.build) says of this config at start, or None if it accepts it."""
+    values, originals = _pod_stand_ins(config)
+    try:
+        build_trainer_config(values)
+    except ConfigError as err:
+        message = str(err)
+        for stand_in, original in originals.items():
+            message = message.replace(repr(stand_in), repr(original))
+        return message
+    return None
 
 
 def _error_lines(err: ValidationError) -> list[str]:

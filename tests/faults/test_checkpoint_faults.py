@@ -9,6 +9,7 @@ import json
 import logging
 import re
 import signal
+from pathlib import Path
 
 import boto3
 import pytest
@@ -16,21 +17,49 @@ import torch
 from botocore.exceptions import ClientError, EndpointConnectionError
 from moto import mock_aws
 
-from trainer.checkpoint import MANIFEST, PAYLOAD, POINTER, CheckpointManager, checkpoint_name
+from trainer import faults, shards
+from trainer.__main__ import main
+from trainer.checkpoint import (
+    MANIFEST,
+    POINTER,
+    TRAIN_STATE,
+    CheckpointManager,
+    CheckpointUnavailable,
+    checkpoint_name,
+)
 from trainer.config import from_args
+from trainer.dist import DistEnv
 from trainer.loop import run
 from trainer.storage import LocalStorage, S3Storage
 
 OLD, NEW = checkpoint_name(10), checkpoint_name(20)
 BUCKET, PREFIX = "ckpt", "jobs/zimdb/checkpoints"
+PAYLOAD = "__0_0.distcp"  # rank 0's model and optimizer shard
+ONE = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
 
 
-def state(step: int) -> dict:
-    return {"step": step, "weights": torch.arange(4096, dtype=torch.float32) * step}
+def trainee(step: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """A model whose weights are arange(...) * step, so the loaded weights tell which step was used."""
+    model = torch.nn.Linear(64, 64)
+    with torch.no_grad():
+        model.weight.copy_(torch.arange(4096, dtype=torch.float32).reshape(64, 64) * step)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def save(ckpt: CheckpointManager, step: int) -> bool:
+    return ckpt.save(ONE, step, *trainee(step), {"step": step})
+
+
+def load(ckpt: CheckpointManager) -> tuple[str, torch.Tensor] | None:
+    """(checkpoint used, its weights) as a restarted process resumes, or None for a fresh start."""
+    model, optimizer = trainee(-1)
+    state = ckpt.begin(ONE, resume=True)
+    state = state and ckpt.restore(ONE, state, model, optimizer)
+    return (state["checkpoint"], model.weight.detach()) if state else None
 
 
 class Raw:
-    """Direct access to the stored bytes, bypassing the trainer (to damage them)."""
+    """Direct access to the stored bytes, bypassing the trainer (to damage them); keys under `storage`."""
 
     def __init__(self, storage):
         self.storage = storage
@@ -42,13 +71,13 @@ class Raw:
         if isinstance(self.storage, LocalStorage):
             (self.storage.root / key).write_bytes(data)
         else:
-            self.storage.client.put_object(Bucket=BUCKET, Key=f"{PREFIX}/{key}", Body=data)
+            self.storage.client.put_object(Bucket=BUCKET, Key=f"{self.storage.prefix}/{key}", Body=data)
 
     def delete(self, key: str) -> None:
         if isinstance(self.storage, LocalStorage):
             (self.storage.root / key).unlink()
         else:
-            self.storage.client.delete_object(Bucket=BUCKET, Key=f"{PREFIX}/{key}")
+            self.storage.client.delete_object(Bucket=BUCKET, Key=f"{self.storage.prefix}/{key}")
 
 
 def _manifest(raw: Raw, **changes) -> None:
@@ -62,36 +91,46 @@ def _flip(data: bytes) -> bytes:
     return data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1 :]
 
 
-# (case, damage, checkpoint the trainer must fall back to, words its message must contain)
+def _wrong_sha(raw: Raw) -> None:
+    files = json.loads(raw.get(f"{NEW}/{MANIFEST}"))["files"]
+    _manifest(raw, files={**files, PAYLOAD: {**files[PAYLOAD], "sha256": "0" * 64}})
+
+
+# (case, damage(run's files, checkpoint.dir's files), checkpoint to fall back to, words the message needs)
 DAMAGES = [
     (
         "payload-truncated-half",
-        lambda r: r.put(f"{NEW}/{PAYLOAD}", r.get(f"{NEW}/{PAYLOAD}")[:1000]),
+        lambda r, _: r.put(f"{NEW}/{PAYLOAD}", r.get(f"{NEW}/{PAYLOAD}")[:1000]),
         OLD,
         "truncated",
     ),
-    ("payload-truncated-empty", lambda r: r.put(f"{NEW}/{PAYLOAD}", b""), OLD, "truncated"),
+    ("payload-truncated-empty", lambda r, _: r.put(f"{NEW}/{PAYLOAD}", b""), OLD, "truncated"),
     (
         "payload-bit-flip",
-        lambda r: r.put(f"{NEW}/{PAYLOAD}", _flip(r.get(f"{NEW}/{PAYLOAD}"))),
+        lambda r, _: r.put(f"{NEW}/{PAYLOAD}", _flip(r.get(f"{NEW}/{PAYLOAD}"))),
         OLD,
         "corrupt",
     ),
-    ("payload-missing", lambda r: r.delete(f"{NEW}/{PAYLOAD}"), OLD, PAYLOAD),
-    ("manifest-missing", lambda r: r.delete(f"{NEW}/{MANIFEST}"), OLD, "incomplete"),
-    ("manifest-not-json", lambda r: r.put(f"{NEW}/{MANIFEST}", b'{"format": 1, "ste'), OLD, "unreadable"),
-    ("manifest-not-complete", lambda r: _manifest(r, complete=False), OLD, "complete"),
+    ("payload-missing", lambda r, _: r.delete(f"{NEW}/{PAYLOAD}"), OLD, PAYLOAD),
+    ("dcp-metadata-missing", lambda r, _: r.delete(f"{NEW}/{shards.METADATA}"), OLD, "missing"),
     (
-        "manifest-wrong-sha256",
-        lambda r: _manifest(
-            r,
-            files={PAYLOAD: {**json.loads(r.get(f"{NEW}/{MANIFEST}"))["files"][PAYLOAD], "sha256": "0" * 64}},
-        ),
+        "train-state-bit-flip",
+        lambda r, _: r.put(f"{NEW}/{TRAIN_STATE}", _flip(r.get(f"{NEW}/{TRAIN_STATE}"))),
         OLD,
-        "does not match",
+        "corrupt",
     ),
-    ("pointer-dangling", lambda r: r.put(POINTER, checkpoint_name(99).encode()), NEW, checkpoint_name(99)),
-    ("pointer-binary-garbage", lambda r: r.put(POINTER, b"\xff\xfe\x00garbage"), NEW, POINTER),
+    ("manifest-missing", lambda r, _: r.delete(f"{NEW}/{MANIFEST}"), OLD, "incomplete"),
+    ("manifest-not-json", lambda r, _: r.put(f"{NEW}/{MANIFEST}", b'{"format": 2, "ste'), OLD, "unreadable"),
+    ("manifest-not-complete", lambda r, _: _manifest(r, complete=False), OLD, "complete"),
+    ("manifest-wrong-sha256", lambda r, _: _wrong_sha(r), OLD, "does not match"),
+    ("manifest-old-format", lambda r, _: _manifest(r, format=1), OLD, "format"),
+    (
+        "pointer-dangling",
+        lambda r, root: root.put(POINTER, root.get(POINTER).replace(NEW.encode(), b"step-000000099")),
+        NEW,
+        checkpoint_name(99),
+    ),
+    ("pointer-binary-garbage", lambda r, root: root.put(POINTER, b"\xff\xfe\x00garbage"), NEW, POINTER),
 ]
 
 
@@ -110,16 +149,22 @@ def manager(storage, tmp_path) -> CheckpointManager:
     return CheckpointManager(storage, keep=3, workdir=tmp_path)
 
 
+def started(storage, tmp_path) -> CheckpointManager:
+    ckpt = manager(storage, tmp_path)
+    ckpt.begin(ONE, resume=True)
+    return ckpt
+
+
 @pytest.mark.parametrize(("case", "damage", "fallback", "words"), DAMAGES, ids=[d[0] for d in DAMAGES])
 def test_damaged_checkpoint_is_refused_and_a_good_one_used(
     storage, tmp_path, caplog, ledger, case, damage, fallback, words
 ):
-    ckpt = manager(storage, tmp_path)
-    assert ckpt.save(10, state(10)) and ckpt.save(20, state(20))
-    damage(Raw(storage))
+    ckpt = started(storage, tmp_path)
+    assert save(ckpt, 10) and save(ckpt, 20)
+    damage(Raw(ckpt.run_storage), Raw(storage))
     with caplog.at_level(logging.WARNING, logger="trainer"):
         try:
-            found = ckpt.load_latest()
+            found = load(manager(storage, tmp_path))
         except Exception as err:  # a crash instead of a refusal is a finding, recorded as such
             found, caplog_text = None, f"crashed: {type(err).__name__}: {err}"
         else:
@@ -128,29 +173,30 @@ def test_damaged_checkpoint_is_refused_and_a_good_one_used(
     used = found[0] if found else None
     entry = ledger(kind, case, error=caplog_text if used == fallback else None, names=words)
     assert used == fallback, f"{case}: loaded {used}, expected {fallback}; {caplog_text}"
-    assert torch.equal(found[1]["weights"], state(int(fallback[-9:]))["weights"])
+    assert torch.equal(found[1], trainee(int(fallback[-9:]))[0].weight)
     assert entry.clear, f"{case}: the refusal does not say what is wrong ({words!r}): {caplog_text}"
 
 
 def test_no_verifiable_checkpoint_means_a_fresh_start_with_every_refusal_logged(
     storage, tmp_path, caplog, ledger
 ):
-    ckpt = manager(storage, tmp_path)
-    assert ckpt.save(10, state(10)) and ckpt.save(20, state(20))
-    raw = Raw(storage)
+    ckpt = started(storage, tmp_path)
+    assert save(ckpt, 10) and save(ckpt, 20)
+    raw = Raw(ckpt.run_storage)
     raw.put(f"{NEW}/{PAYLOAD}", b"")
     raw.put(f"{OLD}/{PAYLOAD}", _flip(raw.get(f"{OLD}/{PAYLOAD}")))
     with caplog.at_level(logging.WARNING, logger="trainer"):
-        found = ckpt.load_latest()
+        found = load(manager(storage, tmp_path))
     refused = [line for line in caplog.text.splitlines() if "refusing" in line]
     entry = ledger("checkpoint (both damaged)", type(storage).__name__, error=caplog.text, names="refusing")
     assert found is None and len(refused) == 2 and entry.clear, caplog.text
 
 
 class Outage:
-    """A moto S3 client whose writes of keys matching `pattern` fail `times` times (None: always)."""
+    """A moto S3 client whose calls on keys matching `pattern` fail `times` times (None: always): writes,
+    or with reads=True the reads (get_object, download_file, listings)."""
 
-    def __init__(self, client, pattern: str, error: Exception, times: int | None = None):
+    def __init__(self, client, pattern: str, error: Exception, times: int | None = None, reads=False):
         self._client, self.pattern, self.error, self.times, self.failed = (
             client,
             re.compile(pattern),
@@ -158,9 +204,11 @@ class Outage:
             times,
             0,
         )
+        self.reads = reads
 
-    def _maybe_fail(self, key: str) -> None:
-        if self.pattern.search(key) and (self.times is None or self.failed < self.times):
+    def _maybe_fail(self, key: str, read: bool = False) -> None:
+        due = self.times is None or self.failed < self.times
+        if read == self.reads and self.pattern.search(key) and due:
             self.failed += 1
             raise self.error
 
@@ -171,6 +219,24 @@ class Outage:
     def put_object(self, **kwargs):
         self._maybe_fail(kwargs["Key"])
         return self._client.put_object(**kwargs)
+
+    def get_object(self, **kwargs):
+        self._maybe_fail(kwargs["Key"], read=True)
+        return self._client.get_object(**kwargs)
+
+    def download_file(self, bucket, key, filename, *args, **kwargs):
+        self._maybe_fail(key, read=True)
+        return self._client.download_file(bucket, key, filename, *args, **kwargs)
+
+    def get_paginator(self, name):
+        paginator, outage = self._client.get_paginator(name), self
+
+        class Failing:
+            def paginate(self, **kwargs):
+                outage._maybe_fail(kwargs["Prefix"], read=True)
+                return paginator.paginate(**kwargs)
+
+        return Failing()
 
     def __getattr__(self, name):
         return getattr(self._client, name)
@@ -186,6 +252,7 @@ OUTAGES = [
     ("payload-2-transient-failures", PAYLOAD, DOWN, 2, True),
     ("manifest-throttled-twice", MANIFEST, SLOW_DOWN, 2, True),
     ("payload-outage", PAYLOAD, DOWN, None, False),
+    ("dcp-metadata-outage", re.escape(shards.METADATA), DOWN, None, False),
     ("manifest-outage", MANIFEST, DOWN, None, False),
     ("pointer-outage", f"/{POINTER}$", DOWN, None, False),
     ("whole-bucket-outage", ".", DOWN, None, False),
@@ -201,20 +268,21 @@ def s3():
         yield client
 
 
+def s3_storage(client) -> S3Storage:
+    return S3Storage(f"s3://{BUCKET}/{PREFIX}", client=client, retries=3, backoff_s=0)
+
+
 @pytest.mark.parametrize(("case", "pattern", "error", "times", "lands"), OUTAGES, ids=[o[0] for o in OUTAGES])
 def test_s3_outage_while_checkpointing_keeps_the_last_good_checkpoint(
     s3, tmp_path, caplog, ledger, case, pattern, error, times, lands
 ):
-    good = S3Storage(f"s3://{BUCKET}/{PREFIX}", client=s3, retries=3, backoff_s=0)
-    assert manager(good, tmp_path).save(10, state(10))
-    flaky = S3Storage(
-        f"s3://{BUCKET}/{PREFIX}", client=Outage(s3, pattern, error, times), retries=3, backoff_s=0
-    )
+    assert save(started(s3_storage(s3), tmp_path), 10)
+    flaky = started(s3_storage(Outage(s3, pattern, error, times)), tmp_path)  # the same run, resumed
     with caplog.at_level(logging.WARNING, logger="trainer"):
-        saved = manager(flaky, tmp_path).save(20, state(20))  # returns instead of raising: training goes on
-    name, loaded = manager(good, tmp_path).load_latest()
+        saved = save(flaky, 20)  # returns instead of raising: training goes on
+    name, weights = load(manager(s3_storage(s3), tmp_path))
     expected = NEW if lands else OLD
-    intact = name == expected and torch.equal(loaded["weights"], state(int(expected[-9:]))["weights"])
+    intact = name == expected and torch.equal(weights, trainee(int(expected[-9:]))[0].weight)
     said = "retrying" if lands else "NOT written"
     entry = ledger(
         "S3 outage at checkpoint", case, error=caplog.text if intact else None, names=said, created=not intact
@@ -222,6 +290,36 @@ def test_s3_outage_while_checkpointing_keeps_the_last_good_checkpoint(
     assert saved is lands, f"{case}: save returned {saved}"
     assert intact, f"{case}: latest good checkpoint is {name}, expected {expected} intact"
     assert entry.clear, f"{case}: no '{said}' warning: {caplog.text}"
+
+
+# (case, keys whose reads fail for good): every read a resume makes.
+READ_OUTAGES = [
+    ("pointer", f"/{POINTER}$"),
+    ("listing", "/$"),  # listing prefixes end with "/", object keys never do
+    ("manifest", f"{NEW}/{MANIFEST}"),
+    ("train-state", f"{NEW}/{TRAIN_STATE}"),
+    ("dcp-metadata", f"{NEW}/{re.escape(shards.METADATA)}"),
+    ("payload", f"{NEW}/{PAYLOAD}"),
+]
+
+
+@pytest.mark.parametrize(("case", "pattern"), READ_OUTAGES, ids=[o[0] for o in READ_OUTAGES])
+@pytest.mark.parametrize("error", [DOWN, SLOW_DOWN], ids=["unreachable", "throttled"])
+def test_download_error_on_resume_is_retryable_and_never_falls_back(
+    s3, tmp_path, ledger, case, pattern, error
+):
+    ckpt = started(s3_storage(s3), tmp_path)
+    assert save(ckpt, 10) and save(ckpt, 20)
+    flaky = manager(s3_storage(Outage(s3, pattern, error, reads=True)), tmp_path)
+    try:
+        found, message = load(flaky), None
+    except CheckpointUnavailable as err:
+        found, message = None, str(err)
+    what = f"{case}-{type(error).__name__}"
+    entry = ledger("download error on resume", what, error=message, names="cannot")
+    assert message is not None, f"{case}: resumed from {found and found[0]} instead of exiting retryably"
+    assert faults.verdict(CheckpointUnavailable(message))[0] >= 128
+    assert "not falling back" in message and entry.clear, message
 
 
 TINY = {
@@ -242,9 +340,14 @@ TINY = {
 }
 
 
-def job(max_steps: int, checkpoints: str, output: str):
+def args(max_steps: int, checkpoints: str, output: str, **more) -> list[str]:
     values = {**TINY, "train.max_steps": max_steps, "checkpoint.dir": checkpoints, "output.dir": output}
-    return from_args([a for k, v in values.items() for a in (f"--{k}", str(v))])
+    values.update(more)
+    return [a for k, v in values.items() for a in (f"--{k}", str(v))]
+
+
+def job(max_steps: int, checkpoints: str, output: str, **more):
+    return from_args(args(max_steps, checkpoints, output, **more))
 
 
 @pytest.fixture
@@ -254,22 +357,32 @@ def keep_sigterm_handler():
     signal.signal(signal.SIGTERM, handler)
 
 
+def _latest(tmp_path) -> str:
+    return (tmp_path / "ckpt" / POINTER).read_text().strip()
+
+
+def _events(out, event: str) -> list[dict]:
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if r["event"] == event]
+
+
 def test_run_resumes_from_the_previous_checkpoint_when_the_latest_is_corrupt(
     tmp_path, capsys, caplog, ledger, keep_sigterm_handler
 ):
     assert run(job(20, str(tmp_path / "ckpt"), str(tmp_path / "out"))) == 0
-    raw = Raw(LocalStorage(tmp_path / "ckpt"))
+    run_dir = _latest(tmp_path).split("/")[0]
+    raw = Raw(LocalStorage(tmp_path / "ckpt" / run_dir))
     raw.put(f"{NEW}/{PAYLOAD}", _flip(raw.get(f"{NEW}/{PAYLOAD}")))
     with caplog.at_level(logging.WARNING, logger="trainer"):
         assert run(job(30, str(tmp_path / "ckpt"), str(tmp_path / "out"))) == 0
     out = capsys.readouterr().out
-    resumed = f"resuming from {tmp_path / 'ckpt'}/{OLD} (step 10)" in out
+    resumed = f"resuming from {tmp_path / 'ckpt' / run_dir}/{OLD} (step 10)" in out and "steps 10..30" in out
     entry = ledger(
         "whole run", "corrupt-latest-checkpoint", error=caplog.text if resumed else None, names=NEW
     )
     assert resumed, out
     assert entry.clear and "corrupt" in caplog.text, caplog.text
-    assert (tmp_path / "ckpt" / POINTER).read_text().strip() == checkpoint_name(30)
+    assert _latest(tmp_path) == f"{run_dir}/{checkpoint_name(30)}"
 
 
 def test_run_survives_an_s3_outage_at_its_final_checkpoint(
@@ -287,8 +400,99 @@ def test_run_survives_an_s3_outage_at_its_final_checkpoint(
         names="NOT written",
     )
     assert code == 0, caplog.text
-    assert pointer == NEW and entry.clear, (pointer, caplog.text)
-    name, _ = CheckpointManager(S3Storage(ckpt, client=s3), workdir=tmp_path).load_latest()
-    assert name == NEW
+    assert pointer.endswith(f"/{NEW}") and entry.clear, (pointer, caplog.text)
+    resumed = CheckpointManager(S3Storage(ckpt, client=s3), workdir=tmp_path).begin(ONE, resume=True)
+    assert resumed["checkpoint"] == NEW
     summary = json.loads(s3.get_object(Bucket=BUCKET, Key="jobs/zimdb/output/summary.json")["Body"].read())
     assert summary["steps"] == 30
+
+
+def test_run_whose_checkpoint_download_fails_exits_retryably_without_training(
+    s3, tmp_path, capsys, ledger, keep_sigterm_handler
+):
+    ckpt, out = f"s3://{BUCKET}/{PREFIX}", f"s3://{BUCKET}/jobs/zimdb/output"
+    assert run(job(20, ckpt, out), s3_client=s3) == 0
+    capsys.readouterr()
+    with pytest.raises(CheckpointUnavailable) as raised:
+        run(job(30, ckpt, out), s3_client=Outage(s3, f"{NEW}/{PAYLOAD}", DOWN, reads=True))
+    code, reason = faults.verdict(raised.value)
+    entry = ledger("whole run", "download-error-on-resume", error=reason, names=PAYLOAD)
+    assert code == faults.STORAGE_UNAVAILABLE and entry.clear, reason
+    assert "train step" not in capsys.readouterr().out  # neither step 0 nor the older checkpoint
+
+
+def test_fresh_run_beside_an_older_run_resumes_itself_after_a_restart(tmp_path, capsys, keep_sigterm_handler):
+    """The data loss: `--checkpoint.resume false` in a directory holding an older run's checkpoints
+    (steps 20, 30) used to prune its own step-10 while `latest` named it; the restart then resumed the
+    older run at step 30 and overwrote model.pt with that run's weights."""
+    ckpt = str(tmp_path / "ckpt")
+    assert run(job(30, ckpt, str(tmp_path / "older"))) == 0
+    older = _latest(tmp_path).split("/")[0]
+    assert run(job(10, ckpt, str(tmp_path / "out"), **{"checkpoint.resume": "false"})) == 0
+    fresh = _latest(tmp_path).split("/")[0]
+    first = torch.load(tmp_path / "out" / "model.pt", weights_only=True)["model"]
+    capsys.readouterr()
+    assert run(job(10, ckpt, str(tmp_path / "out"))) == 0  # the pod restarts (resume is the default)
+    said = capsys.readouterr().out
+    assert fresh != older and f"resuming from {ckpt}/{fresh}/{checkpoint_name(10)} (step 10)" in said, said
+    again = torch.load(tmp_path / "out" / "model.pt", weights_only=True)["model"]
+    assert all(torch.equal(first[k], again[k]) for k in first)
+    kept = sorted(p.name for p in (tmp_path / "ckpt" / older).iterdir())
+    assert kept == [checkpoint_name(20), checkpoint_name(30)]  # the older run's checkpoints are untouched
+
+
+def test_sigterm_during_a_checkpoint_exits_without_a_second_save(
+    tmp_path, monkeypatch, keep_sigterm_handler
+):
+    real_save = CheckpointManager.save
+
+    def save_then_sigterm(self, env, step, *rest):
+        saved = real_save(self, env, step, *rest)
+        signal.raise_signal(signal.SIGTERM)  # the Spot notice arrives while the checkpoint is written
+        return saved
+
+    monkeypatch.setattr(CheckpointManager, "save", save_then_sigterm)
+    code = run(job(30, str(tmp_path / "ckpt"), str(tmp_path / "out")))
+    assert code == faults.STOPPED
+    assert [r["step"] for r in _events(tmp_path / "out", "checkpoint")] == [10]
+    assert _latest(tmp_path).endswith(f"/{OLD}")
+
+
+def test_disk_full_at_a_checkpoint_says_so_and_training_goes_on(
+    tmp_path, monkeypatch, caplog, ledger, keep_sigterm_handler
+):
+    real_write = shards.write
+
+    def full_at_step_10(env, model, optimizer, stage):
+        if stage.name.startswith(f".stage-{OLD}"):
+            stage.mkdir(parents=True, exist_ok=True)
+            (stage / PAYLOAD).symlink_to("/dev/full")  # writes fail with ENOSPC, as on a full volume
+        real_write(env, model, optimizer, stage)
+
+    monkeypatch.setattr(shards, "write", full_at_step_10)
+    with caplog.at_level(logging.WARNING, logger="trainer"):
+        code = run(job(20, str(tmp_path / "ckpt"), str(tmp_path / "out")))
+    entry = ledger("whole run", "disk-full-at-checkpoint", error=caplog.text, names="disk full")
+    assert code == 0 and entry.clear, caplog.text
+    assert [r["step"] for r in _events(tmp_path / "out", "checkpoint")] == [20]
+
+
+def test_unwritable_checkpoint_dir_exits_2_before_training(tmp_path, monkeypatch, capsys, ledger):
+    ckpt = tmp_path / "volume" / "ckpt"
+    real_write = Path.write_bytes
+
+    def denied(self, data):  # a volume the pod's user may not write (root here would bypass chmod)
+        if self.parent == ckpt:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_write(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", denied)
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        code = main(args(20, str(ckpt), str(tmp_path / "out")))
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    out, err = capsys.readouterr()
+    entry = ledger("whole run", "checkpoint-dir-not-writable", error=err, names=str(ckpt))
+    assert code == faults.INVALID and "Permission denied" in err and entry.clear, err
+    assert "train step" not in out

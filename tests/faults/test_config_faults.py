@@ -95,13 +95,13 @@ def run_program(program_error, values: dict) -> tuple[str | None, int]:
 @pytest.fixture(scope="module")
 def dev_config() -> dict:
     config = stack_config("dev")
-    # Make the last case a real one: dev opens the endpoint to CIDRs; prod must refuse 0.0.0.0/0.
-    config["mlops-eks:publicAccessCidrs"] = ["0.0.0.0/0"]
+    # Make the last case a real one: dev admits an office /20; prod admits only /24 or narrower.
+    config["mlops-eks:publicAccessCidrs"] = ["203.0.112.0/20"]
     return config
 
 
 def test_the_unmodified_config_creates_resources(program_error, dev_config):
-    """Control: the same harness with the dev stack file (0.0.0.0/0 is allowed in dev) registers the
+    """Control: the same harness with the dev stack file (a /20 is allowed in dev) registers the
     platform, so a zero below means the config was refused, not that nothing ever registers."""
     error, created = run_program(program_error, dev_config)
     assert error is None and created > 20

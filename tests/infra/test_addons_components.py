@@ -10,19 +10,22 @@ import pytest
 
 from infra.accelerators import CATALOG
 from infra.addons_config import AddonsConfig
+from infra.config import GpuPoolConfig
 from infra.gpu import GpuSoftware, GpuSoftwareArgs
 from infra.karpenter import Karpenter, KarpenterArgs
 from infra.observability import Observability, ObservabilityArgs
 from infra.training import Training, TrainingArgs
 
+GPU_POOLS = [
+    GpuPoolConfig.model_validate(
+        {"name": "t4", "accelerator": "t4", "capacityTypes": ["spot", "on-demand"], "gpuLimit": 8}
+    ),
+    GpuPoolConfig.model_validate(
+        {"name": "amd", "accelerator": "amd-v520", "amiId": "ami-0123456789abcdef0", "gpuLimit": 2}
+    ),
+]
 CONFIG = AddonsConfig.model_validate(
     {
-        "karpenter": {
-            "gpuPools": [
-                {"name": "t4", "accelerator": "t4", "capacityTypes": ["spot", "on-demand"]},
-                {"name": "amd", "accelerator": "amd-v520", "amiId": "ami-0123456789abcdef0"},
-            ]
-        },
         "gpu": {"amdDevicePlugin": True},
         "training": {"trainingOperatorV1": True, "gangScheduler": "kueue", "queues": [{"name": "team-a"}]},
     }
@@ -78,6 +81,7 @@ class _DependsOn:
 def _karpenter(provider: k8s.Provider, depends_on=(), opts=None) -> Karpenter:
     args = KarpenterArgs(
         config=CONFIG.karpenter,
+        gpu_pools=GPU_POOLS,
         cluster_name="mlops-eks-test",
         region="us-east-1",
         account_id="123456789012",
@@ -161,7 +165,7 @@ def test_gpu_pools_carry_the_labels_and_taint_the_device_plugins_schedule_onto(
     kubelet_labels = {"kubernetes.io/arch": "amd64"}
 
     def check(_):
-        pool = next(p for p in CONFIG.karpenter.gpu_pools if p.accelerator == accelerator)
+        pool = next(p for p in GPU_POOLS if p.accelerator == accelerator)
         template = mocks.of_type("kubernetes:karpenter.sh/v1:NodePool")[f"karpenter-pool-gpu-{pool.name}"][
             "spec"
         ]["template"]
@@ -190,7 +194,9 @@ def test_node_classes_use_the_nvidia_alias_or_the_amd_ami_and_imdsv2_one_hop(moc
         assert classes["karpenter-class-amd-amd"]["spec"]["amiSelectorTerms"] == [
             {"id": "ami-0123456789abcdef0"}
         ]
-        assert classes["karpenter-class-nvidia"]["spec"]["amiSelectorTerms"] == [{"alias": "al2023@latest"}]
+        # The pinned default release: an AMI change is a config change, never a surprise drift.
+        nvidia = classes["karpenter-class-nvidia"]["spec"]
+        assert nvidia["amiSelectorTerms"] == [{"alias": "al2023@v20260818"}]
         for node_class in classes.values():
             assert node_class["spec"]["metadataOptions"]["httpPutResponseHopLimit"] == 1
             assert node_class["spec"]["metadataOptions"]["httpTokens"] == "required"

@@ -34,34 +34,13 @@ def test_defaults_turn_on_what_a_team_needs_and_no_gang_scheduler():
     ("addons", "expected"),
     [
         (
-            {"karpenter": {"gpuPools": [{"name": "x", "accelerator": "v100"}]}},
-            "addons.karpenter.gpuPools[0].accelerator: unknown accelerator; got 'v100'; allowed: t4",
+            # GPU pools are configured once, in mlops-eks:gpuPools (test_platform_config.py).
+            {"karpenter": {"gpuPools": []}},
+            "mlops-eks:addons.karpenter.gpuPools: unknown key",
         ),
         (
-            {
-                "karpenter": {"gpuPools": [{"name": "amd", "accelerator": "amd-v520"}]},
-                "gpu": {"amdDevicePlugin": True},
-            },
-            "mlops-eks:addons.karpenter.gpuPools[0].amiId: amd-v520 has no EKS-optimized AMI",
-        ),
-        (
-            {"karpenter": {"gpuPools": [{"name": "t4", "accelerator": "t4", "consolidateAfter": "soon"}]}},
-            "mlops-eks:addons.karpenter.gpuPools[0].consolidateAfter: got 'soon'; allowed: a duration",
-        ),
-        (
-            {
-                "karpenter": {
-                    "gpuPools": [{"name": "t4", "accelerator": "t4", "instanceTypes": ["p4d.24xlarge"]}]
-                }
-            },
-            "addons.karpenter.gpuPools[0].instanceTypes[0]: not a t4 instance type; got 'p4d.24xlarge'",
-        ),
-        (
-            {
-                "karpenter": {"gpuPools": [{"name": "t4", "accelerator": "t4"}]},
-                "gpu": {"nvidiaDevicePlugin": False},
-            },
-            "mlops-eks:addons.gpu.nvidiaDevicePlugin: karpenter.gpuPools[0] (t4) needs it",
+            {"training": {"gangScheduler": "kueue", "queues": [{"name": "a", "efaInterfaces": -1}]}},
+            "mlops-eks:addons.training.queues[0].efaInterfaces: Input should be greater than or equal to 0",
         ),
         (
             {"observability": {"enabled": False}},
@@ -91,8 +70,36 @@ def test_bad_addons_config_names_key_value_and_allowed(addons, expected):
 def test_stack_files_turn_on_the_addons_a_team_uses(stack):
     config = yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text())["config"]
     addons = PlatformConfig.from_mapping(config).addons
-    assert addons.karpenter.enabled and addons.karpenter.gpu_pools
+    pools = PlatformConfig.from_mapping(config).gpu_pools
+    assert addons.karpenter.enabled and pools and all(p.source == "karpenter" for p in pools)
     assert addons.observability.enabled and addons.kubecost.enabled and addons.metrics_server.enabled
     assert addons.training.trainer
     if stack == "prod":
-        assert all(p.capacity_types == ["on-demand"] for p in addons.karpenter.gpu_pools)
+        assert all(p.capacity_types == ["on-demand"] for p in pools)
+        assert addons.karpenter.ami_alias != "al2023@latest" and addons.gpu.efa_device_plugin
+
+
+def test_an_alert_receiver_needs_its_secret_and_names_the_key_that_holds_it():
+    problem = _problem({"observability": {"alertReceiver": "slack"}})
+    assert "mlops-eks:alertReceiverSecret" in problem and "alertReceiver is 'slack'" in problem
+    config = PlatformConfig.from_mapping(
+        {
+            **BASE,
+            "mlops-eks:addons": {"observability": {"alertReceiver": "pagerduty"}},
+            "mlops-eks:alertReceiverSecret": "R0UTINGKEY",
+        }
+    )
+    assert config.addons.observability.alert_receiver == "pagerduty"
+    assert "R0UTINGKEY" not in repr(config)
+
+
+def test_an_unknown_alert_receiver_names_the_allowed_kinds():
+    problem = _problem({"observability": {"alertReceiver": "email"}})
+    assert "mlops-eks:addons.observability.alertReceiver" in problem and "slack" in problem
+
+
+def test_kubecost_needs_more_prometheus_retention_than_its_hourly_etl_window():
+    problem = _problem({"observability": {"retention": "2d"}})
+    assert "mlops-eks:addons.observability.retention" in problem and "50h" in problem
+    assert _load({"observability": {"retention": "2d"}, "kubecost": {"enabled": False}})
+    assert _load({"observability": {"retention": "50h"}}).addons.observability.retention_hours == 50

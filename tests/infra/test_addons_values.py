@@ -5,14 +5,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import helm_python
 import pytest
 import yaml
 
 from infra.accelerators import CATALOG
 from infra.addons_config import AddonsConfig
 from infra.charts import CHARTS
+from infra.config import GpuPoolConfig
 from infra.cost import cost_analyzer_values
-from infra.gpu import amd_device_plugin_values, dcgm_exporter_values, nvidia_device_plugin_values
+from infra.gpu import (
+    amd_device_plugin_values,
+    dcgm_exporter_values,
+    efa_device_plugin_values,
+    nvidia_device_plugin_values,
+)
 from infra.karpenter import karpenter_values
 from infra.karpenter_pools import NodeClassFacts, cpu_node_pool, ec2_node_class, gpu_node_pool
 from infra.observability import kube_prometheus_stack_values, metrics_server_values
@@ -25,19 +32,23 @@ from infra.training import (
     volcano_values,
 )
 
+GPU_POOLS = [
+    GpuPoolConfig.model_validate(p)
+    for p in (
+        {"name": "t4", "accelerator": "t4", "capacityTypes": ["spot", "on-demand"], "gpuLimit": 8},
+        {"name": "a100", "accelerator": "a100", "gpuLimit": 16, "consolidateAfter": "30m", "efa": True},
+        {"name": "amd", "accelerator": "amd-v520", "amiId": "ami-0123456789abcdef0", "gpuLimit": 2},
+    )
+]
 FULL = AddonsConfig.model_validate(
     {
-        "karpenter": {
-            "gpuPools": [
-                {"name": "t4", "accelerator": "t4", "capacityTypes": ["spot", "on-demand"]},
-                {"name": "a100", "accelerator": "a100", "gpuLimit": 16, "consolidateAfter": "30m"},
-                {"name": "amd", "accelerator": "amd-v520", "amiId": "ami-0123456789abcdef0"},
-            ]
-        },
-        "gpu": {"amdDevicePlugin": True},
+        "gpu": {"amdDevicePlugin": True, "efaDevicePlugin": True},
         "training": {
             "gangScheduler": "kueue",
-            "queues": [{"name": "team-a", "gpus": {"t4": 8, "a100": 8, "amd-v520": 2}}, {"name": "team-b"}],
+            "queues": [
+                {"name": "team-a", "gpus": {"t4": 8, "a100": 8, "amd-v520": 2}, "efaInterfaces": 8},
+                {"name": "team-b"},
+            ],
         },
     }
 )
@@ -56,8 +67,9 @@ VALUES = {
     "nvidia-device-plugin": nvidia_device_plugin_values(),
     "dcgm-exporter": dcgm_exporter_values(service_monitor=True),
     "amd-gpu": amd_device_plugin_values(),
+    "aws-efa-k8s-device-plugin": efa_device_plugin_values(),
     "kube-prometheus-stack": kube_prometheus_stack_values(FULL.observability, storage_class="gp3"),
-    "cost-analyzer": cost_analyzer_values(cluster_name="mlops-eks-dev"),
+    "cost-analyzer": cost_analyzer_values(cluster_name="mlops-eks-dev", prometheus_retention="15d"),
     "kubeflow-trainer": trainer_values(),
     "kueue": kueue_values(service_monitor=True),
     "volcano": volcano_values(),
@@ -110,8 +122,12 @@ def test_values_keys_exist_in_the_chart_at_its_pinned_version(chart_key, values_
 @pytest.mark.parametrize("chart_key", sorted(COMMENTED_EXAMPLES))
 def test_values_set_from_a_commented_chart_example_use_only_its_keys(chart_key):
     parent, block = COMMENTED_EXAMPLES[chart_key]
-    example = _commented_example(chart_key)
-    assert set(VALUES[chart_key][parent][block]) <= set(example), sorted(set(example))
+    example = set(_commented_example(chart_key))
+    # Plus the keys the subchart itself defaults (coalesced by Helm from the real package's charts/).
+    chart = CHARTS[chart_key]
+    package = helm_python.Chart.load(SHARED / "upstream" / "helm" / f"{chart.short_name}-{chart.version}.tgz")
+    example |= set(package.merge_values({})[parent][block])
+    assert set(VALUES[chart_key][parent][block]) <= example, sorted(example)
 
 
 def test_grafana_keeps_its_state_on_a_gp3_volume():
@@ -129,7 +145,7 @@ def test_every_rendered_custom_resource_matches_its_upstream_crd(crd_check):
     objects = [
         ec2_node_class("nvidia", FACTS),
         ec2_node_class("amd-amd", FACTS, ami_id="ami-0123456789abcdef0"),
-        *(gpu_node_pool(p) for p in FULL.karpenter.gpu_pools),
+        *(gpu_node_pool(p) for p in GPU_POOLS),
         cpu_node_pool(FULL.karpenter.cpu_pool),
         torch_distributed_runtime(),
         *kueue_objects(FULL.training.queues),
@@ -168,6 +184,9 @@ def test_kubecost_reads_our_prometheus_instead_of_bundling_one():
         "fqdn": "http://kube-prometheus-stack-prometheus.monitoring.svc:9090",
     }
     assert values["serviceMonitor"]["enabled"] and values["prometheusRule"]["enabled"]
+    # The cost model's CLUSTER_ID; the bundled server it belongs to is not deployed.
+    assert values["prometheus"]["server"]["global"]["external_labels"] == {"cluster_id": "mlops-eks-dev"}
+    assert CHARTS["cost-analyzer"].version == "2.8.7"  # 2.9.x `fail`s without the agent (infra/cost.py)
 
 
 def test_trainer_chart_installs_no_runtimes_of_its_own_and_bundles_jobset():

@@ -29,6 +29,8 @@ ADDON_EXPORTS = {
     "training_runtimes",
     "gang_scheduler",
     "kueue_queues",
+    "device_plugins",
+    "queue_quotas",
 }
 
 
@@ -52,22 +54,25 @@ def test_cluster_encrypts_secrets_with_a_rotating_key_and_logs_everything(stack)
     )
     assert eks["authenticationMode"] == "API" and eks["createOidcProvider"] is True
     assert eks["skipDefaultNodeGroup"] is True and eks["endpointPrivateAccess"] is True
-    assert eks["version"] == "1.33" and eks["name"] == f"mlops-eks-{stack.config.environment}"
+    # EKS creates managed node group roles' access entries; pulumi-eks refuses instanceRoles in API mode.
+    assert "instanceRoles" not in eks
+    assert eks["version"] == "1.35" and eks["name"] == f"mlops-eks-{stack.config.environment}"
     admin = eks["accessEntries"]["admin-0"]
     assert admin["principalArn"] == stack.config.admin_principal_arns[0]
     assert admin["accessPolicies"]["cluster-admin"]["policyArn"].endswith("AmazonEKSClusterAdminPolicy")
 
 
-def test_prod_endpoint_is_private_and_dev_public_endpoint_is_limited(dev, prod):
+def test_prod_endpoint_admits_only_the_deployer_and_dev_public_endpoint_is_limited(dev, prod):
     prod_eks, dev_eks = prod.one("eks:index:Cluster").inputs, dev.one("eks:index:Cluster").inputs
-    assert prod_eks["endpointPublicAccess"] is False and "publicAccessCidrs" not in prod_eks
+    assert prod_eks["endpointPrivateAccess"] is True and prod_eks["endpointPublicAccess"] is True
+    assert prod_eks["publicAccessCidrs"] == ["198.51.100.7/32"] and "clusterTags" not in prod_eks
     assert dev_eks["endpointPublicAccess"] is True
     assert dev_eks["publicAccessCidrs"] == ["203.0.113.0/24"]
 
 
 def test_every_launch_template_requires_imdsv2_with_hop_limit_one_and_no_ssh(stack):
     templates = {r.name: r.inputs for r in stack.of_type("aws:ec2/launchTemplate:LaunchTemplate")}
-    assert len(templates) == 1 + len(stack.config.gpu_pools)
+    assert len(templates) == 1 + len([p for p in stack.config.gpu_pools if p.source == "managed"])
     for name, lt in templates.items():
         assert lt["metadataOptions"] == {
             "httpEndpoint": "enabled",
@@ -83,50 +88,98 @@ def test_every_launch_template_requires_imdsv2_with_hop_limit_one_and_no_ssh(sta
         assert set(group.inputs["instanceTypes"]) and group.inputs["cluster"] == "[resource cluster-eks]"
 
 
-def test_gpu_pools_scale_from_zero_with_catalog_taints_labels_and_instance_types(stack):
-    groups = gpu_groups(stack)
-    assert set(groups) == {p.name for p in stack.config.gpu_pools}
+# Reserved capacity beside dev's elastic pools: fixed-size managed groups (AMD custom AMI, A100 with EFA).
+RESERVED_POOLS = [
+    {"name": "amd-reserved", "accelerator": "amd-v520", "source": "managed", "size": 1,
+     "instanceTypes": ["g4ad.xlarge"], "capacityTypes": ["spot"], "amiId": "ami-0123456789abcdef0"},
+    {"name": "a100-reserved", "accelerator": "a100", "source": "managed", "size": 2,
+     "instanceTypes": ["p4d.24xlarge"], "capacityTypes": ["on-demand"], "diskSizeGib": 500, "efa": True},
+    {"name": "t4-reserved", "accelerator": "t4", "source": "managed", "size": 1},
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def reserved():
+    values = stack_config("dev")
+    addons = values["mlops-eks:addons"]
+    values = {
+        **values,
+        "mlops-eks:gpuPools": [*values["mlops-eks:gpuPools"], *RESERVED_POOLS],
+        "mlops-eks:addons": {**addons, "gpu": {**addons["gpu"], "efaDevicePlugin": True}},
+    }
+    try:
+        config, resources, exports = synth("dev", values)
+    finally:
+        asyncio.set_event_loop(asyncio.new_event_loop())
+    groups = {r.name: r.inputs for r in resources if r.type == "eks:index:ManagedNodeGroup"}
+    templates = {r.name: r.inputs for r in resources if r.type == "aws:ec2/launchTemplate:LaunchTemplate"}
+    placement = {r.name: r.inputs for r in resources if r.type == "aws:ec2/placementGroup:PlacementGroup"}
+    return config, groups, templates, placement, exports
+
+
+def test_elastic_gpu_pools_are_karpenter_node_pools_and_no_managed_gpu_group(stack):
+    # A managed group at minSize 0 never grows (Karpenter ignores managed groups, no autoscaler runs).
+    assert gpu_groups(stack) == {}
+    pools = {r.name: r.inputs for r in stack.of_type("kubernetes:karpenter.sh/v1:NodePool")}
     for pool in stack.config.gpu_pools:
-        group, acc = groups[pool.name], pool.catalog_entry
-        assert group["scalingConfig"] == {"minSize": 0, "maxSize": pool.max_size, "desiredSize": 0}
+        body, acc = pools[f"karpenter-pool-gpu-{pool.name}"]["spec"], pool.catalog_entry
+        assert body["limits"] == {acc.resource_name: str(pool.gpu_limit)}
+        assert body["template"]["spec"]["taints"] == [
+            {"key": acc.resource_name, "value": "true", "effect": "NoSchedule"}
+        ]
+        assert body["template"]["metadata"]["labels"] == acc.node_labels
+        requirements = {r["key"]: r["values"] for r in body["template"]["spec"]["requirements"]}
+        assert requirements["node.kubernetes.io/instance-type"] == pool.instance_type_names
+        assert requirements["karpenter.sh/capacity-type"] == pool.capacity_types
+
+
+def test_reserved_pools_are_fixed_size_managed_groups_with_the_eks_capacity_spelling(reserved):
+    config, groups, _, _, exports = reserved
+    for pool in (p for p in config.gpu_pools if p.source == "managed"):
+        group, acc = groups[f"gpu-{pool.name}"], pool.catalog_entry
+        size = pool.size
+        assert group["scalingConfig"] == {"minSize": size, "maxSize": size, "desiredSize": size}
+        assert group["capacityType"] == {"spot": "SPOT", "on-demand": "ON_DEMAND"}[pool.capacity_types[0]]
         assert group["taints"] == [{"key": acc.resource_name, "value": "true", "effect": "NO_SCHEDULE"}]
-        assert group["labels"] == acc.node_labels
-        assert group["instanceTypes"] == pool.instance_type_names
-        assert group["capacityType"] == pool.capacity_type
+        assert group["labels"] == acc.node_labels and group["instanceTypes"] == pool.instance_type_names
+        # Nothing to keep on a fixed-size group; the system group (min < max) keeps a manual scale-up.
+        assert group.get("ignoreScalingChanges") is False
+        assert exports["accelerator_pools"][pool.name]["source"] == "managed"
+        assert exports["accelerator_pools"][pool.name]["size"] == size
+    assert groups["system"]["ignoreScalingChanges"] is True
 
 
 def test_dev_uses_spot_gpus_and_prod_on_demand(dev, prod):
-    assert {g["capacityType"] for g in gpu_groups(dev).values()} == {"SPOT"}
-    assert {g["capacityType"] for g in gpu_groups(prod).values()} == {"ON_DEMAND"}
+    assert {c for p in dev.config.gpu_pools for c in p.capacity_types} == {"spot", "on-demand"}
+    assert {c for p in prod.config.gpu_pools for c in p.capacity_types} == {"on-demand"}
+    assert dev.one("eks:index:ManagedNodeGroup", "system").inputs["capacityType"] == "SPOT"
     assert prod.one("eks:index:ManagedNodeGroup", "system").inputs["capacityType"] == "ON_DEMAND"
 
 
-def test_amd_pool_boots_its_custom_ami_with_nodeadm_and_registers_the_amd_taint(dev):
-    group = gpu_groups(dev)["amd"]
-    lt = dev.one("aws:ec2/launchTemplate:LaunchTemplate", "gpu-amd-lt").inputs
-    assert group["amiType"] == "CUSTOM" and lt["imageId"] == "ami-0123456789abcdef0"
+def test_amd_pool_boots_its_custom_ami_with_nodeadm_and_registers_the_amd_taint(reserved):
+    _, groups, templates, _, _ = reserved
+    lt = templates["gpu-amd-reserved-lt"]
+    assert groups["gpu-amd-reserved"]["amiType"] == "CUSTOM" and lt["imageId"] == "ami-0123456789abcdef0"
     user_data = base64.b64decode(lt["userData"]).decode()
     assert "Content-Type: application/node.eks.aws" in user_data
     assert "--register-with-taints=amd.com/gpu=true:NoSchedule" in user_data
     assert "mlops-eks.io/accelerator=amd-v520" in user_data and '"cidr": "172.20.0.0/16"' in user_data
     # The NVIDIA pools use the EKS-optimized AMI: no image or user data of ours.
-    t4 = dev.one("aws:ec2/launchTemplate:LaunchTemplate", "gpu-t4-lt").inputs
-    assert (
-        "imageId" not in t4
-        and "userData" not in t4
-        and gpu_groups(dev)["t4"]["amiType"] == "AL2023_x86_64_NVIDIA"
-    )
+    t4 = templates["gpu-t4-reserved-lt"]
+    assert "imageId" not in t4 and "userData" not in t4
+    assert groups["gpu-t4-reserved"]["amiType"] == "AL2023_x86_64_NVIDIA"
 
 
-def test_prod_a100_pool_has_efa_interfaces_in_one_placement_group_and_one_subnet(prod):
-    lt = prod.one("aws:ec2/launchTemplate:LaunchTemplate", "gpu-a100-lt").inputs
-    placement = prod.one("aws:ec2/placementGroup:PlacementGroup", "gpu-a100-placement").inputs
-    assert placement["strategy"] == "cluster" and lt["placement"]["groupName"] == "gpu-a100-placement"
+def test_reserved_a100_pool_has_efa_interfaces_in_one_placement_group_and_one_subnet(reserved):
+    _, groups, templates, placement, exports = reserved
+    lt = templates["gpu-a100-reserved-lt"]
+    assert placement["gpu-a100-reserved-placement"]["strategy"] == "cluster"
+    assert lt["placement"]["groupName"] == "gpu-a100-reserved-placement"
     interfaces = lt["networkInterfaces"]
     assert [i["networkCardIndex"] for i in interfaces] == [0, 1, 2, 3]
     assert {i["interfaceType"] for i in interfaces} == {"efa"} and interfaces[0]["deviceIndex"] == 0
-    assert gpu_groups(prod)["a100"]["subnetIds"] == ["network-private-0-id"]
-    assert prod.exports["accelerator_pools"]["a100"]["efa"] is True
+    assert groups["gpu-a100-reserved"]["subnetIds"] == ["network-private-0-id"]
+    assert exports["accelerator_pools"]["a100-reserved"]["efa_interfaces"] == 4
 
 
 def test_network_spans_three_azs_with_discovery_tags_and_nat_per_environment(dev, prod):
@@ -236,18 +289,21 @@ def test_exports_are_the_contract_and_describe_each_pool(stack):
     assert set(stack.exports["ecr_repository_urls"]) == {"cuda", "rocm", "cpu"}
     assert stack.exports["region"] == "us-east-1" and len(stack.exports["private_subnet_ids"]) == 3
     t4 = stack.exports["accelerator_pools"]["t4"]
+    dev = stack.config.environment == "dev"
     assert t4 == {
+        "source": "karpenter",
         "accelerator": "t4",
         "instance_types": ["g4dn.12xlarge"],
         "gpus_per_node": 4,
         "resource_name": "nvidia.com/gpu",
         "node_labels": {"mlops-eks.io/accelerator": "t4", "nvidia.com/gpu.present": "true"},
         "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
-        "min_size": 0,
-        "max_size": t4["max_size"],
-        "capacity_type": "SPOT" if stack.config.environment == "dev" else "ON_DEMAND",
-        "efa": False,
+        "capacity_types": ["spot", "on-demand"] if dev else ["on-demand"],
+        "efa_interfaces": 0,
+        "gpu_limit": 8 if dev else 16,
+        "size": None,
     }
+    assert {p["resource"] for p in stack.exports["device_plugins"]} >= {"nvidia.com/gpu"}
 
 
 def test_kubeconfig_reaches_the_kubernetes_provider_as_a_secret(stack):

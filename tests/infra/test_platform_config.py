@@ -14,7 +14,7 @@ from infra.synth import stack_config
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = {REGION_KEY: "us-east-1"}
-T4 = {"name": "t4", "accelerator": "t4"}
+T4 = {"name": "t4", "accelerator": "t4", "gpuLimit": 4}
 
 
 def error_of(values: dict) -> str:
@@ -27,7 +27,7 @@ def test_dev_and_prod_stack_files_load():
     dev = PlatformConfig.from_mapping(stack_config("dev"))
     prod = PlatformConfig.from_mapping(stack_config("prod"))
     assert (dev.environment, dev.nat_gateways, dev.endpoint_public_access) == ("dev", "single", True)
-    assert (prod.environment, prod.nat_gateways, prod.endpoint_public_access) == ("prod", "per-az", False)
+    assert (prod.environment, prod.nat_gateways, prod.endpoint_public_access) == ("prod", "per-az", True)
     assert {p.accelerator for p in dev.gpu_pools} == {"t4", "amd-v520"}
     assert {p.accelerator for p in prod.gpu_pools} == {"t4", "a100"}
 
@@ -51,14 +51,60 @@ def test_dev_and_prod_stack_files_load():
             id="ami-on-nvidia",
         ),
         pytest.param(
-            {"mlops-eks:gpuPools": [{**T4, "minSize": 3, "maxSize": 2}]},
-            ["mlops-eks:gpuPools[0].maxSize", "got 2", ">= minSize (3)"],
-            id="min-above-max",
+            {"mlops-eks:gpuPools": [{**T4, "instanceTypes": ["g4dn.12xlarge"], "gpuLimit": 2}]},
+            ["mlops-eks:gpuPools[0].gpuLimit", "got 2", ">= 4 (the GPUs of one g4dn.12xlarge)"],
+            id="gpu-limit-below-one-node",
         ),
         pytest.param(
-            {"mlops-eks:gpuPools": [{**T4, "minSize": 0, "maxSize": 2, "desiredSize": 5}]},
-            ["mlops-eks:gpuPools[0].desiredSize", "got 5", "between minSize (0) and maxSize (2)"],
-            id="desired-outside",
+            {"mlops-eks:gpuPools": [{"name": "t4", "accelerator": "t4"}]},
+            ["mlops-eks:gpuPools[0].gpuLimit", "got None", "1-1024 GPUs"],
+            id="karpenter-without-limit",
+        ),
+        pytest.param(
+            {"mlops-eks:gpuPools": [{"name": "r", "accelerator": "t4", "source": "managed"}]},
+            ["mlops-eks:gpuPools[0].size", "got None", "1-100 nodes", "fixed size"],
+            id="managed-without-size",
+        ),
+        pytest.param(
+            {"mlops-eks:gpuPools": [{**T4, "size": 2}]},
+            ["mlops-eks:gpuPools[0].size", "got 2", "unset for source karpenter"],
+            id="size-on-karpenter",
+        ),
+        pytest.param(
+            {"mlops-eks:gpuPools": [{"name": "r", "accelerator": "t4", "source": "managed", "size": 1,
+                                     "capacityTypes": ["spot", "on-demand"]}]},  # fmt: skip
+            ["mlops-eks:gpuPools[0].capacityTypes", "exactly one of spot, on-demand"],
+            id="managed-two-capacity-types",
+        ),
+        pytest.param(
+            {"mlops-eks:gpuPools": [{**T4, "source": "autoscaler"}]},
+            ["mlops-eks:gpuPools[0].source", "'autoscaler'", "'karpenter' or 'managed'"],
+            id="unknown-source",
+        ),
+        pytest.param(
+            {"mlops-eks:gpuPools": [T4], "mlops-eks:addons": {"karpenter": {"enabled": False}}},
+            ["mlops-eks:gpuPools[0].source", "Karpenter pools need the Karpenter add-on"],
+            id="karpenter-pool-without-karpenter",
+        ),
+        pytest.param(
+            {"mlops-eks:gpuPools": [{**T4, "instanceTypes": ["g4dn.12xlarge"], "efa": True}]},
+            ["mlops-eks:addons.gpu.efaDevicePlugin", "vpc.amazonaws.com/efa is never allocatable"],
+            id="efa-without-plugin",
+        ),
+        pytest.param(
+            {"mlops-eks:gpuPools": [T4], "mlops-eks:addons": {"karpenter": {"amiAlias": "al2023@latest"}}},
+            ["mlops-eks:addons.karpenter.amiAlias", "'al2023@latest'", "pinned release"],
+            id="prod-latest-ami",
+        ),
+        pytest.param(
+            {"mlops-eks:gpuPools": [{**T4, "consolidateAfter": "soon"}]},
+            ["mlops-eks:gpuPools[0].consolidateAfter", "got 'soon'", "a duration"],
+            id="bad-consolidate-after",
+        ),
+        pytest.param(
+            {"mlops-eks:gpuPools": [T4], "mlops-eks:addons": {"gpu": {"nvidiaDevicePlugin": False}}},
+            ["mlops-eks:addons.gpu.nvidiaDevicePlugin", "gpuPools[0] (t4) needs it"],
+            id="pool-without-device-plugin",
         ),
         pytest.param(
             {"mlops-eks:systemNodes": {"minSize": 2, "maxSize": 3, "desiredSize": 1}},
@@ -108,7 +154,7 @@ def test_dev_and_prod_stack_files_load():
         ),
         pytest.param(
             {"mlops-eks:endpointPublicAccess": True, "mlops-eks:publicAccessCidrs": ["0.0.0.0/0"]},
-            ["mlops-eks:publicAccessCidrs[0]", "'0.0.0.0/0'", "prod must not expose"],
+            ["mlops-eks:publicAccessCidrs[0]", "'0.0.0.0/0'", "the whole internet"],
             id="prod-public-to-world",
         ),
         pytest.param(
@@ -117,8 +163,8 @@ def test_dev_and_prod_stack_files_load():
             id="public-without-cidrs",
         ),
         pytest.param(
-            {"mlops-eks:systemNodes": {"capacityType": "SPOT"}},
-            ["mlops-eks:systemNodes.capacityType", "'SPOT'", "ON_DEMAND in prod"],
+            {"mlops-eks:systemNodes": {"capacityType": "spot"}},
+            ["mlops-eks:systemNodes.capacityType", "'spot'", "on-demand in prod"],
             id="prod-spot-system",
         ),
         pytest.param(
@@ -140,7 +186,7 @@ def test_dev_and_prod_stack_files_load():
         pytest.param({REGION_KEY: None}, ["aws:region"], id="no-region"),
         pytest.param(
             {"mlops-eks:kubernetesVersion": "1.29"},
-            ["mlops-eks:kubernetesVersion", "'1.29'", '"1.33" or newer'],
+            ["mlops-eks:kubernetesVersion", "'1.29'", '"1.33", "1.34", "1.35"'],
             id="old-k8s",
         ),
         pytest.param(
@@ -152,14 +198,14 @@ def test_dev_and_prod_stack_files_load():
             {"mlops-eks:gpuPool": []}, ["mlops-eks:gpuPool", "unknown key", "gpuPools"], id="unknown-key-typo"
         ),
         pytest.param(
-            {"mlops-eks:gpuPools": [{**T4, "minSize": "two"}]},
-            ["mlops-eks:gpuPools[0].minSize", "'two'", "valid integer"],
+            {"mlops-eks:gpuPools": [{**T4, "gpuLimit": "two"}]},
+            ["mlops-eks:gpuPools[0].gpuLimit", "'two'", "valid integer"],
             id="wrong-type",
         ),
         pytest.param(
-            {"mlops-eks:gpuPools": [{**T4, "capacityType": "spot"}]},
-            ["mlops-eks:gpuPools[0].capacityType", "'ON_DEMAND' or 'SPOT'"],
-            id="capacity-type",
+            {"mlops-eks:gpuPools": [{**T4, "capacityTypes": ["SPOT"]}]},
+            ["mlops-eks:gpuPools[0].capacityTypes[0]", "'spot' or 'on-demand'"],
+            id="capacity-type-eks-spelling",
         ),
     ],
 )
@@ -169,17 +215,88 @@ def test_invalid_config_names_key_value_and_allowed(values, expected):
         assert part in message, f"{part!r} not in {message!r}"
 
 
-def test_dev_may_open_the_endpoint_to_the_world_but_prod_may_not():
-    values = {"mlops-eks:endpointPublicAccess": True, "mlops-eks:publicAccessCidrs": ["0.0.0.0/0"]}
-    assert PlatformConfig.from_mapping({**BASE, **values, "mlops-eks:environment": "dev"}).public_access_cidrs
-    error_of(values)
+# A dev stack with nothing else to refuse; prod also pins the Karpenter AMI, as prod must.
+DEV = {**BASE, "mlops-eks:environment": "dev"}
+PINNED_AMI = {"mlops-eks:addons": {"karpenter": {"amiAlias": "al2023@v20260818"}}}
+
+
+def test_public_endpoint_cidrs_dev_admits_an_office_block_prod_only_the_deployer():
+    def cidrs(environment: str, cidr: str) -> dict:
+        return {
+            **PINNED_AMI,
+            "mlops-eks:environment": environment,
+            "mlops-eks:endpointPublicAccess": True,
+            "mlops-eks:publicAccessCidrs": [cidr],
+        }
+
+    assert PlatformConfig.from_mapping({**BASE, **cidrs("dev", "203.0.112.0/20")}).public_access_cidrs
+    assert PlatformConfig.from_mapping({**BASE, **cidrs("prod", "198.51.100.0/24")}).public_access_cidrs
+    assert "wider than /24" in error_of(cidrs("prod", "203.0.112.0/20"))
+    assert "wider than /16" in error_of(cidrs("dev", "100.0.0.0/8"))
+    for environment in ("dev", "prod"):
+        assert "the whole internet" in error_of(cidrs(environment, "0.0.0.0/0"))
+
+
+def test_private_only_endpoint_needs_the_deployer_inside_the_vpc():
+    private = PlatformConfig.from_mapping(DEV)
+    with pytest.raises(ConfigError) as e:
+        private.check_deployable()
+    assert "mlops-eks:endpointPublicAccess" in str(e.value) and "deployFromVpc true" in str(e.value)
+    assert "installs the Helm releases" in str(e.value)
+    PlatformConfig.from_mapping({**DEV, "mlops-eks:deployFromVpc": True}).check_deployable()
+    public = {"mlops-eks:endpointPublicAccess": True, "mlops-eks:publicAccessCidrs": ["198.51.100.7/32"]}
+    PlatformConfig.from_mapping({**DEV, **public}).check_deployable()
+
+
+ADMIN = "arn:aws:iam::123456789012:role/platform-admin"
+
+
+@pytest.mark.parametrize(
+    ("admin", "caller", "collides"),
+    [
+        (ADMIN, "arn:aws:sts::123456789012:assumed-role/platform-admin/alice", True),
+        (ADMIN, ADMIN, True),
+        # SSO roles live under a path that STS session ARNs omit.
+        (
+            "arn:aws:iam::123456789012:role/aws-reserved/sso.amazonaws.com/AWSReservedSSO_Admin_0a1b",
+            "arn:aws:sts::123456789012:assumed-role/AWSReservedSSO_Admin_0a1b/alice@example.com",
+            True,
+        ),
+        ("arn:aws:iam::123456789012:user/ci/deployer", "arn:aws:iam::123456789012:user/deployer", True),
+        (ADMIN, "arn:aws:sts::123456789012:assumed-role/ci-deployer/run-42", False),
+        (ADMIN, "arn:aws:sts::210987654321:assumed-role/platform-admin/alice", False),
+        ("arn:aws:iam::123456789012:user/platform-admin", ADMIN, False),
+    ],
+)
+def test_an_admin_entry_for_the_deploying_identity_is_refused(admin, caller, collides):
+    config = PlatformConfig.from_mapping(
+        {**DEV, "mlops-eks:deployFromVpc": True, "mlops-eks:adminPrincipalArns": [admin]}
+    )
+    if not collides:
+        config.check_deployable(caller)
+        return
+    with pytest.raises(ConfigError) as e:
+        config.check_deployable(caller)
+    assert "mlops-eks:adminPrincipalArns[0]" in str(
+        e.value
+    ) and "bootstrapClusterCreatorAdminPermissions" in str(e.value)
+
+
+def test_an_sts_session_is_not_an_access_entry_principal():
+    message = error_of(
+        {"mlops-eks:adminPrincipalArns": ["arn:aws:sts::123456789012:assumed-role/admin/alice"]}
+    )
+    assert "mlops-eks:adminPrincipalArns[0]" in message and "give its role's ARN" in message
 
 
 def test_defaults_are_secure_and_pools_scale_from_zero():
-    config = PlatformConfig.from_mapping({**BASE, "mlops-eks:gpuPools": [T4]})
+    config = PlatformConfig.from_mapping({**BASE, "mlops-eks:gpuPools": [T4], **PINNED_AMI})
     assert config.environment == "prod" and not config.endpoint_public_access
-    assert config.nat_gateways == "per-az" and config.system_nodes.capacity_type == "ON_DEMAND"
-    assert config.gpu_pools[0].min_size == 0 and config.gpu_pools[0].instance_type_names == ["g4dn.xlarge"]
+    assert config.nat_gateways == "per-az" and config.system_nodes.capacity_type == "on-demand"
+    assert config.system_nodes.eks_capacity_type == "ON_DEMAND"
+    pool = config.gpu_pools[0]
+    assert (pool.source, pool.max_nodes, pool.capacity_types) == ("karpenter", 4, ["on-demand"])
+    assert pool.instance_type_names == ["g4dn.xlarge"]
     assert config.private_subnets == ["10.0.0.0/19", "10.0.32.0/19", "10.0.64.0/19"]
     assert config.public_subnets == ["10.0.128.0/22", "10.0.132.0/22", "10.0.136.0/22"]
 
@@ -217,3 +334,12 @@ def test_pulumi_yaml_documents_every_key_with_the_models_default():
     defaults = {f"mlops-eks:{k}": declared[k]["default"] for k in keys - secrets}
     from_yaml = PlatformConfig.from_mapping({**BASE, **defaults})
     assert from_yaml == PlatformConfig.from_mapping(BASE)
+
+
+def test_kubernetes_version_defaults_to_the_newest_minor_validated_with_the_add_ons():
+    from infra.cluster_rules import EKS_STANDARD_SUPPORT_END
+
+    newest = max(EKS_STANDARD_SUPPORT_END, key=lambda v: int(v.split(".")[1]))
+    assert PlatformConfig.from_mapping(DEV).kubernetes_version == newest == "1.35"
+    message = error_of({**DEV, "mlops-eks:kubernetesVersion": "1.36"})
+    assert "mlops-eks:kubernetesVersion" in message and "'1.36'" in message and '"1.35"' in message

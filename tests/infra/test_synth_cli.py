@@ -88,7 +88,12 @@ def test_idle_cost_counts_control_plane_nat_system_nodes_and_gpu_minimums():
     assert dev["system nodes (2 x t3.large)"] == pytest.approx(0.1664)
     assert prod["system nodes (3 x m6i.xlarge)"] == pytest.approx(0.576)
     assert dev["GPU pool t4 (0 x g4dn.12xlarge)"] == 0
+    # A reserved (managed) pool runs its fixed size whether jobs run or not; Karpenter pools run none.
     warm = stack_config("dev")
-    warm["mlops-eks:gpuPools"][0]["minSize"] = 1
+    warm["mlops-eks:gpuPools"].append(
+        {"name": "t4-reserved", "accelerator": "t4", "source": "managed", "size": 1,
+         "instanceTypes": ["g4dn.12xlarge"]}
+    )  # fmt: skip
     lines = dict(idle_cost_lines(PlatformConfig.from_mapping(warm)))
-    assert lines["GPU pool t4 (1 x g4dn.12xlarge)"] == pytest.approx(3.912)
+    assert lines["GPU pool t4-reserved (1 x g4dn.12xlarge)"] == pytest.approx(3.912)
+    assert lines["GPU pool t4 (0 x g4dn.12xlarge)"] == 0

@@ -125,6 +125,12 @@ CASES = [
     ),
     (
         "eks-endpoint-not-open",
+        "eks:index:Cluster",
+        GOOD_EKS_CLUSTER,
+        {**GOOD_EKS_CLUSTER, "publicAccessCidrs": ["100.0.0.0/8"]},
+    ),
+    (
+        "eks-endpoint-not-open",
         "aws:eks/cluster:Cluster",
         GOOD_AWS_CLUSTER,
         {
@@ -407,16 +413,17 @@ def test_rule_reports_bad_and_passes_good(rule, type_, good, bad):
 
 def test_every_rule_has_a_bad_case():
     assert {c[0] for c in CASES} | {
-        "eks-no-public-endpoint-in-prod",
+        "eks-prod-endpoint-deployer-only",
         "gpu-node-groups-scale-to-zero-prod",
     } == set(RULE)
 
 
 def test_prod_only_rules_apply_only_in_prod():
-    dev = evaluate([Resource(type="eks:index:Cluster", name="c", inputs=GOOD_EKS_CLUSTER)], RULES)
-    prod = evaluate([Resource(type="eks:index:Cluster", name="c", inputs=GOOD_EKS_CLUSTER)], RULES, prod=True)
+    office = {**GOOD_EKS_CLUSTER, "publicAccessCidrs": ["203.0.112.0/20"]}
+    dev = evaluate([Resource(type="eks:index:Cluster", name="c", inputs=office)], RULES)
+    prod = evaluate([Resource(type="eks:index:Cluster", name="c", inputs=office)], RULES, prod=True)
     assert dev == []
-    assert [f.rule for f in prod] == ["eks-no-public-endpoint-in-prod"]
+    assert [f.rule for f in prod] == ["eks-prod-endpoint-deployer-only"]
     warm = Resource(
         type="eks:index:ManagedNodeGroup",
         name="g",
@@ -554,3 +561,29 @@ def test_stack_policy_matches_companions_through_the_engines_property_dependenci
     reported = [(d.policyName, d.urn) for d in response.diagnostics]
     assert reported == [("s3-bucket-guardrails-present", bucket_urn)]
     assert "versioning" in response.diagnostics[0].message
+
+
+PRIVATE_ONLY = {**GOOD_EKS_CLUSTER, "endpointPublicAccess": False, "publicAccessCidrs": None}
+
+
+@pytest.mark.parametrize(
+    ("type_", "inputs", "allowed"),
+    [
+        ("eks:index:Cluster", {**GOOD_EKS_CLUSTER, "publicAccessCidrs": ["198.51.100.7/32"]}, True),
+        ("eks:index:Cluster", GOOD_EKS_CLUSTER, True),  # a /24: the widest prod admits
+        ("eks:index:Cluster", {**GOOD_EKS_CLUSTER, "publicAccessCidrs": ["203.0.112.0/23"]}, False),
+        ("eks:index:Cluster", PRIVATE_ONLY, False),
+        ("eks:index:Cluster", {**PRIVATE_ONLY, "clusterTags": {"mlops-eks:deploy-from-vpc": "true"}}, True),
+        ("aws:eks/cluster:Cluster", GOOD_AWS_CLUSTER, False),
+        (
+            "aws:eks/cluster:Cluster",
+            {**GOOD_AWS_CLUSTER, "tags": {"mlops-eks:deploy-from-vpc": "true"}},
+            True,
+        ),
+    ],
+)
+def test_prod_endpoint_admits_the_deployer_or_a_deployer_inside_the_vpc(type_, inputs, allowed):
+    """The same rule as the config's (infra/cluster_rules.py): narrow public CIDRs, or private-only when
+    pulumi runs inside the VPC (the program tags the cluster then)."""
+    found = RULE["eks-prod-endpoint-deployer-only"].violations(type_, inputs, prod=True)
+    assert (found == []) is allowed, found

@@ -1,66 +1,142 @@
+"""Checkpoints of one process against the real DCP writer, a local directory and S3 (moto): runs own their
+checkpoints, files are verified against the manifest, a full disk and an unwritable directory are named."""
+
 import json
 import logging
 import os
+from pathlib import Path
 
 import pytest
 import torch
-from botocore.exceptions import EndpointConnectionError
-from trainer_runs import FlakyS3
+from trainer_runs import FlakyS3, launch
 
-from trainer.checkpoint import CheckpointManager, checkpoint_name
+from trainer import shards
+from trainer.checkpoint import MANIFEST, POINTER, TRAIN_STATE, CheckpointManager, checkpoint_name
+from trainer.config import ConfigError
+from trainer.dist import DistEnv
 from trainer.storage import LocalStorage, S3Storage
 
+ONE = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+SHARD = "__0_0.distcp"
 
-def _state(step):
-    return {"step": step, "weights": torch.full((4,), float(step))}
+
+class Trainee:
+    """A model and optimizer whose weights say which step they are at."""
+
+    def __init__(self, step: int = 0):
+        self.model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))
+        self.optimizer = torch.optim.AdamW(self.model.parameters())
+        self.model(torch.ones(1, 8)).sum().backward()
+        self.optimizer.step()
+        self.at(step)
+
+    def at(self, step: int) -> "Trainee":
+        with torch.no_grad():
+            for p in self.model.parameters():
+                p.fill_(float(step))
+        return self
+
+    def step_of_weights(self) -> float:
+        return next(self.model.parameters()).flatten()[0].item()
+
+
+def save(ckpt: CheckpointManager, step: int, trainee: Trainee | None = None) -> bool:
+    trainee = (trainee or Trainee()).at(step)
+    return ckpt.save(ONE, step, trainee.model, trainee.optimizer, {"step": step, "tokenizer": "t"})
+
+
+def resume(ckpt: CheckpointManager) -> tuple[dict | None, Trainee]:
+    """What a restarted process does: pick the checkpoint, then load it into a fresh model."""
+    trainee = Trainee(-1)
+    state = ckpt.begin(ONE, resume=True)
+    if state is not None:
+        state = ckpt.restore(ONE, state, trainee.model, trainee.optimizer)
+    return state, trainee
+
+
+def fresh(storage, tmp_path, resume_flag=False, keep=2) -> CheckpointManager:
+    ckpt = CheckpointManager(storage, keep=keep, workdir=tmp_path)
+    assert ckpt.begin(ONE, resume=resume_flag) is None
+    return ckpt
 
 
 @pytest.fixture
 def local(tmp_path):
-    return CheckpointManager(LocalStorage(tmp_path / "ckpt"), keep=2, workdir=tmp_path)
+    return fresh(LocalStorage(tmp_path / "ckpt"), tmp_path)
 
 
-def test_saved_checkpoint_loads_back_with_a_verified_manifest(local):
-    assert local.save(10, _state(10))
-    name, state = local.load_latest()
-    assert name == checkpoint_name(10) and torch.equal(state["weights"], _state(10)["weights"])
-    manifest = json.loads((local.storage.root / name / "manifest.json").read_text())
-    assert manifest["complete"] and manifest["files"]["state.pt"]["bytes"] > 0
+def test_saved_checkpoint_loads_back_with_every_file_in_the_manifest(local, tmp_path):
+    trainee = Trainee(10)
+    assert save(local, 10, trainee)
+    step_dir = local.run_storage.root / checkpoint_name(10)
+    manifest = json.loads((step_dir / MANIFEST).read_text())
+    assert manifest["complete"] and manifest["run"] == local.run and manifest["world_size"] == 1
+    assert set(manifest["files"]) == {SHARD, shards.METADATA, TRAIN_STATE}
+    assert all(f["bytes"] == (step_dir / n).stat().st_size for n, f in manifest["files"].items())
+    assert (local.storage.root / POINTER).read_text() == f"{local.run}/{checkpoint_name(10)}"
+    state, loaded = resume(CheckpointManager(LocalStorage(tmp_path / "ckpt"), workdir=tmp_path))
+    assert state["step"] == 10 and loaded.step_of_weights() == 10.0
+    optim = loaded.optimizer.state_dict()["state"][0]
+    assert torch.equal(optim["exp_avg"], trainee.optimizer.state_dict()["state"][0]["exp_avg"])
 
 
-def test_only_the_last_k_complete_checkpoints_are_kept(local):
+def test_only_the_last_k_complete_checkpoints_of_the_run_are_kept(local):
     for step in (10, 20, 30, 40):
-        local.save(step, _state(step))
-    assert local.storage.list_dirs() == [checkpoint_name(30), checkpoint_name(40)]
-    assert local.latest_name() == checkpoint_name(40)
+        assert save(local, step)
+    assert local.run_storage.list_dirs() == [checkpoint_name(30), checkpoint_name(40)]
 
 
-def test_crash_between_temp_write_and_rename_leaves_previous_checkpoint_intact(local, monkeypatch, caplog):
-    local.save(10, _state(10))
+def test_fresh_run_in_a_directory_of_an_older_run_keeps_its_own_checkpoint_and_resumes_it(tmp_path):
+    """The old failure: pruning kept the highest step numbers across runs, so the new run's step-100 was
+    deleted while `latest` named it, and the restart resumed the old run at step 300."""
+    storage = LocalStorage(tmp_path / "ckpt")
+    old = fresh(storage, tmp_path, resume_flag=True)
+    for step in (200, 300):
+        assert save(old, step)
+    new = fresh(storage, tmp_path, resume_flag=False)  # --checkpoint.resume false, same directory
+    assert new.run != old.run
+    assert save(new, 100)
+    assert (new.run_storage.root / checkpoint_name(100) / MANIFEST).is_file()
+    assert old.run_storage.list_dirs() == [checkpoint_name(200), checkpoint_name(300)]  # left untouched
+    state, loaded = resume(CheckpointManager(storage, workdir=tmp_path))
+    assert state["step"] == 100 and loaded.step_of_weights() == 100.0
+
+
+def test_fresh_run_says_that_the_other_runs_checkpoints_stay(tmp_path, caplog):
+    storage = LocalStorage(tmp_path / "ckpt")
+    old = fresh(storage, tmp_path)
+    save(old, 10)
+    with caplog.at_level(logging.WARNING, logger="trainer"):
+        new = fresh(storage, tmp_path)
+    assert f"starting run {new.run}" in caplog.text and old.run in caplog.text and "untouched" in caplog.text
+
+
+def test_the_checkpoint_just_written_is_never_pruned_even_below_later_ones_of_the_run(local):
+    for step in (10, 20, 30):
+        assert save(local, step)
+    # The run went back to step 10 (its step-20 and step-30 were refused) and saves step 11.
+    local._saved_step = 10
+    assert save(local, 11)
+    assert checkpoint_name(11) in local.run_storage.list_dirs()
+    assert local.latest_name() == f"{local.run}/{checkpoint_name(11)}"
+
+
+def test_crash_before_the_rename_leaves_the_previous_checkpoint_in_use(local, tmp_path, monkeypatch, caplog):
+    save(local, 10)
     real_replace = os.replace
 
-    def crash_on_payload(src, dst):
-        if str(dst).endswith("state.pt"):
+    def crash_on_shard(src, dst):
+        if str(dst).endswith(SHARD):
             raise OSError("simulated crash before rename")
         real_replace(src, dst)
 
-    monkeypatch.setattr(os, "replace", crash_on_payload)
+    monkeypatch.setattr(os, "replace", crash_on_shard)
     with caplog.at_level(logging.WARNING, logger="trainer"):
-        assert local.save(20, _state(20)) is False
+        assert save(local, 20) is False
     monkeypatch.setattr(os, "replace", real_replace)
-    assert "NOT written" in caplog.text and "latest still points to step-000000010" in caplog.text
-    assert local.latest_name() == checkpoint_name(10)
-    assert local.load_latest()[0] == checkpoint_name(10)
-
-
-def test_checkpoint_without_manifest_is_incomplete_and_skipped(local, caplog):
-    local.save(10, _state(10))
-    local.save(20, _state(20))
-    (local.storage.root / checkpoint_name(20) / "manifest.json").unlink()
-    with caplog.at_level(logging.ERROR, logger="trainer"):
-        name, state = local.load_latest()
-    assert name == checkpoint_name(10) and state["step"] == 10
-    assert "step-000000020 is incomplete: no manifest.json" in caplog.text
+    assert "NOT written" in caplog.text
+    assert f"latest still points to {local.run}/step-000000010" in caplog.text
+    assert resume(CheckpointManager(local.storage, workdir=tmp_path))[0]["step"] == 10
 
 
 def _flip_middle_byte(raw: bytes) -> bytes:
@@ -69,28 +145,95 @@ def _flip_middle_byte(raw: bytes) -> bytes:
 
 
 @pytest.mark.parametrize(
-    ("damage", "message"),
+    ("file", "damage", "message"),
     [
-        (lambda p: p.write_bytes(p.read_bytes()[:100]), "(truncated?)"),
-        (lambda p: p.write_bytes(_flip_middle_byte(p.read_bytes())), "does not match the manifest's"),
+        (SHARD, lambda p: p.write_bytes(p.read_bytes()[:100]), "(truncated?)"),
+        (SHARD, lambda p: p.write_bytes(_flip_middle_byte(p.read_bytes())), "does not match the manifest's"),
+        (TRAIN_STATE, lambda p: p.unlink(), "train_state.pt is missing"),
+        (MANIFEST, lambda p: p.unlink(), "incomplete: no manifest.json"),
     ],
-    ids=["truncated", "corrupt"],
+    ids=["shard-truncated", "shard-corrupt", "train-state-missing", "manifest-missing"],
 )
-def test_damaged_latest_checkpoint_is_refused_and_previous_one_used(local, caplog, damage, message):
-    local.save(10, _state(10))
-    local.save(20, _state(20))
-    damage(local.storage.root / checkpoint_name(20) / "state.pt")
+def test_damaged_latest_checkpoint_is_refused_loudly_and_the_previous_one_used(
+    local, tmp_path, caplog, file, damage, message
+):
+    save(local, 10)
+    save(local, 20)
+    damage(local.run_storage.root / checkpoint_name(20) / file)
     with caplog.at_level(logging.ERROR, logger="trainer"):
-        name, state = local.load_latest()
-    assert (name, state["step"]) == (checkpoint_name(10), 10)
-    assert f"refusing checkpoint {local.storage.uri}/step-000000020" in caplog.text and message in caplog.text
+        state, loaded = resume(CheckpointManager(local.storage, workdir=tmp_path))
+    assert state["step"] == 10 and loaded.step_of_weights() == 10.0
+    assert f"refusing checkpoint {local.run_storage.uri}/step-000000020" in caplog.text
+    assert message in caplog.text
 
 
-def test_no_good_checkpoint_means_a_fresh_start(local):
-    assert local.load_latest() is None
-    local.save(10, _state(10))
-    (local.storage.root / checkpoint_name(10) / "state.pt").write_bytes(b"garbage")
-    assert local.load_latest() is None
+def test_no_good_checkpoint_means_a_new_run_from_step_0(local, tmp_path):
+    save(local, 10)
+    (local.run_storage.root / checkpoint_name(10) / SHARD).write_bytes(b"garbage")
+    ckpt = CheckpointManager(local.storage, workdir=tmp_path)
+    state, loaded = resume(ckpt)
+    assert state is None and loaded.step_of_weights() == -1.0
+    assert ckpt.run != local.run  # the broken run's checkpoints are not pruned by the new one
+
+
+def test_garbage_latest_pointer_is_ignored_and_the_newest_run_resumed(local, tmp_path, caplog):
+    save(local, 10)
+    save(local, 20)
+    (local.storage.root / POINTER).write_bytes(b"\xff\xfe\x00garbage")
+    with caplog.at_level(logging.ERROR, logger="trainer"):
+        assert resume(CheckpointManager(local.storage, workdir=tmp_path))[0]["step"] == 20
+    assert "unreadable pointer" in caplog.text
+
+
+def test_unwritable_checkpoint_directory_is_a_config_error_naming_it(tmp_path, monkeypatch):
+    target = tmp_path / "ro" / "ckpt"
+    real_write = Path.write_bytes
+
+    def denied(self, data):  # what a volume without the pod's fsGroup does (root would bypass chmod)
+        if self.parent == target:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_write(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", denied)
+    with pytest.raises(ConfigError, match=r"checkpoint.dir='.*/ro/ckpt' is not writable: Permission denied"):
+        CheckpointManager(LocalStorage(target), workdir=tmp_path).check_writable()
+
+
+@pytest.mark.skipif(os.getuid() == 0, reason="root writes into read-only directories")
+def test_read_only_checkpoint_directory_is_refused_before_training(tmp_path):
+    (tmp_path / "ro").mkdir(mode=0o555)
+    with pytest.raises(ConfigError, match="is not writable: Permission denied"):
+        CheckpointManager(LocalStorage(tmp_path / "ro" / "ckpt"), workdir=tmp_path).check_writable()
+
+
+def test_disk_full_while_writing_shards_says_disk_full_and_keeps_the_last_checkpoint(
+    local, tmp_path, monkeypatch, caplog
+):
+    save(local, 10)
+    real_write = shards.write
+
+    def onto_a_full_disk(env, model, optimizer, stage):
+        stage.mkdir(parents=True, exist_ok=True)
+        (stage / SHARD).symlink_to("/dev/full")  # every write to it fails with ENOSPC, as a full disk does
+        real_write(env, model, optimizer, stage)
+
+    monkeypatch.setattr(shards, "write", onto_a_full_disk)
+    with caplog.at_level(logging.ERROR, logger="trainer"):
+        assert save(local, 20) is False
+    assert "disk full: writing failed, no space left on the file system of" in caplog.text
+    assert f"latest still points to {local.run}/step-000000010" in caplog.text
+    assert not any(n.startswith(".stage-") for n in local.run_storage.list_dirs())
+
+
+def test_torch_save_short_write_is_reported_as_disk_full(local, monkeypatch, caplog):
+    real_save = torch.save
+    # torch.save's zip writer on a full disk: "[enforce fail at inline_container.cc:…] . unexpected pos".
+    monkeypatch.setattr(
+        torch, "save", lambda obj, f: real_save(obj, "/dev/full" if isinstance(f, os.PathLike) else f)
+    )
+    with caplog.at_level(logging.ERROR, logger="trainer"):
+        assert save(local, 10) is False
+    assert "disk full" in caplog.text and "NOT written" in caplog.text
 
 
 def _s3_manager(client, tmp_path, retries=3):
@@ -98,55 +241,60 @@ def _s3_manager(client, tmp_path, retries=3):
     return CheckpointManager(storage, keep=2, workdir=tmp_path)
 
 
-def test_s3_round_trip_with_latest_pointer_and_keep_last_k(s3, tmp_path):
+def test_s3_round_trip_under_the_run_prefix_with_keep_last_k(s3, tmp_path):
     ckpt = _s3_manager(s3, tmp_path)
+    ckpt.begin(ONE, resume=True)
     for step in (1, 2, 3):
-        assert ckpt.save(step, _state(step))
+        assert save(ckpt, step)
     keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="mlops")["Contents"])
-    assert keys == [
-        "runs/zimdb/latest",
-        "runs/zimdb/step-000000002/manifest.json",
-        "runs/zimdb/step-000000002/state.pt",
-        "runs/zimdb/step-000000003/manifest.json",
-        "runs/zimdb/step-000000003/state.pt",
-    ]
-    name, state = ckpt.load_latest()
-    assert name == checkpoint_name(3) and state["step"] == 3
+    files = sorted([MANIFEST, SHARD, shards.METADATA, TRAIN_STATE])
+    run = f"runs/zimdb/{ckpt.run}"
+    assert keys == ["runs/zimdb/latest"] + [f"{run}/{checkpoint_name(s)}/{f}" for s in (2, 3) for f in files]
+    state, loaded = resume(_s3_manager(s3, tmp_path))
+    assert state["step"] == 3 and loaded.step_of_weights() == 3.0
 
 
 def test_s3_transient_failure_is_retried_and_the_checkpoint_completes(s3, tmp_path, caplog):
-    flaky = FlakyS3(s3, failures=2)
+    flaky = _s3_manager(FlakyS3(s3, failures=2), tmp_path, retries=3)
+    flaky.begin(ONE, resume=True)
     with caplog.at_level(logging.WARNING, logger="trainer"):
-        assert _s3_manager(flaky, tmp_path, retries=3).save(5, _state(5))
+        assert save(flaky, 5)
     assert caplog.text.count("retrying") == 2
-    assert _s3_manager(s3, tmp_path).load_latest()[0] == checkpoint_name(5)
+    assert resume(_s3_manager(s3, tmp_path))[0]["step"] == 5
 
 
 def test_s3_outage_skips_the_checkpoint_and_latest_keeps_the_last_good_one(s3, tmp_path, caplog):
-    assert _s3_manager(s3, tmp_path).save(5, _state(5))
-    down = FlakyS3(s3, failures=100)
+    good = _s3_manager(s3, tmp_path)
+    good.begin(ONE, resume=True)
+    assert save(good, 5)
+    down = _s3_manager(FlakyS3(s3, failures=100), tmp_path, retries=3)
+    down.begin(ONE, resume=True)
     with caplog.at_level(logging.WARNING, logger="trainer"):
-        assert _s3_manager(down, tmp_path, retries=3).save(6, _state(6)) is False
-    assert down.calls == 3  # every attempt was made, then the run went on
-    assert "NOT written" in caplog.text and "latest still points to step-000000005" in caplog.text
-    name, state = _s3_manager(s3, tmp_path).load_latest()
-    assert (name, state["step"]) == (checkpoint_name(5), 5)
+        assert save(down, 6) is False
+    assert "NOT written" in caplog.text and f"latest still points to {good.run}/step-000000005" in caplog.text
+    assert resume(_s3_manager(s3, tmp_path))[0]["step"] == 5
 
 
-def test_s3_manifest_failure_leaves_the_payload_incomplete(s3, tmp_path):
-    _s3_manager(s3, tmp_path).save(5, _state(5))
-    # The payload upload succeeds, then S3 goes away before the manifest and the pointer.
-    half = FlakyS3(s3, failures=0)
-    half.put_object = lambda **kw: (_ for _ in ()).throw(EndpointConnectionError(endpoint_url="s3"))
-    assert _s3_manager(half, tmp_path, retries=1).save(6, _state(6)) is False
-    assert s3.get_object(Bucket="mlops", Key="runs/zimdb/latest")["Body"].read() == b"step-000000005"
-    assert _s3_manager(s3, tmp_path).load_latest()[0] == checkpoint_name(5)
+@pytest.mark.parametrize(("writers", "readers"), [(2, 1), (1, 2)], ids=["2-to-1", "1-to-2"])
+def test_sharded_fsdp_checkpoint_resumes_at_another_world_size(tmp_path, writers, readers):
+    """Real torchrun runs (gloo): DCP reshards the model and optimizer on load."""
+    same = {"train.parallelism": "fsdp", "checkpoint.dir": tmp_path / "ckpt", "checkpoint.every_steps": 10}
+    first = launch(tmp_path / "first", nproc=writers, **same, **{"train.max_steps": 20})
+    assert first.returncode == 0, first.stdout + first.stderr
+    latest = (tmp_path / "ckpt" / POINTER).read_text()
+    manifest = json.loads((tmp_path / "ckpt" / latest / MANIFEST).read_text())
+    assert manifest["world_size"] == writers
+    assert {f"__{r}_0.distcp" for r in range(writers)} <= set(manifest["files"])  # one shard per rank
 
+    # At the last step the resumed run only evaluates and writes the weights it loaded.
+    second = launch(tmp_path / "second", nproc=readers, **same, **{"train.max_steps": 20})
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert f"resuming from {tmp_path / 'ckpt'}/{latest} (step 20)" in second.stdout
+    assert f"written by {writers} ranks, this run has {readers}: resharded" in second.stdout + second.stderr
+    written = torch.load(tmp_path / "first" / "model.pt", weights_only=True)["model"]
+    loaded = torch.load(tmp_path / "second" / "model.pt", weights_only=True)["model"]
+    assert written.keys() == loaded.keys() and all(torch.equal(written[k], loaded[k]) for k in written)
 
-def test_garbage_latest_pointer_is_ignored_and_the_newest_complete_checkpoint_used(local, caplog):
-    local.save(10, _state(10))
-    local.save(20, _state(20))
-    (local.storage.root / "latest").write_bytes(b"\xff\xfe\x00garbage")
-    with caplog.at_level(logging.ERROR, logger="trainer"):
-        assert local.load_latest()[0] == checkpoint_name(20)
-    assert "unreadable pointer" in caplog.text
+    third = launch(tmp_path / "third", nproc=readers, **same, **{"train.max_steps": 24})  # optimizer too
+    assert third.returncode == 0, third.stdout + third.stderr
+    assert "steps 20..24" in third.stdout

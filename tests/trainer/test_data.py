@@ -6,7 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 from moto import mock_aws
 
-from trainer import data
+from trainer import data, zimdb
 from trainer.config import DataConfig
 
 ROWS = [("a wonderful film", 1), ("dull and messy", 0), ("not great at all", 0), ("superb cast", 1)] * 5
@@ -29,13 +29,31 @@ def test_synthetic_corpus_is_deterministic_and_has_both_labels():
     assert 0.3 < share < 0.7
 
 
-def test_synthetic_label_follows_negated_sentiment_words():
-    for text, label in data.synthetic_corpus(300, seed=0):
-        words, score = text.split(), 0
+def test_synthetic_true_label_follows_negated_sentiment_words_in_the_opening():
+    for text, _, truth in zimdb.reviews(300, seed=0):
+        words, score = text.split()[: zimdb.VERDICT_WORDS], 0
         for i, w in enumerate(words):
-            sign = 1 if w in data.POSITIVE else -1 if w in data.NEGATIVE else 0
-            score += -sign if i and words[i - 1] in data.NEGATIONS else sign
-        assert label == int(score > 0)
+            sign = 1 if w in zimdb.POSITIVE else -1 if w in zimdb.NEGATIVE else 0
+            score += -sign if i and words[i - 1] in zimdb.NEGATIONS else sign
+        assert truth == int(score > 0)
+        assert not set(text.split()[zimdb.VERDICT_WORDS :]) & set(zimdb.POSITIVE + zimdb.NEGATIVE)
+
+
+def test_synthetic_labels_carry_the_stated_noise_so_the_ceiling_is_below_one():
+    rows = zimdb.reviews(4000, seed=0)
+    flipped = sum(label != truth for _, label, truth in rows) / len(rows)
+    assert abs(flipped - zimdb.LABEL_NOISE) < 0.015
+    assert zimdb.ceiling(4000, seed=0) == pytest.approx(1 - flipped)
+    assert 0.87 < zimdb.ceiling(1000, seed=1_000_003) < 0.93  # the demo's validation split
+
+
+def test_synthetic_corpus_has_thousands_of_words_and_runs_past_max_len():
+    texts = [t for t, _ in data.synthetic_corpus(2000, seed=0)]
+    enc = data.train_tokenizer("wordlevel", texts, vocab_size=8000)
+    assert 2000 < enc.vocab_size <= 8000
+    max_len = DataConfig().max_len
+    lengths = [len(ids) for ids in enc.encode(texts, max_len=10_000)]
+    assert min(lengths) > max_len  # every review is truncated at the default max_len
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])

@@ -18,6 +18,7 @@ from trainer_runs import (
     start_and_wait_for_step,
 )
 
+from trainer import faults
 from trainer.launch import exit_code
 
 
@@ -31,8 +32,9 @@ def test_two_process_run_keeps_ranks_identical_and_lowers_the_loss(uninterrupted
     assert summary["ranks_identical"] is True and summary["world_size"] == 2
     losses = [row["loss"] for row in metrics(out, "train")]
     assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5
-    assert summary["checkpoint"].endswith("ckpt/step-000000300")
-    assert (out / "ckpt" / "latest").read_text() == "step-000000300"
+    latest = (out / "ckpt" / "latest").read_text()  # run-<id>/step-…: checkpoints belong to a run
+    assert latest.startswith("run-") and latest.endswith("/step-000000300")
+    assert summary["checkpoint"] == f"{out / 'ckpt'}/{latest}"
     assert "[trainer] done:" in proc.stdout
 
 
@@ -47,11 +49,12 @@ def test_resume_after_sigterm_continues_from_last_step_and_matches_uninterrupted
     assert len(saved) == 1 and 10 <= saved[0]["step"] < 300, log
     stopped_at = saved[0]["step"]
     assert f"SIGTERM: checkpointing at step {stopped_at}" in log
-    assert (out / "ckpt" / "latest").read_text() == f"step-{stopped_at:09d}"
+    latest = (out / "ckpt" / "latest").read_text()
+    assert latest.endswith(f"/step-{stopped_at:09d}")
 
     second = launch(out)
     assert second.returncode == 0, second.stdout + second.stderr
-    assert f"resuming from {out / 'ckpt'}/step-{stopped_at:09d} (step {stopped_at})" in second.stdout
+    assert f"resuming from {out / 'ckpt'}/{latest} (step {stopped_at})" in second.stdout
     assert min(r["step"] for r in metrics(out, "train") if r["time"] > saved[0]["time"]) > stopped_at
 
     reference, resumed = _weights(uninterrupted[0]), _weights(out)
@@ -77,9 +80,9 @@ def test_sigterm_to_one_rank_stops_every_rank_at_the_same_step_with_143(tmp_path
     assert "failed first with exit code 143; exit 143" in log
 
 
-def test_losing_a_peer_node_exits_143_on_the_surviving_node(tmp_path):
+def test_losing_a_peer_node_exits_202_on_the_surviving_node(tmp_path):
     """Two launchers, one process each, as two pods of a multi-node job: kill node 1's worker the way a
-    Spot reclaim would, and node 0 must exit retryably (not 1, which ExitCode policies never retry)."""
+    Spot reclaim would, and node 0 must exit retryably (202, not 1, which ExitCode policies never retry)."""
     port = str(_free_port())
     nodes = []
     for rank in (0, 1):
@@ -106,8 +109,8 @@ def test_losing_a_peer_node_exits_143_on_the_surviving_node(tmp_path):
     os.kill(workers[0], signal.SIGKILL)
     log = nodes[0].communicate(timeout=120)[0]
     nodes[1].communicate(timeout=120)
-    assert nodes[0].returncode == 143, log
-    assert "lost a peer rank" in log
+    assert nodes[0].returncode == faults.PEER_LOST, log
+    assert "lost or hung peer rank" in log and "exit 202 (retryable" in log
 
 
 def _free_port() -> int:
@@ -135,3 +138,25 @@ def test_fsdp_and_ddp_with_gradient_accumulation_train_the_same_weights(tmp_path
     assert fsdp.returncode == 0, fsdp.stdout + fsdp.stderr
     assert "fsdp; steps 0..30" in fsdp.stdout
     assert_same_weights(_weights(tmp_path / "ddp"), _weights(tmp_path / "fsdp"))
+
+
+def test_fsdp_evaluates_uneven_validation_shards_in_bf16_without_waiting_for_the_timeout(tmp_path):
+    """33 validation examples over 2 ranks at 16 per batch: rank 0 has 2 batches, rank 1 has 1. Under
+    FSDP every forward all-gathers, so the rank with fewer batches must still take part."""
+    out = tmp_path / "out"
+    uneven = {
+        "data.synthetic_val_size": 33,
+        "train.parallelism": "fsdp",
+        "train.precision": "bf16",
+        "train.max_steps": 10,
+        "train.eval_every": 5,
+        "train.dist_timeout_s": 30,
+    }
+    started = time.monotonic()
+    proc = launch(out, **uneven)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert time.monotonic() - started < 30  # not a collective timeout
+    assert "33 val examples" in proc.stdout and "device cpu: precision bf16 (requested)" in proc.stdout
+    assert "precision bf16, fsdp" in proc.stdout
+    for row in metrics(out, "eval"):  # every example counted once: accuracy is a multiple of 1/33
+        assert abs(row["val_accuracy"] * 33 - round(row["val_accuracy"] * 33)) < 1e-6

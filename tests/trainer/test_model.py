@@ -1,7 +1,13 @@
+import pytest
 import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule
 
-from trainer.config import ModelConfig
-from trainer.model import build_model
+from trainer.config import ModelConfig, TrainConfig
+from trainer.dist import DistEnv
+from trainer.loop import _wrap
+from trainer.model import build_model, transformer_blocks
+from trainer.precision import Precision
 
 CFG = ModelConfig(dim=16, layers=2, heads=2, ffn_dim=32)
 
@@ -40,3 +46,81 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         grads.append([p.grad.clone() for p in model.parameters()])
     for a, b in zip(*grads, strict=True):
         torch.testing.assert_close(a, b)
+
+
+class BertLayer(torch.nn.Module):
+    """Shaped like a Hugging Face encoder block: the class name its model lists in _no_split_modules."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        return torch.relu(self.dense(x))
+
+
+class HfLikeModel(torch.nn.Module):
+    """The contract of a transformers PreTrainedModel that FSDP wrapping relies on (Accelerate's
+    fsdp2_prepare_auto_wrap_policy reads the same attribute): `_no_split_modules` names the block class,
+    and the blocks sit deep inside (bert.encoder.layer[i])."""
+
+    _no_split_modules = ["BertLayer"]
+
+    def __init__(self):
+        super().__init__()
+        self.embeddings = torch.nn.Embedding(50, 16)
+        self.encoder = torch.nn.Module()
+        self.encoder.layer = torch.nn.ModuleList(BertLayer() for _ in range(3))
+        self.classifier = torch.nn.Linear(16, 2)
+
+    def forward(self, input_ids, attention_mask):
+        x = self.embeddings(input_ids)
+        for block in self.encoder.layer:
+            x = block(x)
+        return self.classifier(x.mean(1))
+
+
+class Wrapper(torch.nn.Module):
+    """Like trainer.model.HuggingFaceClassifier: the pretrained model is `.inner`."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = HfLikeModel()
+
+    def forward(self, input_ids, attention_mask):
+        return self.inner(input_ids, attention_mask)
+
+
+def test_blocks_of_a_hugging_face_model_come_from_its_no_split_modules():
+    model = Wrapper()
+    assert transformer_blocks(model) == list(model.inner.encoder.layer)
+
+
+def test_blocks_of_the_built_in_encoder_are_its_layers():
+    model = build_model(CFG, vocab_size=50, max_positions=8)
+    assert transformer_blocks(model) == list(model.layers)
+
+
+@pytest.fixture
+def one_rank_group(tmp_path):
+    """A real (gloo, one rank) process group: fully_shard needs one."""
+    dist.init_process_group(
+        "gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1
+    )
+    yield DistEnv(rank=0, world_size=2, local_rank=0, device=torch.device("cpu"))  # "distributed": wrap
+    dist.destroy_process_group()
+
+
+def test_fsdp_shards_each_hugging_face_block_and_computes_in_the_chosen_precision(one_rank_group):
+    model = Wrapper()
+    seen = []
+    for block in model.inner.encoder.layer:
+        block.dense.register_forward_pre_hook(lambda module, args: seen.append(module.weight.dtype))
+    bf16 = Precision(torch.bfloat16, "cpu", "requested")
+    wrapped = _wrap(model, TrainConfig(parallelism="fsdp"), one_rank_group, bf16)
+    assert all(isinstance(block, FSDPModule) for block in model.inner.encoder.layer)
+    assert isinstance(wrapped, FSDPModule)
+    ids, mask = _batch()
+    wrapped(ids, mask).float().sum().backward()
+    assert seen == [torch.bfloat16] * 3  # parameters were all-gathered in bf16 (the policy)
+    assert all(p.grad.dtype == torch.float32 for p in wrapped.parameters())  # sharded fp32 master copy

@@ -2,7 +2,10 @@
 
 import json
 import logging
+import os
 import signal
+import threading
+import time
 
 import pytest
 import torch
@@ -39,11 +42,13 @@ def test_s3_outage_during_a_checkpoint_does_not_stop_the_run(tmp_path, s3, caplo
     flaky = FlakyS3(s3, failures=2)  # both attempts of the step-10 payload upload fail
     with caplog.at_level(logging.WARNING, logger="trainer"):
         assert run(_cfg(tmp_path), s3_client=flaky) == 0
-    assert "checkpoint s3://mlops/ckpt/zimdb/step-000000010 NOT written" in caplog.text
+    latest = s3.get_object(Bucket="mlops", Key="ckpt/zimdb/latest")["Body"].read().decode()
+    run_dir = f"ckpt/zimdb/{latest.split('/')[0]}"  # checkpoints live under the run's own prefix
+    assert latest == f"{latest.split('/')[0]}/step-000000030"
+    assert f"checkpoint s3://mlops/{run_dir}/step-000000010 NOT written" in caplog.text
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket="mlops")["Contents"]}
-    assert "ckpt/zimdb/step-000000010/manifest.json" not in keys
-    assert {"ckpt/zimdb/step-000000020/manifest.json", "ckpt/zimdb/step-000000030/manifest.json"} <= keys
-    assert s3.get_object(Bucket="mlops", Key="ckpt/zimdb/latest")["Body"].read() == b"step-000000030"
+    assert f"{run_dir}/step-000000010/manifest.json" not in keys
+    assert {f"{run_dir}/step-000000020/manifest.json", f"{run_dir}/step-000000030/manifest.json"} <= keys
     summary = json.loads(s3.get_object(Bucket="mlops", Key="runs/zimdb/summary.json")["Body"].read())
     assert summary["steps"] == 30 and summary["model"] == "s3://mlops/runs/zimdb/model.pt"
     assert {"runs/zimdb/model.pt", "runs/zimdb/metrics.jsonl", "runs/zimdb/config.json"} <= keys
@@ -56,7 +61,8 @@ def test_run_that_finds_its_final_checkpoint_only_rewrites_outputs(
     assert not (tmp_path / "model.pt").exists()  # outputs went to S3 only
     assert run(_cfg(tmp_path), s3_client=s3) == 0
     out = capsys.readouterr().out
-    assert "resuming from s3://mlops/ckpt/zimdb/step-000000030 (step 30)" in out
+    latest = s3.get_object(Bucket="mlops", Key="ckpt/zimdb/latest")["Body"].read().decode()
+    assert f"resuming from s3://mlops/ckpt/zimdb/{latest} (step 30)" in out
     assert "train step" not in out.split("resuming from")[1]
     history = s3.get_object(Bucket="mlops", Key="runs/zimdb/metrics.jsonl")["Body"].read().decode()
     evals = [r["step"] for r in map(json.loads, history.splitlines()) if r["event"] == "eval"]
@@ -75,3 +81,37 @@ def test_gradient_accumulation_equals_one_big_batch(tmp_path, keep_sigterm_handl
         assert run(from_args(trainer_args(out, **common, **overrides))) == 0
         weights[name] = torch.load(out / "model.pt", weights_only=True)["model"]
     assert_same_weights(weights["big"], weights["accumulated"])
+
+
+def test_checkpoints_resume_across_precisions_with_and_without_a_loss_scale(
+    tmp_path, keep_sigterm_handler, capsys
+):
+    """fp32 (no GradScaler state) -> fp16 (starts a fresh loss scale) -> fp32 (ignores the saved one)."""
+    out = tmp_path / "out"
+    for precision, steps in (("fp32", 10), ("fp16", 20), ("fp32", 30)):
+        args = {"train.precision": precision, "train.max_steps": steps, "checkpoint.every_steps": 10}
+        assert run(from_args(trainer_args(out, **args))) == 0, precision
+        log = capsys.readouterr().out
+        if steps > 10:
+            assert f"(step {steps - 10})" in log
+        assert ("checkpoint has no fp16 loss scale: starting at 65536" in log) == (precision == "fp16")
+    assert json.loads((out / "summary.json").read_text())["steps"] == 30
+
+
+def test_sigterm_checkpoints_at_once_without_running_a_due_evaluation(tmp_path, keep_sigterm_handler):
+    """A Spot notice leaves 120 s: the evaluation due at the stopping step is skipped, not run first."""
+    out = tmp_path / "out"
+    cfg = from_args(trainer_args(out, **{"train.eval_every": 1, "train.max_steps": 300}))
+
+    def reclaim_after_some_steps():
+        metrics = out / "metrics.jsonl"
+        while not (metrics.exists() and metrics.read_text().count('"eval"') >= 3):
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=reclaim_after_some_steps, daemon=True).start()
+    assert run(cfg) == 143
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    (saved,) = [r["step"] for r in rows if r["event"] == "checkpoint"]
+    evals = [r["step"] for r in rows if r["event"] == "eval"]
+    assert evals == list(range(1, saved))  # every step evaluated, but not the one that stopped

@@ -7,6 +7,8 @@ import json
 import pulumi
 import pytest
 
+from workloads.platform import example_outputs_path
+
 JOB = {"name": "zimdb", "accelerator": "t4", "gpusPerNode": 4, "imageTag": "0.1.0"}
 
 
@@ -59,7 +61,7 @@ def test_kubernetes_provider_uses_the_platform_kubeconfig(deployed):
 def test_job_role_reaches_only_the_job_prefix_from_its_service_account(deployed):
     (policy,) = deployed.of_type("aws:iam/rolePolicy:RolePolicy")
     statements = json.loads(policy.inputs["policy"])["Statement"]
-    bucket = "mlops-eks-dev-20261121093015123400000001"
+    bucket = json.loads(example_outputs_path("dev").read_text())["bucket_name"]
     listing = next(s for s in statements if s["Action"] == "s3:ListBucket")
     assert listing["Resource"] == f"arn:aws:s3:::{bucket}"
     assert listing["Condition"] == {"StringLike": {"s3:prefix": ["jobs/zimdb", "jobs/zimdb/*"]}}

@@ -1,0 +1,86 @@
+"""What the platform allows for the EKS control plane: Kubernetes versions, API endpoint exposure and
+cluster admins. Pure data and functions (no Pulumi), shared by `infra.config` (which refuses a stack
+before any resource exists) and the `policy` pack (which checks the same rules on what was planned).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import NamedTuple
+
+# EKS Kubernetes minors the platform is validated with, and when EKS standard support ends (after it,
+# extended support bills six times the control-plane fee). Sources, read 2026-11-23: the EKS release
+# calendar (docs.aws.amazon.com/eks/latest/userguide/kubernetes-versions.html: 1.33 ends 2026-07-29)
+# and endoflife.date/amazon-eks (1.34 ends 2026-12-02, 1.35 released 2026-01-28 ends 2027-03-27).
+# No source seen lists an EKS 1.36 release or Karpenter support for it; Karpenter 1.9+ supports
+# Kubernetes up to 1.35 (endoflife.date/karpenter), the other pinned charts set no upper bound
+# (their Chart.yaml kubeVersion is ">=" only). EKS add-ons are not pinned: EKS installs each add-on's
+# default version for the cluster's Kubernetes version.
+EKS_STANDARD_SUPPORT_END = {
+    "1.33": "2026-07-29",
+    "1.34": "2026-12-02",
+    "1.35": "2027-03-27",
+}
+DEFAULT_KUBERNETES_VERSION = "1.35"
+MINIMUM_KUBERNETES_VERSION = "1.33"
+
+# The widest public-endpoint CIDR each environment accepts. Prod admits only the deployer's own
+# addresses (a VPN or NAT egress: /24 or narrower); dev admits an office block, never the internet.
+PUBLIC_CIDR_MIN_PREFIX = {"prod": 24, "dev": 16}
+DEPLOY_FROM_VPC_TAG = "mlops-eks:deploy-from-vpc"
+PRIVATE_ONLY_REASON = (
+    "with only the private endpoint the API server is reachable from inside the VPC alone, and "
+    "`pulumi up` installs the Helm releases and custom resources through it from the machine that runs it"
+)
+
+
+def public_cidr_problem(cidr: str, environment: str) -> str | None:
+    """Why `cidr` may not reach the public endpoint in `environment`, or None when it may."""
+    try:
+        net = ipaddress.ip_network(cidr)
+    except ValueError:
+        return "not a network in CIDR notation (e.g. 198.51.100.7/32)"
+    bound = PUBLIC_CIDR_MIN_PREFIX["prod" if environment == "prod" else "dev"]
+    if net.prefixlen == 0:
+        return "the whole internet: no environment exposes the Kubernetes API to it"
+    if net.version == 4 and net.prefixlen < bound:
+        return f"wider than /{bound}: {environment} admits only narrow deployer/office CIDRs"
+    if net.version == 6:
+        return "EKS publicAccessCidrs are IPv4 only"
+    return None
+
+
+class Principal(NamedTuple):
+    partition: str
+    account: str
+    kind: str  # "role" or "user"
+    name: str  # without the IAM path: names are unique per account and kind
+
+
+_IAM = re.compile(r"^arn:(aws[a-z-]*):iam::(\d{12}):(role|user)/(?:[\w+=,.@-]+/)*([\w+=,.@-]+)$")
+_ASSUMED = re.compile(r"^arn:(aws[a-z-]*):sts::(\d{12}):assumed-role/([\w+=,.@-]+)/[\w+=,.@-]+$")
+
+
+def iam_principal(arn: str) -> Principal | None:
+    """The IAM role or user behind an ARN. An STS session ARN (`assumed-role/ROLE/SESSION`, what
+    `aws sts get-caller-identity` shows for a role) maps to its role; role paths (SSO roles live under
+    `aws-reserved/sso.amazonaws.com/`) do not take part, as STS session ARNs omit them."""
+    if m := _IAM.match(arn):
+        return Principal(m[1], m[2], m[3], m[4])
+    if m := _ASSUMED.match(arn):
+        return Principal(m[1], m[2], "role", m[3])
+    return None
+
+
+def is_access_entry_principal(arn: str) -> bool:
+    """EKS access entries take IAM role or user ARNs, not STS session ARNs."""
+    return _IAM.match(arn) is not None
+
+
+def creator_conflicts(admin_arns: list[str], caller_arn: str) -> list[int]:
+    """Indexes of `admin_arns` that name the identity deploying the cluster. EKS already gives the
+    cluster creator an admin access entry (pulumi-eks always sets bootstrapClusterCreatorAdminPermissions:
+    true, nodejs/eks/cluster/cluster.ts; pulumi/pulumi-eks#2373), so a second entry for it fails."""
+    caller = iam_principal(caller_arn)
+    return [i for i, arn in enumerate(admin_arns) if caller is not None and iam_principal(arn) == caller]

@@ -1,0 +1,162 @@
+"""The capacity contract: what a platform stack exports about its nodes, device plugins and queues.
+
+Pure data (pydantic, no Pulumi import). `infra.program` builds these models from the config and exports
+them (`accelerator_pools`, `device_plugins`, `queue_quotas`); `workloads` reads them back from a
+StackReference or an example file to place jobs and simulate scheduling; `policy` reads the same
+spellings. A pool's `max_nodes` is what really can run: a Karpenter pool holds at most
+floor(gpu_limit / gpus_per_node) nodes, a managed node group exactly its fixed size (nothing scales
+managed groups: Karpenter ignores them and no cluster-autoscaler is installed).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from infra.accelerators import CATALOG
+
+# Karpenter's spelling (karpenter.sh/capacity-type); EKS managed node groups spell it SPOT/ON_DEMAND.
+CapacityType = Literal["spot", "on-demand"]
+CAPACITY_TYPES: tuple[CapacityType, ...] = ("spot", "on-demand")
+EKS_CAPACITY_TYPE: Mapping[str, str] = {"spot": "SPOT", "on-demand": "ON_DEMAND"}
+Source = Literal["karpenter", "managed"]
+Effect = Literal["NoSchedule", "NoExecute", "PreferNoSchedule"]
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PoolTaint(_Frozen):
+    key: str
+    value: str = ""
+    effect: Effect
+
+
+class Toleration(_Frozen):
+    key: str = ""
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str = ""
+    effect: Literal["", "NoSchedule", "NoExecute", "PreferNoSchedule"] = ""
+
+
+class AcceleratorPool(_Frozen):
+    """One GPU node source as the platform exports it."""
+
+    source: Source
+    accelerator: str
+    instance_types: tuple[str, ...]
+    gpus_per_node: int
+    resource_name: str
+    node_labels: dict[str, str]
+    taints: tuple[PoolTaint, ...]
+    capacity_types: tuple[CapacityType, ...]
+    # EFA interfaces each node gets (0: none). Karpenter attaches them when a pod requests
+    # vpc.amazonaws.com/efa; a managed group's launch template always does.
+    efa_interfaces: int = 0
+    # Karpenter: NodePool spec.limits for resource_name. Managed: None.
+    gpu_limit: int | None = None
+    # Managed: the fixed node count. Karpenter: None.
+    size: int | None = None
+
+    @property
+    def efa(self) -> bool:
+        return self.efa_interfaces > 0
+
+    @property
+    def max_nodes(self) -> int:
+        """How many nodes this source can ever run at once."""
+        if self.source == "karpenter":
+            return (self.gpu_limit or 0) // self.gpus_per_node
+        return self.size or 0
+
+    def node_labels_for(self, instance_type: str, capacity_type: str) -> dict[str, str]:
+        """The labels a node of this pool carries (well-known ones included), for selector matching."""
+        return {
+            **self.node_labels,
+            INSTANCE_TYPE_LABEL: instance_type,
+            CAPACITY_TYPE_LABEL: capacity_type,
+            "kubernetes.io/arch": "amd64",
+            "kubernetes.io/os": "linux",
+        }
+
+
+class DevicePlugin(_Frozen):
+    """A device-plugin DaemonSet: on which nodes it runs and which extended resource it advertises."""
+
+    name: str
+    resource: str
+    node_selector: dict[str, str] = {}
+    # Required node affinity as `{label: allowed values}` (the terms ANDed, as the chart renders them).
+    node_affinity: dict[str, tuple[str, ...]] = {}
+    tolerations: tuple[Toleration, ...] = ()
+
+    def serves(self, labels: Mapping[str, str], taints: Sequence[PoolTaint]) -> bool:
+        return (
+            all(labels.get(k) == v for k, v in self.node_selector.items())
+            and all(labels.get(k) in vs for k, vs in self.node_affinity.items())
+            and all(tolerated(self.tolerations, t) for t in taints if t.effect != "PreferNoSchedule")
+        )
+
+
+class QueueQuota(_Frozen):
+    """A ClusterQueue (Kueue) or Queue (Volcano): the resources it covers and their nominal quota, as
+    Kubernetes quantities. No cohort: nothing can be borrowed. Kueue gives each accelerator its own
+    ResourceFlavor, so its GPU quota is per accelerator (`gpus`); Volcano's is one total in `nominal`."""
+
+    name: str
+    scheduler: Literal["kueue", "volcano"]
+    nominal: dict[str, str]
+    gpus: dict[str, int] = {}
+
+    def quota_for(self, resource: str, accelerator: str) -> str | None:
+        """The nominal quota for `resource` on nodes of `accelerator`; None when not covered."""
+        if self.scheduler == "kueue" and resource == _gpu_resource(accelerator):
+            return str(self.gpus[accelerator]) if accelerator in self.gpus else None
+        return self.nominal.get(resource)
+
+
+def _gpu_resource(accelerator: str) -> str:
+    return CATALOG[accelerator].resource_name
+
+
+def tolerated(tolerations: Sequence[Toleration], taint: PoolTaint) -> bool:
+    """Kubernetes' rule (k8s.io/api core/v1 Toleration.ToleratesTaint): the effect matches when the
+    toleration's is empty or equal; an empty key with Exists matches every key; Exists ignores the
+    value, Equal compares it."""
+    for tol in tolerations:
+        if tol.effect and tol.effect != taint.effect:
+            continue
+        if not tol.key:
+            if tol.operator == "Exists":
+                return True
+            continue
+        if tol.key != taint.key:
+            continue
+        if tol.operator == "Exists" or tol.value == taint.value:
+            return True
+    return False
+
+
+_QUANTITY = re.compile(r"^([0-9.]+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+_SUFFIX = {
+    None: Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
+    "k": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9, "T": Decimal(10) ** 12,
+    "P": Decimal(10) ** 15, "E": Decimal(10) ** 18, "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20,
+    "Gi": Decimal(2) ** 30, "Ti": Decimal(2) ** 40, "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60,
+}  # fmt: skip
+
+
+def quantity(value: str | int | float) -> Decimal:
+    """A Kubernetes resource quantity ("500m", "864Gi", "8") as a number."""
+    match = _QUANTITY.match(str(value).strip())
+    if not match:
+        raise ValueError(f"not a Kubernetes quantity: {value!r}")
+    return Decimal(match.group(1)) * _SUFFIX[match.group(2)]

@@ -1,0 +1,175 @@
+"""Render the platform's Helm releases with their real charts, as `helm install` would, offline.
+
+The releases are the `kubernetes:helm.sh/v3:Release` resources the platform program registers under
+mocks (`infra synth`): chart, pinned version, namespace and values exactly as Pulumi would send them.
+Each is rendered from its package in ../shared/upstream/helm/<chart>-<version>.tgz with helm-python-sdk
+(Helm v4's engine in a shared library), at the cluster's Kubernetes version and with the API groups
+the platform installs (Prometheus Operator's), so `.Capabilities` checks take the branch a live
+cluster would take.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import helm_python
+import kubernetes_validate
+import yaml
+from helm_python import _native
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+HELM_PACKAGES = SHARED / "upstream" / "helm"
+RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
+# What the cluster serves besides the built-in APIs once the platform is up: kube-prometheus-stack
+# installs the Prometheus Operator CRDs, and charts gate their ServiceMonitors/PrometheusRules on them.
+PLATFORM_API_VERSIONS = (
+    "monitoring.coreos.com/v1",
+    "monitoring.coreos.com/v1/ServiceMonitor",
+    "monitoring.coreos.com/v1/PodMonitor",
+    "monitoring.coreos.com/v1/PrometheusRule",
+    "monitoring.coreos.com/v1alpha1",
+)
+
+
+@dataclass(frozen=True)
+class HelmRelease:
+    name: str
+    chart: str  # the chart's own name (the last path element of an oci:// reference)
+    version: str
+    namespace: str
+    values: dict[str, Any]
+
+    @property
+    def package(self) -> Path:
+        return HELM_PACKAGES / f"{self.chart}-{self.version}.tgz"
+
+
+def releases(resources: list[Any]) -> list[HelmRelease]:
+    """Every Helm release among synthesized resources (`Registered` records or synth --json dicts)."""
+    found = []
+    for r in resources:
+        typ, inputs = (r["type"], r["inputs"]) if isinstance(r, dict) else (r.type, r.inputs)
+        if typ != RELEASE_TYPE:
+            continue
+        found.append(
+            HelmRelease(
+                name=inputs["name"],
+                chart=inputs["chart"].rsplit("/", 1)[-1],
+                version=inputs["version"],
+                namespace=inputs.get("namespace", "default"),
+                values=inputs.get("values") or {},
+            )
+        )
+    return found
+
+
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml: the CRDs are megabytes
+    """PyYAML without YAML 1.1's `=` (value) tag, which Go's YAML does not have: some CRDs contain
+    a plain `=` (an enum of operators)."""
+
+
+_Loader.add_constructor("tag:yaml.org,2002:value", _Loader.construct_scalar)
+
+
+def _load_all(text: str) -> list[Any]:
+    return list(yaml.load_all(text, Loader=_Loader))  # noqa: S506 (a SafeLoader subclass)
+
+
+class MissingPackage(LookupError):
+    pass
+
+
+@functools.cache
+def load_chart(package: Path) -> helm_python.Chart:
+    if not package.exists():
+        have = ", ".join(sorted(p.name for p in HELM_PACKAGES.glob("*.tgz")))
+        raise MissingPackage(f"no chart package {package.name} in {HELM_PACKAGES}; have: {have}")
+    return helm_python.Chart.load(package)
+
+
+def render(release: HelmRelease, kube_version: str, package: Path | None = None) -> dict[str, str]:
+    """template path -> manifest text. Raises helm_python.HelmError on a `required`/`fail`, a values
+    type error or a values.schema.json violation (what `helm install` reports before touching the
+    cluster). `package`: a chart other than the release's pinned package (tests of this module)."""
+    chart = load_chart(package or release.package)
+    chart.validate_schema(release.values)
+    # Chart.render (helm-python-sdk 0.2.2) passes only name/namespace/revision/is_install/is_upgrade,
+    # so every chart would see the library's default Kubernetes version (v1.36) and no CRD-backed API.
+    # The C entry point it wraps, helm_render, also takes `kube_version` and `api_versions` (Helm's
+    # `--kube-version` / `--api-versions`), so call it directly with the same handle and encoding.
+    opts = {
+        "name": release.name,
+        "namespace": release.namespace,
+        "is_install": True,
+        "kube_version": f"v{kube_version}.0",
+        "api_versions": list(PLATFORM_API_VERSIONS),
+    }
+    out = _native.call_string("helm_render", chart._raw(), json.dumps(release.values), json.dumps(opts))
+    return json.loads(out)
+
+
+def objects(manifests: dict[str, str]) -> list[dict[str, Any]]:
+    """The Kubernetes objects `helm install` creates from rendered manifests (hooks included, test hooks,
+    NOTES.txt and empty documents dropped)."""
+    found = []
+    for path, text in sorted(manifests.items()):
+        if not path.endswith((".yaml", ".yml", ".tpl", ".json")) or path.endswith("NOTES.txt"):
+            continue
+        for doc in _load_all(text):
+            if not isinstance(doc, dict) or not doc.get("kind"):
+                continue
+            hooks = ((doc.get("metadata") or {}).get("annotations") or {}).get("helm.sh/hook", "")
+            if {"test", "test-success"} & {h.strip() for h in hooks.split(",")}:
+                continue  # `helm test` pods: `helm install` never creates them
+            found.extend(doc["items"] if doc["kind"].endswith("List") and "items" in doc else [doc])
+    return found
+
+
+def crds(release: HelmRelease) -> list[dict[str, Any]]:
+    """The CustomResourceDefinitions a chart installs from crds/ (Helm installs them before templates)."""
+    return [
+        doc
+        for crd in load_chart(release.package).crds
+        for doc in _load_all(crd["data"])
+        if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition"
+    ]
+
+
+def crd_schemas(crds: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """(apiVersion, kind) -> openAPIV3Schema for every served version: ../shared/upstream/crds (the
+    pinned upstream copies) first, then `crds` (those the rendered charts install)."""
+    upstream = [_load_all(f.read_text())[0] for f in sorted((SHARED / "upstream" / "crds").glob("*.yaml"))]
+    schemas: dict[tuple[str, str], dict[str, Any]] = {}
+    for crd in upstream + crds:
+        for v in crd["spec"]["versions"]:
+            schema = (v.get("schema") or {}).get("openAPIV3Schema")
+            if v.get("served") and schema:
+                key = (f"{crd['spec']['group']}/{v['name']}", crd["spec"]["names"]["kind"])
+                schemas.setdefault(key, schema)
+    return schemas
+
+
+def validation_version(kube_version: str) -> str:
+    """The newest Kubernetes version kubernetes-validate has schemas for, not newer than the cluster's."""
+    wanted = tuple(int(x) for x in kube_version.split(".")[:2])
+    known = sorted(
+        tuple(int(x) for x in v.split(".")[:2]) for v in kubernetes_validate.utils.all_versions()
+    )
+    usable = [v for v in known if v <= wanted]
+    if not usable:
+        raise LookupError(f"kubernetes-validate knows no version <= {kube_version}: {known}")
+    return ".".join(map(str, usable[-1]))
+
+
+def is_builtin(obj: dict[str, Any]) -> bool:
+    group = obj["apiVersion"].rsplit("/", 1)[0] if "/" in obj["apiVersion"] else ""
+    return group == "" or "." not in group or group.endswith(".k8s.io")
+
+
+def label(release: HelmRelease, obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{release.name}: {obj.get('kind')}/{meta.get('namespace', '')}/{meta.get('name')}"

@@ -1,0 +1,154 @@
+"""Creation order, read from the dependency graph the program hands the engine (every registration's
+dependencies and provider, recorded under the synth mocks): nothing that names the cluster is created
+before it, every Kubernetes object goes through the cluster's provider, and every custom resource waits
+for the Helm release that installs its CRD (the CRDs each chart package in ../shared/upstream/helm ships)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import tarfile
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from infra.synth import RecordingMonitor, stack_config, synth
+
+HELM = Path(__file__).resolve().parents[3] / "shared" / "upstream" / "helm"
+CLUSTER = "eks:index:Cluster"
+K8S_PROVIDER = "pulumi:providers:kubernetes"
+RELEASE = "kubernetes:helm.sh/v3:Release"
+
+
+@dataclass
+class Node:
+    type: str
+    name: str
+    urn: str
+    inputs: dict
+    dependencies: set[str]
+    provider: str  # the provider reference "urn::id" ("" for none)
+
+
+def record(stack: str) -> list[Node]:
+    nodes: list[Node] = []
+
+    class GraphMonitor(RecordingMonitor):
+        def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
+            index = len(self.registered)
+            response = super().RegisterResource(request)
+            deps = set(request.dependencies)
+            for prop in request.propertyDependencies.values():
+                deps |= set(prop.urns)
+            provider = request.provider or request.providers.get("kubernetes", "")
+            inputs = self.registered[index].inputs
+            nodes.append(Node(request.type, request.name, response.urn, inputs, deps, provider))
+            return response
+
+    try:
+        synth(stack, stack_config(stack), GraphMonitor)
+    finally:
+        asyncio.set_event_loop(asyncio.new_event_loop())
+    return nodes
+
+
+@pytest.fixture(scope="module", params=["dev", "prod"])
+def graph(request) -> list[Node]:
+    return record(request.param)
+
+
+def depends_on(nodes: list[Node], node: Node, target_urn: str) -> bool:
+    by_urn = {n.urn: n for n in nodes}
+    seen, todo = set(), list(node.dependencies)
+    while todo:
+        urn = todo.pop()
+        if urn == target_urn:
+            return True
+        if urn not in seen and urn in by_urn:
+            seen.add(urn)
+            todo += by_urn[urn].dependencies
+    return False
+
+
+def names_cluster(node: Node) -> bool:
+    return node.type.startswith("aws:") and "clusterName" in node.inputs
+
+
+def test_every_aws_resource_naming_the_cluster_waits_for_it(graph):
+    cluster = next(n for n in graph if n.type == CLUSTER)
+    naming = [n for n in graph if names_cluster(n)]
+    assert {n.type for n in naming} >= {
+        "aws:eks/accessEntry:AccessEntry",
+        "aws:eks/podIdentityAssociation:PodIdentityAssociation",
+        "aws:eks/addon:Addon",
+    }
+    early = [f"{n.type} {n.name}" for n in naming if not depends_on(graph, n, cluster.urn)]
+    assert early == [], "created while EKS may still be creating the cluster"
+
+
+def test_every_kubernetes_object_uses_the_clusters_provider(graph):
+    cluster = next(n for n in graph if n.type == CLUSTER)
+    providers = [n for n in graph if n.type == K8S_PROVIDER]
+    assert len(providers) == 1 and depends_on(graph, providers[0], cluster.urn)
+    objects = [n for n in graph if n.type.startswith("kubernetes:")]
+    assert objects
+    wrong = [f"{n.type} {n.name}: {n.provider or 'default provider'}" for n in objects]
+    wrong = [
+        w for n, w in zip(objects, wrong, strict=True) if not n.provider.startswith(providers[0].urn + "::")
+    ]
+    assert wrong == [], "would deploy through the ambient kubeconfig, not the platform cluster"
+
+
+def is_custom_resource(type_: str) -> bool:
+    """A CRD-backed kind: an API group with a dot that is neither Kubernetes' own (*.k8s.io) nor a
+    pulumi-kubernetes pseudo-group (helm.sh, kustomize, yaml)."""
+    match = re.match(r"^kubernetes:([^/:]+)/[^:]+:", type_)
+    group = match.group(1) if match else ""
+    return "." in group and not group.endswith(".k8s.io") and group != "helm.sh"
+
+
+@cache
+def chart_crd_groups(chart: str, version: str) -> frozenset[str]:
+    """The API groups of the CRDs a chart package installs (crds/ and templates/ alike)."""
+    package = HELM / f"{chart.rsplit('/', 1)[-1]}-{version}.tgz"
+    if not package.exists():
+        pytest.fail(f"{package} is missing: the ordering check reads the CRDs each pinned chart installs")
+    groups = set()
+    with tarfile.open(package) as tgz:
+        for member in tgz.getmembers():
+            if not member.isfile() or not member.name.endswith((".yaml", ".yml")):
+                continue
+            text = tgz.extractfile(member).read().decode("utf-8", "replace")  # type: ignore[union-attr]
+            for doc in re.split(r"^---", text, flags=re.M):
+                if re.search(r"^kind:\s*CustomResourceDefinition", doc, re.M):
+                    groups.update(re.findall(r"^  group:\s*['\"]?([a-z0-9.-]+)", doc, re.M))
+    return frozenset(groups)
+
+
+def test_every_custom_resource_waits_for_the_release_installing_its_crd(graph):
+    releases = {
+        n.urn: chart_crd_groups(n.inputs["chart"], n.inputs["version"]) for n in graph if n.type == RELEASE
+    }
+    crs = [n for n in graph if is_custom_resource(n.type)]
+    assert crs, "no custom resource in the stack: nothing checked"
+    problems = []
+    for cr in crs:
+        group = cr.type.split(":")[1].split("/")[0]
+        installers = [urn for urn, groups in releases.items() if group in groups]
+        if not installers:
+            problems.append(f"{cr.type} {cr.name}: no release of the stack installs the {group} CRDs")
+        elif not any(depends_on(graph, cr, urn) for urn in installers):
+            problems.append(f"{cr.type} {cr.name}: does not wait for {', '.join(installers)}")
+    assert problems == []
+
+
+def test_the_checks_catch_a_cluster_named_by_a_plain_string(graph):
+    """The dependency walk itself: a resource with no path to the cluster (an access entry that named
+    the cluster by a string and depended only on its IAM role) is reported."""
+    cluster = next(n for n in graph if n.type == CLUSTER)
+    entry = next(n for n in graph if n.type == "aws:eks/accessEntry:AccessEntry")
+    roles = {n.urn for n in graph if n.type == "aws:iam/role:Role"}
+    detached = Node(entry.type, entry.name, "urn:detached", entry.inputs, entry.dependencies & roles, "")
+    assert not depends_on([*graph, detached], detached, cluster.urn)

@@ -1,0 +1,262 @@
+"""pulumi-eks's own input checks (infra/pulumi_eks_rules.py) on what dev and prod pass to it: under mocks
+the component registers only itself, so these rules are the only offline evidence that the provider
+accepts our eks.Cluster and eks.ManagedNodeGroup inputs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pulumi
+import pytest
+
+from infra import pulumi_eks_rules as rules
+from infra.synth import PlatformMocks, RecordingMonitor, install_mocks, stack_config, synth
+
+REPO = Path(__file__).resolve().parents[2]
+ROLE = "[resource cluster-node]"
+ENTRY = {"entry1": {"principalArn": "roleArn"}}
+MAPPING = [{"roleArn": "roleArn", "groups": ["test-group"], "username": "test-role"}]
+
+
+@pytest.fixture(scope="module")
+def synthesized() -> dict[str, list[dict]]:
+    """Each platform stack as `python -m infra synth --json` prints it (a fresh process per stack: a
+    second root stack is refused in one)."""
+    out = {}
+    for stack in ("dev", "prod"):
+        run = subprocess.run(
+            [sys.executable, "-m", "infra", "synth", "--stack", stack, "--json"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        out[stack] = json.loads(run.stdout)
+    return out
+
+
+def _one(resources: list[dict], type_: str, name: str | None = None) -> dict:
+    return next(r for r in resources if r["type"] == type_ and (name is None or r["name"] == name))
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_the_stacks_pass_every_pulumi_eks_rule(synthesized, stack):
+    resources = synthesized[stack]
+    checked = [r for r in resources if r["type"] in (rules.CLUSTER, rules.NODE_GROUP)]
+    assert {r["type"] for r in checked} == {rules.CLUSTER, rules.NODE_GROUP}, "nothing to check"
+    assert rules.violations(resources) == []
+
+
+def test_instance_roles_with_api_mode_is_what_pulumi_eks_refused(synthesized):
+    """The cluster as the program registered it before: instanceRoles=[node role] with API mode."""
+    resources = [dict(r) for r in synthesized["dev"]]
+    cluster = _one(resources, rules.CLUSTER)
+    cluster["inputs"] = {**cluster["inputs"], "instanceRoles": [ROLE]}
+    assert rules.violations(resources) == [
+        f"api-mode-no-config-map-mappings: {cluster['name']}: The 'instanceRoles' property does not "
+        "support non-empty values when 'authenticationMode' is set to 'API'."
+    ]
+
+
+# Transcribed from pulumi-eks nodejs/eks/cluster/authenticationMode.test.ts (v4.3.0): each case's
+# arguments and the error validateAuthenticationMode throws (None: it must not throw).
+UPSTREAM_AUTH_MODE_CASES = [
+    (
+        {"authenticationMode": "INVALID_MODE"},
+        "Invalid value for authenticationMode: INVALID_MODE. Allowed values are: CONFIG_MAP, "
+        "API_AND_CONFIG_MAP, API.",
+    ),
+    (
+        {"authenticationMode": "API", "roleMappings": MAPPING},
+        "The 'roleMappings' property does not support non-empty values when 'authenticationMode' is set "
+        "to 'API'.",
+    ),
+    (
+        {"authenticationMode": "API", "userMappings": MAPPING},
+        "The 'userMappings' property does not support non-empty values when 'authenticationMode' is set "
+        "to 'API'.",
+    ),
+    (
+        {"authenticationMode": "API", "instanceRoles": [ROLE]},
+        "The 'instanceRoles' property does not support non-empty values when 'authenticationMode' is set "
+        "to 'API'.",
+    ),
+    ({"authenticationMode": "API", "instanceRoles": []}, None),
+    (
+        {"authenticationMode": "CONFIG_MAP", "accessEntries": ENTRY},
+        "The 'accessEntries' property is not supported when 'authenticationMode' is set to 'CONFIG_MAP'.",
+    ),
+    (
+        {"accessEntries": ENTRY},
+        "The 'accessEntries' property is not supported when 'authenticationMode' is not set.",
+    ),
+    (
+        {
+            "authenticationMode": "CONFIG_MAP",
+            "roleMappings": MAPPING,
+            "userMappings": MAPPING,
+            "instanceRoles": [ROLE],
+        },
+        None,
+    ),
+    (
+        {
+            "authenticationMode": "API_AND_CONFIG_MAP",
+            "roleMappings": MAPPING,
+            "userMappings": MAPPING,
+            "instanceRoles": [ROLE],
+            "accessEntries": ENTRY,
+        },
+        None,
+    ),
+    ({"authenticationMode": "API", "accessEntries": ENTRY}, None),
+    ({"authenticationMode": "API"}, None),
+    ({"authenticationMode": "CONFIG_MAP"}, None),
+    ({"authenticationMode": "API_AND_CONFIG_MAP"}, None),
+]
+
+
+@pytest.mark.parametrize(("args", "error"), UPSTREAM_AUTH_MODE_CASES)
+def test_authentication_mode_rules_match_upstream_unit_tests(args, error):
+    auth_rules = [r for r in rules.RULES if r.source == rules.AUTH_MODE]
+    found = [m for r in auth_rules if (m := r.check(args))]
+    assert found == ([error] if error else [])
+
+
+# (rule, bad inputs, the error pulumi-eks throws). Node group rules get (group, cluster) inputs.
+API_CLUSTER = {"authenticationMode": "API", "instanceRoles": []}
+BAD = [
+    ("instance-role-exclusive", ({"instanceRole": ROLE, "instanceRoles": []},), "mutually exclusive"),
+    ("subnet-ids-exclusive", ({"subnetIds": ["a"], "privateSubnetIds": ["b"]},), "mutually exclusive"),
+    ("node-group-options-exclusive", ({"nodeGroupOptions": {}, "minSize": 1},), "mutually exclusive"),
+    ("auto-mode-needs-access-entries", ({"autoMode": {"enabled": True}},), "EKS Auto Mode"),
+    (
+        "public-cidrs-need-public-endpoint",
+        ({"endpointPublicAccess": False, "publicAccessCidrs": ["198.51.100.7/32"]},),
+        "`publicAccessCidrs` can only be set when `endpointPublicAccess` is true",
+    ),
+    ("node-role-exclusive", ({"nodeRole": ROLE, "nodeRoleArn": "arn"}, API_CLUSTER), "both nodeRole"),
+    ("node-role-required", ({}, API_CLUSTER), "An IAM role, or role ARN must be provided"),
+    ("ami-id-exclusive", ({"nodeRole": ROLE, "amiId": "ami-1", "amiType": "CUSTOM"}, API_CLUSTER), "amiType"),
+    (
+        "node-role-in-instance-roles",
+        ({"nodeRole": ROLE}, {"authenticationMode": "CONFIG_MAP"}),
+        "without first setting its role in the cluster's instanceRoles",
+    ),
+    (
+        "efa-needs-placement-zone",
+        ({"nodeRole": ROLE, "enableEfaSupport": True}, API_CLUSTER),
+        "placementGroup",
+    ),
+    (
+        "launch-template-exclusive",
+        ({"nodeRole": ROLE, "launchTemplate": {"id": "lt"}, "kubeletExtraArgs": "--v=2"}, API_CLUSTER),
+        "custom launch template",
+    ),
+    (
+        "user-data-exclusive",
+        ({"nodeRole": ROLE, "userData": "#!", "nodeadmExtraOptions": []}, API_CLUSTER),
+        "custom userData",
+    ),
+    (
+        "taint-effects-valid",
+        ({"nodeRole": ROLE, "taints": [{"key": "k", "value": "v", "effect": "NoSchedule"}]}, API_CLUSTER),
+        "Invalid taint effect: NoSchedule",
+    ),
+]
+
+
+def test_every_ported_rule_has_a_bad_case():
+    covered = {b[0] for b in BAD} | {r.name for r in rules.RULES if r.source == rules.AUTH_MODE}
+    assert covered == {r.name for r in rules.RULES}
+
+
+@pytest.mark.parametrize(("name", "args", "error"), BAD, ids=[b[0] for b in BAD])
+def test_each_rule_rejects_its_bad_input(name, args, error):
+    rule = next(r for r in rules.RULES if r.name == name)
+    message = rule.check(*args)
+    assert message is not None and error in message
+
+
+def test_the_node_role_need_not_be_listed_on_an_api_mode_cluster(synthesized):
+    """EKS creates a managed node group role's access entry itself; pulumi-eks lists the role only for
+    aws-auth clusters. The same group on a CONFIG_MAP cluster would be refused."""
+    resources = synthesized["dev"]
+    group = _one(resources, rules.NODE_GROUP)
+    cluster = _one(resources, rules.CLUSTER)["inputs"]
+    assert rules.node_role_in_instance_roles(group["inputs"], cluster) is None
+    assert rules.node_role_in_instance_roles(group["inputs"], {**cluster, "authenticationMode": "CONFIG_MAP"})
+
+
+class CallerIsTheAdminRole(PlatformMocks):
+    """`aws sts get-caller-identity` as the dev stack's admin role, assumed in a session."""
+
+    def call(self, args):  # type: ignore[override]
+        if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
+            arn = "arn:aws:sts::123456789012:assumed-role/platform-admin/alice"
+            return {"accountId": "123456789012", "arn": arn, "userId": "AROA:alice", "id": "x"}
+        return super().call(args)
+
+
+def test_deploying_as_an_admin_principal_fails_before_the_cluster_is_registered():
+    """pulumi-eks always sets bootstrapClusterCreatorAdminPermissions: true (cluster.ts), so EKS creates
+    the creator's admin entry and a second one for the same role fails (pulumi/pulumi-eks#2373)."""
+    from infra.program import program
+
+    values = stack_config("dev")
+    assert values["mlops-eks:adminPrincipalArns"] == ["arn:aws:iam::123456789012:role/platform-admin"]
+    mocks = CallerIsTheAdminRole(values["aws:region"])
+    monitor = RecordingMonitor(mocks)
+    pulumi.runtime.set_all_config({k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()})
+    install_mocks(mocks, "dev", monitor)
+
+    @pulumi.runtime.test
+    def run():
+        program()
+
+    try:
+        with pytest.raises(Exception, match=r"adminPrincipalArns\[0\].*identity running pulumi"):
+            run()
+    finally:
+        pulumi.runtime.set_all_config({})
+        asyncio.set_event_loop(asyncio.new_event_loop())
+    assert not [r for r in monitor.registered if r.type == rules.CLUSTER]
+
+
+def test_a_private_only_prod_deployed_from_the_vpc_passes_pulumi_eks_and_the_prod_policy():
+    from policy.eks import RULES as EKS_POLICIES
+
+    values = stack_config("prod")
+    values = {k: v for k, v in values.items() if k != "mlops-eks:publicAccessCidrs"}
+    values |= {"mlops-eks:endpointPublicAccess": False, "mlops-eks:deployFromVpc": True}
+    try:
+        _, registered, _ = synth("prod", values)
+    finally:
+        asyncio.set_event_loop(asyncio.new_event_loop())
+    resources = [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in registered]
+    assert rules.violations(resources) == []
+    cluster = _one(resources, rules.CLUSTER)["inputs"]
+    assert cluster["endpointPublicAccess"] is False and "publicAccessCidrs" not in cluster
+    assert cluster["clusterTags"] == {"mlops-eks:deploy-from-vpc": "true"}
+    prod_endpoint = next(r for r in EKS_POLICIES if r.name == "eks-prod-endpoint-deployer-only")
+    assert prod_endpoint.violations(rules.CLUSTER, cluster, prod=True) == []
+    untagged = {k: v for k, v in cluster.items() if k != "clusterTags"}
+    assert prod_endpoint.violations(rules.CLUSTER, untagged, prod=True)
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_every_node_role_can_join_the_api_mode_cluster(synthesized, stack):
+    """Without aws-auth, a node joins only through an EC2_LINUX access entry: EKS creates it for a managed
+    node group's role, the program must create it for the role Karpenter's nodes use."""
+    resources = synthesized[stack]
+    groups = [r for r in resources if r["type"] == rules.NODE_GROUP]
+    assert groups and {g["inputs"]["nodeRole"] for g in groups} == {ROLE}
+    karpenter_role = _one(resources, "aws:iam/role:Role", "karpenter-node")
+    entries = [r["inputs"] for r in resources if r["type"] == "aws:eks/accessEntry:AccessEntry"]
+    assert [e["type"] for e in entries if e["principalArn"].endswith(f"role/{karpenter_role['name']}")] == [
+        "EC2_LINUX"
+    ]

@@ -1,0 +1,149 @@
+"""Metrics people look at: progress lines with N/total and ETA, one Prometheus endpoint per pod fed by every
+rank (scraped over loopback from a real 2-process torchrun), MFU, and metrics that reach S3 mid-run."""
+
+import json
+import socket
+import subprocess
+import time
+import urllib.request
+
+import pytest
+import torch
+from trainer_runs import REPO, launch_cmd, run_env, trainer_args
+
+from trainer import metrics as m
+from trainer.config import from_args
+from trainer.loop import run
+from trainer.storage import S3Storage
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _scrape(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            samples[name] = float(value)
+    return samples
+
+
+def test_progress_line_shows_step_of_total_and_an_eta(tmp_path, capsys, monkeypatch):
+    clock = iter([100.0, 110.0])
+    monkeypatch.setattr(m.time, "time", lambda: next(clock))
+    metrics = m.Metrics(tmp_path / "metrics.jsonl", enabled=True, total_steps=300)
+    metrics.record("first_step", 1)
+    metrics.record("train", 101, loss=0.5)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "[trainer] first_step step 1/300 "
+    # 100 steps in 10 s, 199 to go: 19.9 s
+    assert out[1] == "[trainer] train step 101/300 loss 0.5 eta 20s"
+    assert m.format_duration(3725) == "1h02m" and m.format_duration(75) == "1m15s"
+
+
+def test_one_endpoint_serves_every_local_rank(tmp_path):
+    port = _free_port()
+    lead = m.Exporter(tmp_path, local_rank=0, rank=4, port=port)
+    other = m.Exporter(tmp_path, local_rank=1, rank=5, port=port)  # would fail to bind if it tried
+    try:
+        assert lead.server is not None and other.server is None and not other.error
+        lead.publish({"step": 7, "loss": 0.25, "gpu_mem_gb": 1.0, "path": "not a number"})
+        other.publish({"step": 7, "loss": 0.25, "gpu_mem_gb": 2.0})
+        samples = _scrape(port)
+    finally:
+        lead.close()
+    assert samples["trainer_step"] == 7 and samples["trainer_loss"] == 0.25
+    assert samples["trainer_local_ranks"] == 2
+    assert samples['trainer_gpu_memory_bytes{rank="4"}'] == 2**30
+    assert samples['trainer_gpu_memory_bytes{rank="5"}'] == 2 * 2**30
+
+
+def test_a_port_in_use_is_a_warning_not_a_failure(tmp_path, capsys):
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        exporter = m.Exporter(tmp_path, local_rank=0, rank=0, port=busy.getsockname()[1])
+        m.Metrics(tmp_path / "metrics.jsonl", enabled=True, exporter=exporter)
+    assert exporter.server is None
+    assert "warning: Prometheus metrics not served on port" in capsys.readouterr().out
+
+
+def test_mfu_is_reported_for_a_known_gpu_and_dtype(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+    cuda = torch.device("cuda", 0)
+    assert m.peak_flops(cuda, torch.float16) == 65e12
+    assert m.peak_flops(cuda, None) is None and m.peak_flops(torch.device("cpu"), torch.float16) is None
+    metrics = m.Metrics(tmp_path / "metrics.jsonl", enabled=True)
+    metrics.set_model(params=1_000_000, device=cuda, dtype=torch.float16, world_size=4)
+    metrics.record("train", 20, tokens_per_s=1e6)
+    row = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
+    assert row["mfu"] == pytest.approx(6e6 * 1e6 / (4 * 65e12))
+
+
+def test_upload_copies_metrics_and_tensorboard_events(tmp_path, s3):
+    local = tmp_path / "output"
+    metrics = m.Metrics(local / "metrics.jsonl", enabled=True)
+    metrics.tensorboard_dir = local / "tensorboard"  # as if written by SummaryWriter
+    (local / "tensorboard").mkdir()
+    (local / "tensorboard" / "events.out.tfevents.1.host").write_bytes(b"\x00events")
+    metrics.record("train", 5, loss=1.0)
+    metrics.upload(S3Storage("s3://mlops/runs/x", client=s3, retries=1, backoff_s=0))
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket="mlops")["Contents"]}
+    assert keys == {"runs/x/metrics.jsonl", "runs/x/tensorboard/events.out.tfevents.1.host"}
+
+
+def test_interrupted_attempt_metrics_reach_s3(tmp_path, s3, monkeypatch):
+    calls = {"n": 0}
+
+    def sigterm_at_step_12(self, env):
+        calls["n"] += 1
+        return calls["n"] >= 12
+
+    monkeypatch.setattr("trainer.loop.StopFlag.agreed", sigterm_at_step_12)
+    cfg = from_args(
+        trainer_args(
+            tmp_path,
+            **{
+                "train.max_steps": 30,
+                "checkpoint.every_steps": 1000,
+                "output.dir": "s3://mlops/runs/zimdb",
+                "checkpoint.dir": "s3://mlops/ckpt/zimdb",
+                "output.metrics_port": 0,
+            },
+        )
+    )
+    assert run(cfg, s3_client=s3) == 143
+    history = s3.get_object(Bucket="mlops", Key="runs/zimdb/metrics.jsonl")["Body"].read().decode()
+    rows = [json.loads(line) for line in history.splitlines()]
+    assert [r["step"] for r in rows if r["event"] == "train"] == [5, 10]
+    assert rows[-1]["event"] == "checkpoint" and rows[-1]["step"] == 12
+
+
+def test_two_process_torchrun_serves_one_endpoint_over_loopback(tmp_path):
+    port = _free_port()
+    out = tmp_path / "out"
+    cmd = launch_cmd(out, **{"output.metrics_port": port, "train.max_steps": 3000, "train.log_every": 5})
+    proc = subprocess.Popen(cmd, cwd=REPO, env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline, samples = time.monotonic() + 120, {}
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                samples = _scrape(port)
+            except OSError:
+                samples = {}
+            if samples.get("trainer_step", 0) >= 10 and samples.get("trainer_local_ranks") == 2:
+                break
+            time.sleep(0.2)
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    assert samples.get("trainer_local_ranks") == 2, samples  # both ranks report through rank 0's endpoint
+    assert samples["trainer_total_steps"] == 3000
+    assert samples["trainer_step"] >= 10 and samples["trainer_loss"] > 0
+    assert samples["trainer_samples_per_second"] > 0 and samples["trainer_tokens_per_second"] > 0
+    assert 0 < samples["trainer_learning_rate"] <= 3e-3

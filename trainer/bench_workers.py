@@ -1,0 +1,124 @@
+"""Worker programs `trainer.bench` runs under `trainer.launch` (torchrun), one per rank:
+
+  bare-ddp OUT.json [STEPS]  the trainer's model, data, batch and optimizer in a plain DDP loop (forward,
+                             backward, all-reduce, step, nothing else): the yardstick for the trainer's
+                             own 2-process throughput
+  data-prep SOURCE OUT.json  the trainer's data preparation (trainer.token_store) on SOURCE; every rank
+                             reports its peak resident memory and the time it spent
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from trainer import data, token_store
+from trainer.config import DataConfig, JobConfig
+from trainer.model import build_model
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory. VmHWM, not getrusage's ru_maxrss: that one carries over the
+    RSS of the process it was forked from (the launcher, with torch imported) across exec."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:  # not Linux: ru_maxrss (bytes on macOS)
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    return int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1]) / 1024
+
+
+def _gather_to_rank0(row: dict, out: Path) -> None:
+    rows: list = [None] * dist.get_world_size()
+    dist.all_gather_object(rows, row)
+    if dist.get_rank() == 0:
+        out.write_text(json.dumps(rows))
+
+
+def bare_ddp(out: Path, steps: int) -> None:
+    cfg = JobConfig()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    train, _ = data.load_splits(cfg.data, Path(tempfile.gettempdir()))
+    encoder = data.train_tokenizer(cfg.data.tokenizer, (t for t, _ in train), cfg.data.vocab_size)
+    ds = data.encode(train, encoder, cfg.data.max_len)
+    loader = data.train_loader(
+        ds, cfg.data, batch_size=cfg.train.batch_size, rank=rank, world=world, seed=0, pin_memory=False
+    )
+    torch.manual_seed(0)
+    max_positions = -(-cfg.data.max_len // cfg.data.pad_to_multiple) * cfg.data.pad_to_multiple
+    model = DistributedDataParallel(
+        build_model(cfg.model, vocab_size=encoder.vocab_size, max_positions=max_positions)
+    )
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr)
+    warmup, done, start = steps // 5, 0, time.perf_counter()
+    epoch = 0
+    while done < steps:
+        loader.sampler.set_epoch(epoch)
+        for batch in loader:
+            if done == warmup:
+                start = time.perf_counter()
+            loss = torch.nn.functional.cross_entropy(
+                model(batch["input_ids"], batch["attention_mask"]), batch["labels"]
+            )
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            done += 1
+            if done == steps:
+                break
+        epoch += 1
+    samples_per_s = (steps - warmup) * cfg.train.batch_size * world / (time.perf_counter() - start)
+    _gather_to_rank0({"rank": rank, "samples_per_s": samples_per_s}, out)
+
+
+def data_prep(source: str, out: Path) -> None:
+    cfg = DataConfig(source=source)
+    before = peak_rss_mib()
+    started = time.perf_counter()
+    prepared = token_store.prepare(
+        cfg,
+        num_labels=2,
+        model_name="transformer",
+        tokenizer_spec=None,
+        workdir=Path(tempfile.mkdtemp(prefix="bench-")),
+        shared=token_store.node_scratch_dir("bench-data"),
+        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+    )
+    touched = sum(len(prepared.train[i][0]) for i in range(0, len(prepared.train), 97))  # read the data
+    row = {
+        "rank": dist.get_rank(),
+        "peak_rss_mib": peak_rss_mib(),
+        "rss_growth_mib": peak_rss_mib() - before,
+        "seconds": time.perf_counter() - started,
+        "examples": len(prepared.train) + len(prepared.val),
+        "tokens_read": touched,
+    }
+    _gather_to_rank0(row, out)
+
+
+def main(argv: list[str]) -> int:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    try:
+        if argv[0] == "bare-ddp":
+            bare_ddp(Path(argv[1]), int(argv[2]) if len(argv) > 2 else 240)
+        elif argv[0] == "data-prep":
+            data_prep(argv[1], Path(argv[2]))
+        else:
+            print(f"unknown worker {argv[0]!r}: bare-ddp | data-prep", file=sys.stderr)
+            return 2
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

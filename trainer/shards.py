@@ -1,0 +1,118 @@
+"""Model and optimizer state as torch.distributed.checkpoint (DCP) shards: every rank writes its own part.
+
+With FSDP each rank holds 1/N of the parameters and optimizer state and writes exactly that (no gather on
+rank 0); with DDP DCP de-duplicates the replicas and spreads the writes over the ranks. The files are
+`__<rank>_0.distcp` per rank plus `.metadata` (written by the coordinator), which records global shapes,
+so a checkpoint written by N ranks loads into M ranks (DCP reshards on load). This is the pattern of
+torchtitan's `torchtitan/components/checkpoint.py` (get_model_state_dict / dcp.save / dcp.load /
+set_model_state_dict), with the files written to a local stage directory first so that they can be
+hashed and published (rename on a shared volume, upload to S3) by the rank that wrote them.
+"""
+
+from __future__ import annotations
+
+import errno
+import random
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.optim import Optimizer
+
+from trainer.dist import DistEnv
+
+METADATA = ".metadata"
+
+# What torch and the OS say when a write runs out of space: errno ENOSPC from plain writes (DCP's
+# FileSystemWriter), and torch.save's zip writer, which reports a short write without the errno, as
+# "unexpected pos" (caffe2/serialize/inline_container.cc) or, when the last block fails, as the C++
+# stream's "basic_ios::clear: iostream error" (both seen writing to /dev/full).
+_DISK_FULL_WORDS = (
+    "No space left on device",
+    "Disk quota exceeded",
+    "unexpected pos",
+    "basic_ios::clear: iostream error",
+)
+
+
+def _state_dicts(model: nn.Module, optimizer: Optimizer) -> dict[str, Any]:
+    """Sharded (DTensor) entries under FSDP, plain tensors otherwise; optimizer state keyed by parameter
+    name, so it survives a change of wrapping or world size."""
+    model_state, optim_state = get_state_dict(model, optimizer)
+    return {"model": model_state, "optim": optim_state}
+
+
+def write(env: DistEnv, model: nn.Module, optimizer: Optimizer, stage: Path) -> None:
+    """Every rank writes its shard into its own `stage` directory (collective; raises on every rank if
+    any rank failed, so no rank waits forever for a peer that gave up)."""
+    stage.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():  # single process: "assuming the intent is to save in a single process"
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.save(
+            _state_dicts(model, optimizer),
+            storage_writer=FileSystemWriter(stage, sync_files=True, overwrite=True),
+            no_dist=not env.distributed,
+        )
+
+
+def files_needed(env: DistEnv, model: nn.Module, optimizer: Optimizer, metadata_file: Path) -> set[str]:
+    """The shard files this rank reads for its part of the state (a subset when the world size is the
+    same, several files when DCP reshards), so a rank downloads only those."""
+    metadata = FileSystemReader(metadata_file.parent).read_metadata()
+    planner = DefaultLoadPlanner()
+    planner.set_up_planner(_state_dicts(model, optimizer), metadata, env.is_main)
+    plan = planner.create_local_plan()
+    return {metadata.storage_data[item.storage_index].relative_path for item in plan.items}
+
+
+def read(env: DistEnv, model: nn.Module, optimizer: Optimizer, directory: Path) -> None:
+    """Load the shards in `directory` into the (already wrapped) model and optimizer (collective)."""
+    state = _state_dicts(model, optimizer)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(state, storage_reader=FileSystemReader(directory), no_dist=not env.distributed)
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def causes(err: BaseException) -> list[BaseException]:
+    """`err`, what it was raised from, and for DCP's CheckpointException every rank's own failure."""
+    out: list[BaseException] = []
+    todo = [err]
+    while todo:
+        e = todo.pop()
+        if e in out:
+            continue
+        out.append(e)
+        todo += [c for c in (e.__cause__, e.__context__) if c is not None]
+        if isinstance(e, CheckpointException):
+            todo += [pair[0] for pair in e.failures.values()]
+    return out
+
+
+def is_disk_full(err: BaseException) -> bool:
+    return any(
+        getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+        or any(w in str(e) for w in _DISK_FULL_WORDS)
+        for e in causes(err)
+    )

@@ -1,0 +1,188 @@
+"""Tokenize once per node, share through memory-mapped files.
+
+Local rank 0 of each node streams the data source, trains the tokenizer on the training split (unless a
+checkpoint brought one) and writes the token ids as flat int32 files in a directory every process of this
+launch on this node agrees on (`node_scratch_dir`); the other local ranks wait for it without holding a
+collective (so no process-group timeout runs while a large file is tokenized) and memory-map the same
+files: one copy in the page cache per node, not one Python object per token per rank. Tokenizer training
+is deterministic (tested), so nodes agree without exchanging it; `Prepared.fingerprint` lets the caller
+check that they do.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import itertools
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from trainer.config import DataConfig
+from trainer.data import Columns, DataError, Splits, TextEncoder, TokenDataset, check_labels, load_columns
+from trainer.data import train_tokenizer as _train_tokenizer
+
+READY = "meta.json"
+# Rows per encode_batch call: the tokenizer's Encoding objects (offsets, strings) cost far more than the
+# ids kept, so they are made a few at a time.
+ENCODE_ROWS = 1024
+FAILED = "failed.txt"
+
+
+def node_scratch_dir(purpose: str) -> Path:
+    """A directory that every process of this launch on this node names alike, and no other launch does.
+
+    Under torchrun the local ranks are children of one agent process (same parent pid) and share the run id
+    and restart count; a restarted pod (its /tmp emptyDir survives) gets a new agent, so a new directory."""
+    env = os.environ
+    under_torchrun = "LOCAL_RANK" in env
+    ident = "|".join(
+        [
+            env.get("TORCHELASTIC_RUN_ID", ""),
+            env.get("GROUP_RANK", "0"),
+            env.get("TORCHELASTIC_RESTART_COUNT", "0"),
+            str(os.getppid() if under_torchrun else os.getpid()),
+        ]
+    )
+    digest = hashlib.sha256(ident.encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"trainer-{purpose}-{digest}"
+
+
+@dataclass
+class Prepared:
+    spec: str
+    encoder: TextEncoder
+    train: TokenDataset
+    val: TokenDataset
+    seconds: float  # spent building (local rank 0) or waiting (others)
+    fingerprint: str  # of the tokenizer and every token id: what every node must agree on
+
+
+def _write_tokens(cols: Columns, encoder: TextEncoder, max_len: int, out: Path, name: str) -> str:
+    """Token ids of every row, in file order: <name>.tokens (int32), .offsets.npy, .labels.npy."""
+    digest = hashlib.sha256()
+    offsets = np.zeros(len(cols) + 1, dtype=np.int64)
+    row = 0
+    with open(out / f"{name}.tokens", "wb") as f:
+        for chunk in cols.text_chunks():
+            for start in range(0, len(chunk), ENCODE_ROWS):
+                ids = encoder.encode(chunk[start : start + ENCODE_ROWS], max_len)
+                row = _append(f, digest, offsets, row, ids)
+    np.save(out / f"{name}.offsets.npy", offsets)
+    np.save(out / f"{name}.labels.npy", cols.labels)
+    return digest.hexdigest()
+
+
+def _append(f: BinaryIO, digest: Any, offsets: np.ndarray, row: int, ids: list[list[int]]) -> int:
+    """Write one batch of token ids; returns the next row number."""
+    lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
+    offsets[row + 1 : row + 1 + len(ids)] = offsets[row] + np.cumsum(lengths)
+    f.write(flat.tobytes())
+    digest.update(flat.tobytes())
+    return row + len(ids)
+
+
+def _open(out: Path, name: str, rows: np.ndarray) -> TokenDataset:
+    offsets = np.load(out / f"{name}.offsets.npy", mmap_mode="r")
+    tokens_path = out / f"{name}.tokens"
+    tokens = (
+        np.memmap(tokens_path, dtype=np.int32, mode="r")
+        if tokens_path.stat().st_size
+        else np.zeros(0, dtype=np.int32)
+    )
+    return TokenDataset(tokens, offsets, np.load(out / f"{name}.labels.npy", mmap_mode="r"), rows)
+
+
+def build(
+    cfg: DataConfig, *, num_labels: int, model_name: str, tokenizer_spec: str | None, workdir: Path, out: Path
+) -> None:
+    """Load, check, tokenize and write everything the ranks of a node need into `out`."""
+    splits: Splits = load_columns(cfg, workdir)
+    check_labels(splits.train.labels[splits.train_rows], num_labels, "training data")
+    check_labels(splits.val.labels[splits.val_rows], num_labels, "validation data")
+    if tokenizer_spec is None:
+        keep = np.zeros(len(splits.train), dtype=bool)
+        keep[splits.train_rows] = True  # the tokenizer learns from the training split only
+        texts = (t for chunk in splits.train.text_chunks(keep) for t in chunk)
+        tokenizer_spec = _train_tokenizer(cfg.tokenizer, texts, cfg.vocab_size, model_name).spec
+    encoder = TextEncoder(tokenizer_spec)
+    digest = hashlib.sha256(tokenizer_spec.encode())
+    digest.update(_write_tokens(splits.train, encoder, cfg.max_len, out, "train").encode())
+    val_name = "train" if splits.val is splits.train else "val"
+    if val_name == "val":
+        digest.update(_write_tokens(splits.val, encoder, cfg.max_len, out, "val").encode())
+    np.save(out / "train.rows.npy", splits.train_rows)
+    np.save(out / "val.rows.npy", splits.val_rows)
+    (out / "tokenizer.json").write_text(tokenizer_spec)
+    meta = {"val_file": val_name, "fingerprint": digest.hexdigest()}
+    (out / READY).write_text(json.dumps(meta))
+
+
+def _wait(shared: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not (shared / READY).exists():
+        if (shared.parent / f"{shared.name}.{FAILED}").exists():
+            message = (shared.parent / f"{shared.name}.{FAILED}").read_text()
+            raise DataError(f"local rank 0 could not prepare the data: {message}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no tokenized data from local rank 0 in {shared} after {timeout_s:.0f} s")
+        time.sleep(0.05)
+
+
+def prepare(
+    cfg: DataConfig,
+    *,
+    num_labels: int,
+    model_name: str,
+    tokenizer_spec: str | None,
+    workdir: Path,
+    shared: Path,
+    local_rank: int,
+    wait_s: float = 3600.0,
+    on_built: Callable[[float], None] | None = None,
+) -> Prepared:
+    """Local rank 0 builds into `shared` (temp dir + rename, so a reader never sees half a build); the other
+    local ranks wait for it. Every rank then memory-maps the files."""
+    started = time.monotonic()
+    if local_rank == 0:
+        staging = Path(tempfile.mkdtemp(prefix=f"{shared.name}.", dir=shared.parent))
+        atexit.register(shutil.rmtree, shared, ignore_errors=True)  # open memory maps stay valid
+        atexit.register(shutil.rmtree, staging, ignore_errors=True)
+        try:
+            build(
+                cfg,
+                num_labels=num_labels,
+                model_name=model_name,
+                tokenizer_spec=tokenizer_spec,
+                workdir=workdir,
+                out=staging,
+            )
+        except Exception as err:
+            (shared.parent / f"{shared.name}.{FAILED}").write_text(str(err))
+            atexit.register(os.unlink, shared.parent / f"{shared.name}.{FAILED}")
+            raise
+        shutil.rmtree(shared, ignore_errors=True)  # a previous launch's, were a name ever reused
+        staging.rename(shared)
+        if on_built is not None:
+            on_built(time.monotonic() - started)
+    else:
+        _wait(shared, wait_s)
+    meta = json.loads((shared / READY).read_text())
+    spec = (shared / "tokenizer.json").read_text()
+    return Prepared(
+        spec=spec,
+        encoder=TextEncoder(spec),
+        train=_open(shared, "train", np.load(shared / "train.rows.npy")),
+        val=_open(shared, meta["val_file"], np.load(shared / "val.rows.npy")),
+        seconds=time.monotonic() - started,
+        fingerprint=meta["fingerprint"],
+    )

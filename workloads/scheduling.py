@@ -1,0 +1,287 @@
+"""Would the pods of a rendered workload ever run? A scheduling simulation against the platform's contract.
+
+For every pod template of the rendered job (a TrainJob with its TrainingRuntime and runtime patches, or a
+PyTorchJob's replicas) it looks for a node source (infra.pools.AcceleratorPool) that can host the pods:
+the node selector and required node affinity against the labels a node of the pool carries, the
+tolerations against its taints (Kubernetes' matching rules), each pod's requests against one instance,
+a device plugin serving that node for every extended resource, and enough nodes in the source for the
+job's pods. A queued job must also fit its queue's nominal quota, every requested resource covered.
+Pure functions of plain dicts: the same objects `render` returns and `pulumi up` creates.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+from infra.accelerators import CATALOG
+from infra.pools import EFA_RESOURCE, AcceleratorPool, Toleration, quantity, tolerated
+from workloads.platform import PlatformFacts
+
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+_BASIC = {"cpu", "memory", "ephemeral-storage", "pods"}
+
+
+@dataclass(frozen=True)
+class PodTemplate:
+    job: str  # "<Kind>/<name>/<replica>"
+    count: int
+    node_selector: dict[str, str]
+    # Required node affinity: terms ORed, each a list of matchExpressions ANDed.
+    node_terms: list[list[dict[str, Any]]]
+    tolerations: list[Toleration]
+    requests: dict[str, str]  # per pod
+    queue: str | None = None  # the ClusterQueue (Kueue) or Queue (Volcano) admitting the job
+
+
+@dataclass
+class Verdict:
+    template: PodTemplate
+    source: str | None = None  # the pool that hosts it
+    reasons: list[str] = field(default_factory=list)  # why not, per pool or queue
+
+    @property
+    def schedulable(self) -> bool:
+        return self.source is not None and not self.reasons
+
+
+def pod_templates(objects: Sequence[Mapping[str, Any]]) -> list[PodTemplate]:
+    """Every pod template of the job objects among `objects`, resolved as the operators would."""
+    local_queues = {
+        o["metadata"]["name"]: o["spec"]["clusterQueue"] for o in objects if o["kind"] == "LocalQueue"
+    }
+    runtimes = {o["metadata"]["name"]: o for o in objects if o["kind"] == "TrainingRuntime"}
+    templates = []
+    for obj in objects:
+        labels = obj["metadata"].get("labels", {})
+        queue = labels.get(KUEUE_QUEUE_LABEL)
+        # Without a LocalQueue in the stack, the shared namespace's queue points at the same name.
+        queue = local_queues.get(queue, queue) if queue else None
+        if obj["kind"] == "TrainJob":
+            templates += _train_job(obj, runtimes[obj["spec"]["runtimeRef"]["name"]], queue)
+        elif obj["kind"] == "PyTorchJob":
+            policy = obj["spec"]["runPolicy"].get("schedulingPolicy", {})
+            templates += _pytorch_job(obj, queue or policy.get("queue"))
+    return templates
+
+
+def _train_job(job: Mapping[str, Any], runtime: Mapping[str, Any], queue: str | None) -> list[PodTemplate]:
+    trainer = job["spec"]["trainer"]
+    templates = []
+    for rjob in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+        spec = dict(rjob["template"]["spec"]["template"]["spec"])
+        for patch in job["spec"].get("runtimePatches", []):
+            for prj in patch.get("trainingRuntimeSpec", {}).get("template", {}).get("spec", {}).get(
+                "replicatedJobs", []
+            ):
+                if prj["name"] == rjob["name"]:
+                    spec = _patched(spec, prj["template"]["spec"]["template"].get("spec", {}))
+        count = trainer.get("numNodes") or runtime["spec"]["mlPolicy"].get("numNodes", 1)
+        # resourcesPerNode goes to the trainer container ("node", the runtime's ancestor step).
+        requests = {k: str(v) for k, v in trainer.get("resourcesPerNode", {}).get("requests", {}).items()}
+        templates.append(_template(f"TrainJob/{job['metadata']['name']}/{rjob['name']}", count, spec,
+                                   requests, queue))  # fmt: skip
+    return templates
+
+
+def _patched(spec: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """A runtime patch: maps merge, lists of tolerations append, the rest replaces."""
+    out = dict(spec)
+    for key, value in patch.items():
+        if key == "nodeSelector":
+            out[key] = {**spec.get(key, {}), **value}
+        elif key == "tolerations":
+            out[key] = [*spec.get(key, []), *value]
+        elif key != "containers":
+            out[key] = value
+    return out
+
+
+def _pytorch_job(job: Mapping[str, Any], queue: str | None) -> list[PodTemplate]:
+    templates = []
+    elastic = job["spec"].get("elasticPolicy")
+    for role, replica in job["spec"]["pytorchReplicaSpecs"].items():
+        count = max(replica["replicas"], elastic["maxReplicas"] if elastic else 0)
+        spec = replica["template"]["spec"]
+        requests: dict[str, Decimal] = {}
+        for container in spec["containers"]:
+            for k, v in container.get("resources", {}).get("requests", {}).items():
+                requests[k] = requests.get(k, Decimal(0)) + quantity(v)
+        templates.append(_template(f"PyTorchJob/{job['metadata']['name']}/{role}", count, spec,
+                                   {k: f"{v}" for k, v in requests.items()}, queue))  # fmt: skip
+    return templates
+
+
+def _template(
+    name: str, count: int, spec: Mapping[str, Any], requests: dict[str, str], queue: str | None
+) -> PodTemplate:
+    required = (
+        spec.get("affinity", {}).get("nodeAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    )
+    terms = [t.get("matchExpressions", []) for t in required["nodeSelectorTerms"]] if required else []
+    return PodTemplate(
+        job=name,
+        count=count,
+        node_selector=dict(spec.get("nodeSelector", {})),
+        node_terms=terms,
+        tolerations=[Toleration(**t) for t in spec.get("tolerations", [])],
+        requests=requests,
+        queue=queue,
+    )
+
+
+def matches_expression(labels: Mapping[str, str], expr: Mapping[str, Any]) -> bool:
+    """One node selector requirement (core/v1 NodeSelectorRequirement)."""
+    key, op, values = expr["key"], expr["operator"], expr.get("values", [])
+    if op == "In":
+        return labels.get(key) in values
+    if op == "NotIn":
+        return labels.get(key) not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    if op in ("Gt", "Lt") and key in labels:
+        node, wanted = int(labels[key]), int(values[0])
+        return node > wanted if op == "Gt" else node < wanted
+    return False
+
+
+def _node_problems(t: PodTemplate, pool: AcceleratorPool, platform: PlatformFacts) -> list[str]:
+    """Why no node of `pool` can host one pod of `t` (empty when some instance type can)."""
+    problems: set[str] = set()
+    acc = CATALOG[pool.accelerator]
+    for it in pool.instance_types:
+        instance = acc.instance(it)
+        for capacity_type in pool.capacity_types:
+            labels = pool.node_labels_for(it, capacity_type)
+            found = []
+            missing = {k: v for k, v in t.node_selector.items() if labels.get(k) != v}
+            if missing:
+                found.append(f"nodeSelector {missing} not on its nodes")
+            if t.node_terms and not any(all(matches_expression(labels, e) for e in term)
+                                        for term in t.node_terms):  # fmt: skip
+                found.append(f"required node affinity excludes {it}")
+            for taint in pool.taints:
+                if taint.effect != "PreferNoSchedule" and not tolerated(t.tolerations, taint):
+                    found.append(f"taint {taint.key}={taint.value}:{taint.effect} not tolerated")
+            capacity = {
+                "cpu": Decimal(instance.vcpus),
+                "memory": Decimal(instance.memory_gib) * 2**30,
+                pool.resource_name: Decimal(instance.gpus),
+                EFA_RESOURCE: Decimal(instance.efa_interfaces if pool.efa else 0),
+            }
+            for resource, amount in t.requests.items():
+                wanted = quantity(amount)
+                if resource not in _BASIC and wanted > 0 and not any(
+                    p.resource == resource and p.serves(labels, pool.taints) for p in platform.device_plugins
+                ):
+                    found.append(f"no device plugin serves {resource} on {it}")
+                if wanted > capacity.get(resource, Decimal(0)):
+                    found.append(f"{resource} {amount} per pod > {it}'s {capacity.get(resource, 0):g}")
+            if not found:
+                return []
+            problems.update(found)
+    return sorted(problems)
+
+
+def pods_per_node(t: PodTemplate, pool: AcceleratorPool) -> int:
+    """How many of the pods fit on one node of the pool (its largest instance type)."""
+    best = 0
+    for it in pool.instance_types:
+        instance = CATALOG[pool.accelerator].instance(it)
+        capacity = {
+            "cpu": instance.vcpus, "memory": instance.memory_gib * 2**30,
+            pool.resource_name: instance.gpus, EFA_RESOURCE: instance.efa_interfaces,
+        }  # fmt: skip
+        fits = [
+            int(Decimal(capacity[r]) // quantity(v)) for r, v in t.requests.items()
+            if r in capacity and quantity(v) > 0
+        ]  # fmt: skip
+        best = max(best, min(fits, default=1))
+    return best
+
+
+def _queue_problems(job: str, members: Sequence[Verdict], platform: PlatformFacts) -> list[str]:
+    """The whole gang against its queue's nominal quota, GPUs against the flavor of the pool that hosts
+    them (Kueue 0.19 refuses a resource no resource group covers: flavorassigner.go)."""
+    name = members[0].template.queue
+    if name is None:
+        return []
+    queue = platform.queue(name)
+    if queue is None:
+        return [f"{job}: queue {name!r} does not exist on {platform.cluster_name}"]
+    totals: dict[tuple[str, str], Decimal] = {}
+    for v in members:
+        pool = platform.accelerator_pools.get(v.source or "")
+        accelerator = pool.accelerator if pool else ""
+        for resource, amount in v.template.requests.items():
+            if pool is None and resource not in _BASIC | {EFA_RESOURCE}:
+                continue  # no node hosts it: reported above; its GPU flavor is unknown
+            key = (resource, accelerator)
+            totals[key] = totals.get(key, Decimal(0)) + quantity(amount) * v.template.count
+    problems = []
+    for (resource, accelerator), total in totals.items():
+        nominal = queue.quota_for(resource, accelerator) if accelerator else queue.nominal.get(resource)
+        if total == 0:
+            continue
+        if nominal is None:
+            problems.append(f"{job}: resource {resource} unavailable in {queue.scheduler} queue {name}")
+        elif total > quantity(nominal):
+            shown = f"{total / 2**30:g}Gi" if resource == "memory" else f"{total:g}"
+            problems.append(
+                f"{job}: {resource} {shown} for the gang > queue {name}'s nominal quota "
+                f"{nominal} (no cohort to borrow from: never admitted)"
+            )
+    return problems
+
+
+def simulate(objects: Sequence[Mapping[str, Any]], platform: PlatformFacts) -> list[Verdict]:
+    """A verdict per pod template: the source that hosts it, or the reasons none can."""
+    templates = pod_templates(objects)
+    verdicts = []
+    for t in templates:
+        verdict = Verdict(t)
+        reasons = []
+        for name, pool in platform.accelerator_pools.items():
+            problems = _node_problems(t, pool, platform)
+            if not problems:
+                needed = math.ceil(t.count / max(pods_per_node(t, pool), 1))
+                if needed > pool.max_nodes:
+                    problems = [f"needs {needed} nodes, the {pool.source} pool scales to {pool.max_nodes}"]
+            if not problems:
+                verdict.source = name
+                break
+            reasons.append(f"pool {name}: {'; '.join(problems)}")
+        if verdict.source is None:
+            verdict.reasons = reasons or [f"{platform.cluster_name} has no GPU pools"]
+        verdicts.append(verdict)
+    jobs: dict[str, list[Verdict]] = {}
+    for v in verdicts:
+        jobs.setdefault(v.template.job.rsplit("/", 1)[0], []).append(v)
+    for job, members in jobs.items():
+        # Templates of one job on one pool share its nodes (a PyTorchJob's Master and Workers).
+        for name, pool in platform.accelerator_pools.items():
+            on_pool = [v for v in members if v.source == name]
+            share = sum(Fraction(v.template.count, max(pods_per_node(v.template, pool), 1)) for v in on_pool)
+            if len(on_pool) > 1 and math.ceil(share) > pool.max_nodes:
+                for v in on_pool:
+                    needed = math.ceil(share)
+                    v.reasons.append(f"{job}: needs {needed} nodes of {name}, it scales to {pool.max_nodes}")
+        for problem in _queue_problems(job, members, platform):
+            for v in members:
+                v.reasons.append(problem)
+    return verdicts
+
+
+def unschedulable(verdicts: Iterable[Verdict]) -> list[str]:
+    """One line per pod template that would never run, with its reasons."""
+    return [
+        f"{v.template.job} ({v.template.count} pods): " + " | ".join(v.reasons)
+        for v in verdicts
+        if not v.schedulable
+    ]

@@ -10,13 +10,14 @@ import re
 from typing import NamedTuple
 
 # EKS Kubernetes minors the platform is validated with, and when EKS standard support ends (after it,
-# extended support bills six times the control-plane fee). Sources, read 2026-11-23: the EKS release
-# calendar (docs.aws.amazon.com/eks/latest/userguide/kubernetes-versions.html: 1.33 ends 2026-07-29)
-# and endoflife.date/amazon-eks (1.34 ends 2026-12-02, 1.35 released 2026-01-28 ends 2027-03-27).
-# No source seen lists an EKS 1.36 release or Karpenter support for it; Karpenter 1.9+ supports
-# Kubernetes up to 1.35 (endoflife.date/karpenter), the other pinned charts set no upper bound
-# (their Chart.yaml kubeVersion is ">=" only). EKS add-ons are not pinned: EKS installs each add-on's
-# default version for the cluster's Kubernetes version.
+# extended support bills six times the control-plane fee). Sources, looked up 2026-11-23 in stored
+# copies: the EKS release calendar (docs.aws.amazon.com/eks/latest/userguide/kubernetes-versions.html,
+# awsdocs/amazon-eks-user-guide: 1.33 ends 2026-07-29) and endoflife.date/amazon-eks (copy of
+# 2026-02: 1.34 ends 2026-12-02; 1.35 released 2026-01-28, ends 2027-03-27). No source seen lists an
+# EKS 1.36 release or Karpenter support for it; Karpenter 1.9 and later support Kubernetes up to 1.35
+# (endoflife.date/karpenter, copy of 2026-05-09). The other pinned charts set no upper bound (their
+# Chart.yaml kubeVersion is ">=" only or absent). EKS add-ons are not pinned: EKS installs each
+# add-on's default version for the cluster's Kubernetes version.
 EKS_STANDARD_SUPPORT_END = {
     "1.33": "2026-07-29",
     "1.34": "2026-12-02",

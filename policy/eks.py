@@ -179,12 +179,26 @@ def check_gpu_taint(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
 
 
 def check_gpu_min_zero(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
+    """Elastic GPU capacity is Karpenter's and must return to zero; a managed GPU group is reserved
+    capacity of a fixed size, because nothing scales managed groups (Karpenter ignores them and no
+    cluster-autoscaler runs): one at minSize 0 < maxSize never gets a node (infra/pools.py)."""
+    if type_ == NODE_POOL:
+        limits = dig(inputs, "spec", "limits", default={}) or {}
+        if any(a.resource_name in limits for a in CATALOG.values()):
+            after = dig(inputs, "spec", "disruption", "consolidateAfter")
+            if after == "Never":
+                yield "GPU NodePool has disruption.consolidateAfter Never: empty GPU nodes are never removed"
+        return
     acc = gpu_accelerator(inputs)
     if acc is None:
         return
-    minimum = dig(inputs, "scalingConfig", "minSize")
-    if minimum != 0:
-        yield f"GPU ({acc.key}) node group has scalingConfig.minSize={minimum!r}: idle GPUs cost money"
+    low, high = dig(inputs, "scalingConfig", "minSize"), dig(inputs, "scalingConfig", "maxSize")
+    if low != high:
+        yield (
+            f"GPU ({acc.key}) managed node group scales between minSize={low!r} and maxSize={high!r}, "
+            "but nothing scales managed groups: make it an elastic Karpenter pool (gpuPools source "
+            "karpenter) or a fixed-size reserved pool (source managed, size)"
+        )
 
 
 def check_node_pool_gpu_taint(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
@@ -300,22 +314,24 @@ RULES = (
     ),
     Rule(
         name="gpu-node-groups-scale-to-zero",
-        description="GPU node groups have a minimum size of 0 so idle GPUs cost nothing.",
-        remediation="Set the pool's minSize to 0 in the stack config (mlops-eks:acceleratorPools).",
+        description="Elastic GPU pools scale to zero: GPU NodePools remove empty nodes; a managed GPU node "
+        "group (which nothing scales) is a fixed-size reserved pool.",
+        remediation="In mlops-eks:gpuPools use source karpenter (gpuLimit, consolidateAfter not Never) for "
+        "elastic GPUs, or source managed with a size for reserved ones.",
         level="mandatory",
         severity="low",
-        types=NODE_GROUPS,
+        types=(*NODE_GROUPS, NODE_POOL),
         check=check_gpu_min_zero,
         scope="non-prod",
     ),
     Rule(
         name="gpu-node-groups-scale-to-zero-prod",
-        description="GPU node groups in prod should have a minimum size of 0 (advisory: warm capacity "
-        "may be a deliberate choice in prod).",
-        remediation="Set the pool's minSize to 0 unless warm GPUs are wanted; record why in the config.",
+        description="In prod, as gpu-node-groups-scale-to-zero (advisory: a deliberately warm pool may be "
+        "worth its cost in prod).",
+        remediation="As gpu-node-groups-scale-to-zero; record in the config why a pool stays warm.",
         level="advisory",
         severity="low",
-        types=NODE_GROUPS,
+        types=(*NODE_GROUPS, NODE_POOL),
         check=check_gpu_min_zero,
         scope="prod",
     ),

@@ -129,6 +129,37 @@ def objects(manifests: dict[str, str]) -> list[dict[str, Any]]:
     return found
 
 
+# Built-in kinds without a namespace; everything else a chart leaves unnamespaced lands in the release's.
+CLUSTER_SCOPED = frozenset(
+    {
+        "APIService", "CSIDriver", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
+        "IngressClass", "MutatingWebhookConfiguration", "Namespace", "PersistentVolume", "PriorityClass",
+        "RuntimeClass", "StorageClass", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+        "ValidatingWebhookConfiguration",
+    }
+)  # fmt: skip
+
+
+def installed(
+    release: HelmRelease, objs: list[dict[str, Any]], cluster_kinds: set[str]
+) -> list[dict[str, Any]]:
+    """The objects as `helm install` creates them: a namespaced object the chart leaves without a
+    namespace goes into the release's (Helm's kube client does that; `helm template` output does not
+    show it). `cluster_kinds`: cluster-scoped custom kinds (from their CRDs)."""
+    out = []
+    for obj in objs:
+        meta = obj.get("metadata") or {}
+        if obj["kind"] in CLUSTER_SCOPED or obj["kind"] in cluster_kinds or meta.get("namespace"):
+            out.append(obj)
+        else:
+            out.append({**obj, "metadata": {**meta, "namespace": release.namespace}})
+    return out
+
+
+def cluster_scoped_kinds(crds: list[dict[str, Any]]) -> set[str]:
+    return {c["spec"]["names"]["kind"] for c in crds if c["spec"].get("scope") == "Cluster"}
+
+
 def crds(release: HelmRelease) -> list[dict[str, Any]]:
     """The CustomResourceDefinitions a chart installs from crds/ (Helm installs them before templates)."""
     return [

@@ -85,11 +85,12 @@ def helm_objects(resources: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every object the platform's Helm releases install, rendered with their real charts at the
     cluster's Kubernetes version (the eks:index:Cluster's `version`)."""
     kube_version = next(r["inputs"]["version"] for r in resources if r["type"] == "eks:index:Cluster")
-    return [
-        obj
-        for release in helm_render.releases(resources)
-        for obj in helm_render.objects(helm_render.render(release, kube_version))
-    ]
+    releases = helm_render.releases(resources)
+    rendered = {r.name: helm_render.objects(helm_render.render(r, kube_version)) for r in releases}
+    crds = [c for r in releases for c in helm_render.crds(r)]
+    crds += [o for objs in rendered.values() for o in objs if o["kind"] == "CustomResourceDefinition"]
+    cluster_kinds = helm_render.cluster_scoped_kinds(crds)
+    return [o for r in releases for o in helm_render.installed(r, rendered[r.name], cluster_kinds)]
 
 
 def _name(obj: dict[str, Any]) -> str:

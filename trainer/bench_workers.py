@@ -1,10 +1,10 @@
 """Worker programs `trainer.bench` runs under `trainer.launch` (torchrun), one per rank:
 
-  bare-ddp OUT.json [STEPS]  the trainer's model, data, batch and optimizer in a plain DDP loop (forward,
-                             backward, all-reduce, step, nothing else): the yardstick for the trainer's
-                             own 2-process throughput
-  data-prep SOURCE OUT.json  the trainer's data preparation (trainer.token_store) on SOURCE; every rank
-                             reports its peak resident memory and the time it spent
+bare-ddp OUT.json [STEPS]  the trainer's model, data, batch and optimizer in a plain DDP loop (forward,
+                           backward, all-reduce, step, nothing else): the yardstick for the trainer's
+                           own 2-process throughput
+data-prep SOURCE OUT.json  the trainer's data preparation (trainer.token_store) on SOURCE; every rank
+                           reports its peak resident memory and the time it spent
 """
 
 from __future__ import annotations

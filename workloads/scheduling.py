@@ -181,8 +181,10 @@ def _node_problems(t: PodTemplate, pool: AcceleratorPool, platform: PlatformFact
                     p.resource == resource and p.serves(labels, pool.taints) for p in platform.device_plugins
                 ):
                     found.append(f"no device plugin serves {resource} on {it}")
-                if wanted > capacity.get(resource, Decimal(0)):
-                    found.append(f"{resource} {amount} per pod > {it}'s {capacity.get(resource, 0):g}")
+                have = capacity.get(resource, Decimal(0))
+                if wanted > have:
+                    shown = f"{have / 2**30:g}Gi" if resource == "memory" else f"{have:g}"
+                    found.append(f"{resource} {amount} per pod > {it}'s {shown}")
             if not found:
                 return []
             problems.update(found)

@@ -23,8 +23,8 @@ CASES = [
         "t3.large",
         "mlops-eks:systemNodes.instanceTypes",
     ),
-    ("gpu-max-negative", ("mlops-eks:gpuPools", 0, "maxSize"), -2, "mlops-eks:gpuPools[0].maxSize"),
-    ("gpu-min-negative", ("mlops-eks:gpuPools", 0, "minSize"), -1, "mlops-eks:gpuPools[0].minSize"),
+    ("gpu-limit-negative", ("mlops-eks:gpuPools", 0, "gpuLimit"), -2, "mlops-eks:gpuPools[0].gpuLimit"),
+    ("gpu-limit-below-a-node", ("mlops-eks:gpuPools", 0, "gpuLimit"), 3, "mlops-eks:gpuPools[0].gpuLimit"),
     (
         "gpu-disk-negative",
         ("mlops-eks:gpuPools", 0, "diskSizeGib"),
@@ -32,11 +32,12 @@ CASES = [
         "mlops-eks:gpuPools[0].diskSizeGib",
     ),
     (
-        "gpu-desired-above-max",
-        ("mlops-eks:gpuPools", 0, "desiredSize"),
-        9,
-        "mlops-eks:gpuPools[0].desiredSize",
+        "gpu-capacity-eks-spelling",
+        ("mlops-eks:gpuPools", 0, "capacityTypes"),
+        ["SPOT"],
+        "mlops-eks:gpuPools[0].capacityTypes[0]",
     ),
+    ("gpu-size-on-karpenter", ("mlops-eks:gpuPools", 0, "size"), 2, "mlops-eks:gpuPools[0].size"),
     (
         "gpu-unknown-accelerator",
         ("mlops-eks:gpuPools", 0, "accelerator"),

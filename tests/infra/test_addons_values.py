@@ -205,4 +205,6 @@ def test_kueue_flavors_pin_pods_to_the_accelerators_nodes():
     assert flavors["gpu-t4"]["spec"]["tolerations"][0]["key"] == t4.taint.key
     queue = next(o for o in kueue_objects(FULL.training.queues) if o["metadata"]["name"] == "team-a")
     covered = [g["coveredResources"] for g in queue["spec"]["resourceGroups"]]
-    assert covered == [["cpu", "memory"], ["amd.com/gpu"], ["nvidia.com/gpu"]]
+    # EFA in a group of its own (flavor "efa", no node labels): Kueue refuses uncovered resources.
+    assert covered == [["cpu", "memory"], ["amd.com/gpu"], ["nvidia.com/gpu"], ["vpc.amazonaws.com/efa"]]
+    assert flavors["efa"]["spec"] == {}

@@ -271,7 +271,7 @@ def test_gp3_is_the_default_storage_class_and_passes_the_kubernetes_schema(stack
     sc = stack.one("kubernetes:storage.k8s.io/v1:StorageClass").inputs
     assert sc["metadata"]["annotations"]["storageclass.kubernetes.io/is-default-class"] == "true"
     assert sc["parameters"] == {"type": "gp3", "encrypted": "true", "fsType": "ext4"}
-    kubernetes_validate.validate(sc, "1.33", strict=True)
+    kubernetes_validate.validate(sc, stack.config.kubernetes_version, strict=True)
 
 
 def test_components_have_typed_tokens_and_own_their_children(stack):

@@ -31,9 +31,11 @@ GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
 GOOD_GPU_NODE_GROUP = {
     "instanceTypes": ["g4dn.12xlarge"],
     "taints": [GPU_TAINT],
-    "scalingConfig": {"minSize": 0, "maxSize": 2, "desiredSize": 0},
+    "scalingConfig": {"minSize": 2, "maxSize": 2, "desiredSize": 2},  # reserved: a fixed size
     "launchTemplate": {"id": "lt-1", "version": "1"},
 }
+# A managed GPU group at minSize 0 that nothing scales: it never gets a node.
+STRANDED = {"minSize": 0, "maxSize": 2, "desiredSize": 0}
 GOOD_LT = {
     "metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 1, "httpEndpoint": "enabled"}
 }
@@ -231,7 +233,13 @@ CASES = [
         "gpu-node-groups-scale-to-zero",
         "eks:index:ManagedNodeGroup",
         GOOD_GPU_NODE_GROUP,
-        {**GOOD_GPU_NODE_GROUP, "scalingConfig": {"minSize": 1}},
+        {**GOOD_GPU_NODE_GROUP, "scalingConfig": STRANDED},
+    ),
+    (
+        "gpu-node-groups-scale-to-zero",
+        "kubernetes:karpenter.sh/v1:NodePool",
+        {"spec": {"limits": {"nvidia.com/gpu": "8"}, "disruption": {"consolidateAfter": "10m"}}},
+        {"spec": {"limits": {"nvidia.com/gpu": "8"}, "disruption": {"consolidateAfter": "Never"}}},
     ),
     (
         "s3-public-access-blocked",
@@ -427,7 +435,7 @@ def test_prod_only_rules_apply_only_in_prod():
     warm = Resource(
         type="eks:index:ManagedNodeGroup",
         name="g",
-        inputs={**GOOD_GPU_NODE_GROUP, "scalingConfig": {"minSize": 1}},
+        inputs={**GOOD_GPU_NODE_GROUP, "scalingConfig": STRANDED},
     )
     assert [(f.rule, f.level) for f in evaluate([warm], RULES, prod=True)] == [
         ("gpu-node-groups-scale-to-zero-prod", "advisory")

@@ -11,6 +11,7 @@ import pytest
 from policy.k8s import image_problem
 from policy.scan import (
     dockerfiles,
+    helm_objects,
     load_skips,
     platform_objects,
     run_checkov,
@@ -31,6 +32,7 @@ CANARY = {
 @pytest.fixture(scope="module")
 def checkov(platform_resources, workload_objects, tmp_path_factory):
     objects = {f"platform-{s}": platform_objects(r) for s, r in platform_resources.items()}
+    objects.update({f"helm-{s}": helm_objects(r) for s, r in platform_resources.items()})
     objects.update({f"workload-{s}": objs for s, objs in workload_objects.items()})
     root = tmp_path_factory.mktemp("scan")
     write_scan_tree(root, {**objects, "canary": [CANARY]})
@@ -47,6 +49,8 @@ def test_checkov_fails_nothing_outside_the_explained_skips(checkov):
 
 def test_checkov_really_scanned_manifests_training_pods_and_dockerfiles(checkov):
     root, failures, summary = checkov
+    charts = {p.name for p in root.glob("k8s/helm-*/*.yaml")}
+    assert any("-daemonset-dcgm-exporter" in n for n in charts) and any("-prometheus-" in n for n in charts)
     assert "Pod.canary.canary" in {f.resource for f in failures if f.check == "CKV_K8S_16"}
     assert summary["kubernetes"]["resource_count"] > 0 and summary["kubernetes"]["failed"] > 0
     scanned = {p.name for p in root.glob("k8s/workload-*/*-pod-*.yaml")}
@@ -75,7 +79,11 @@ def test_base_image_defaults_are_versioned():
 
 
 def test_skip_scopes_do_not_cover_services():
-    """Skips are scoped to training pods, never to long-running services (Deployments, DaemonSets)."""
+    """Pattern skips are scoped to training pods, never to long-running services (Deployments,
+    DaemonSets); a chart's services are skipped only object by object, by exact id."""
     for s in load_skips():
+        if "resources" in s:
+            assert "applies_to" not in s and all(re.fullmatch(r"[\w./-]+", r) for r in s["resources"]), s
+            continue
         for resource in ("Deployment.monitoring.grafana", "DaemonSet.kube-system.nvidia-device-plugin"):
             assert not re.match(s["applies_to"], resource), (s["check"], resource)

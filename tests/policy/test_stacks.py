@@ -90,11 +90,12 @@ MUTATIONS = [
         "nodes-imdsv2-hop-limit-1",
     ),
     (
-        "GPU group untainted",
-        "eks:index:ManagedNodeGroup",
+        # The committed stacks' GPU capacity is all Karpenter's (managed GPU groups are reserved pools).
+        "GPU NodePool never empties",
+        "kubernetes:karpenter.sh/v1:NodePool",
         _gpu_pool,
-        _set(("taints",), []),
-        "gpu-nodes-tainted",
+        _set(("spec", "disruption", "consolidateAfter"), "Never"),
+        "gpu-node-groups-scale-to-zero-prod",
     ),
     (
         "GPU NodePool untainted",

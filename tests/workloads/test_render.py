@@ -7,12 +7,13 @@ import pytest
 from kubeflow_trainer_api.models import TrainerV1alpha1TrainingRuntime, TrainerV1alpha1TrainJob
 
 from infra.accelerators import CATALOG
+from infra.cluster_rules import DEFAULT_KUBERNETES_VERSION
 from workloads.platform import example_outputs_path, load_platform_outputs
 from workloads.render import render
 from workloads.spec import parse_spec
 from workloads.stacks import load_stack, program_text, workload_stacks
 
-EKS_KUBERNETES = "1.33.0"  # the EKS version the platform pins
+EKS_KUBERNETES = f"{DEFAULT_KUBERNETES_VERSION}.0"  # the EKS version the platform pins
 CRD_GROUPS = ("trainer.kubeflow.org/", "kubeflow.org/", "kueue.x-k8s.io/")
 STACKS = workload_stacks()
 VOLUMES_SPEC = {

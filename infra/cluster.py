@@ -1,10 +1,23 @@
 """The EKS control plane (pulumi-eks `eks.Cluster`) and the managed add-ons that need running nodes.
 
 `Cluster` creates the KMS key for secrets envelope encryption, the node IAM role the managed node
-groups share, the cluster with API authentication and access entries, all five control plane log
-types, and the Kubernetes provider other components deploy through. `ManagedAddons` installs CoreDNS,
-the Pod Identity agent and the EBS CSI driver (with its own role) once the system nodes exist, then
-makes an encrypted gp3 StorageClass the default.
+groups share, the control-plane log group (retention, the stack's KMS key) before the cluster so EKS
+writes into it, the cluster with API authentication and access entries, all five control plane log
+types, and the Kubernetes provider other components deploy through. `ManagedAddons` installs CoreDNS
+and the EBS CSI driver (with its own role) once the system nodes exist, then makes an encrypted gp3
+StorageClass the default.
+
+The VPC CNI (aws-node) gets its AWS credentials from its own Pod Identity role, not from the node
+role: the node role keeps only what the kubelet and nodeadm need (AmazonEKSWorkerNodePolicy, which
+also covers the Pod Identity agent's eks-auth:AssumeRoleForPodIdentity, and ECR pulls). A node turns
+Ready only once aws-node has attached ENIs, and aws-node has credentials only through the Pod Identity
+agent (a host-network DaemonSet, so it runs before pod networking exists) and the association of
+kube-system/aws-node. So the agent add-on and that association come right after the cluster and
+`node_prerequisites` lists them: every node group waits for them. The vpc-cni add-on itself is
+pulumi-eks's (nodejs/eks/cluster/cluster.ts creates a `VpcCniAddon`, an `aws.eks.Addon` "vpc-cni",
+unless `useDefaultVpcCni`); it takes only an IRSA `serviceAccountRoleArn`, so the association is a
+separate `aws.eks.PodIdentityAssociation`. The cluster is IPv4 (AmazonEKS_CNI_Policy covers IPv4,
+prefix delegation included; IPv6 would need its own policy).
 
 Node access under `authenticationMode: API`: EKS itself creates the EC2_LINUX access entry of a managed
 node group's role when it creates the group; Karpenter's node role gets its own (infra/karpenter.py).
@@ -26,15 +39,18 @@ import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict
 
+from infra import keys, pod_identity
 from infra.cluster_rules import DEPLOY_FROM_VPC_TAG
 
 LOG_TYPES = ["api", "audit", "authenticator", "controllerManager", "scheduler"]
 # EKS's own default service CIDR, set explicitly because custom-AMI nodes are told it at bootstrap.
 SERVICE_CIDR = "172.20.0.0/16"
 EBS_CSI_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
+# The VPC CNI's service account (the vpc-cni add-on's DaemonSet aws-node runs as it).
+VPC_CNI_SERVICE_ACCOUNT = "aws-node"
+# No AmazonEKS_CNI_Policy: the VPC CNI has its own Pod Identity role (module docstring).
 NODE_POLICIES = (
     "AmazonEKSWorkerNodePolicy",
-    "AmazonEKS_CNI_Policy",
     "AmazonEC2ContainerRegistryReadOnly",
     # Session Manager instead of SSH: no key pairs, no port 22.
     "AmazonSSMManagedInstanceCore",
@@ -54,18 +70,11 @@ def assume_role_policy(service: str, actions: tuple[str, ...] = ("sts:AssumeRole
     return json.dumps({"Version": "2012-10-17", "Statement": [statement]})
 
 
-def pod_identity_trust_policy(cluster_name: str, namespace: str, service_account: str) -> str:
-    """Trust for an EKS Pod Identity role, limited by the session tags EKS sets to one service account
-    of one cluster (without them any pod identity association in the account could use the role)."""
-    return assume_role_policy(
-        "pods.eks.amazonaws.com",
-        ("sts:AssumeRole", "sts:TagSession"),
-        StringEquals={
-            "aws:RequestTag/eks-cluster-name": cluster_name,
-            "aws:RequestTag/kubernetes-namespace": namespace,
-            "aws:RequestTag/kubernetes-service-account": service_account,
-        },
+def pod_identity_trust_policy(cluster_arn: str, namespace: str, service_account: str) -> str:
+    trust = pod_identity.trust_policy(
+        cluster_arn=cluster_arn, namespace=namespace, service_account=service_account
     )
+    return json.dumps(trust)
 
 
 class ClusterArgs(ComponentArgs):
@@ -80,6 +89,11 @@ class ClusterArgs(ComponentArgs):
     # Recorded on the cluster as a tag, so the policy pack sees why a private-only prod API is legal.
     deploy_from_vpc: bool = False
     admin_principal_arns: list[str]
+    region: str
+    account_id: pulumi.Output[str] | str
+    # The stack's KMS key (infra/keys.py) for the control-plane log group, and how long logs are kept.
+    log_key_arn: pulumi.Output[str] | str
+    log_retention_days: int
     tags: dict[str, str]
 
 
@@ -114,6 +128,17 @@ class Cluster(pulumi.ComponentResource):
                 policy_arn=f"arn:{args.partition}:iam::aws:policy/{policy}",
                 opts=child,
             )
+
+        # Created before the cluster: EKS would otherwise create the group itself, unencrypted and
+        # never expiring, and then leave it behind on destroy.
+        log_group = aws.cloudwatch.LogGroup(
+            f"{name}-logs",
+            name=keys.eks_log_group_name(args.cluster_name),
+            retention_in_days=args.log_retention_days,
+            kms_key_id=args.log_key_arn,
+            tags=args.tags,
+            opts=child,
+        )
 
         admin_policy = f"arn:{args.partition}:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
         self.eks = eks.Cluster(
@@ -151,7 +176,7 @@ class Cluster(pulumi.ComponentResource):
             bootstrap_self_managed_addons=False,
             coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),
             tags=args.tags,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[log_group]),
         )
         # The name as an Output that resolves once the cluster exists (the component's registration
         # returns after pulumi-eks created it), carrying the dependency to whatever takes it as input.
@@ -164,6 +189,12 @@ class Cluster(pulumi.ComponentResource):
             name=args.cluster_name, opts=pulumi.InvokeOutputOptions(parent=self, depends_on=[self.eks])
         )
         self.k8s_provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig_json, opts=child)
+        self.arn: pulumi.Output[str] = pulumi.Output.all(self.name, args.account_id).apply(
+            lambda v: pod_identity.cluster_arn(
+                partition=args.partition, region=args.region, account_id=v[1], cluster_name=v[0]
+            )
+        )
+        self.node_prerequisites = self._node_networking(name, args)
         self.register_outputs(
             {
                 "cluster_name": self.name,
@@ -172,10 +203,52 @@ class Cluster(pulumi.ComponentResource):
             }
         )
 
+    def _node_networking(self, name: str, args: ClusterArgs) -> list[pulumi.Resource]:
+        """The Pod Identity agent and the VPC CNI's role and association: what a node needs before it
+        can turn Ready (module docstring). DaemonSet add-ons turn ACTIVE without nodes."""
+        child = pulumi.ResourceOptions(parent=self)
+        agent = aws.eks.Addon(
+            f"{name}-pod-identity-agent",
+            cluster_name=self.name,
+            addon_name="eks-pod-identity-agent",
+            resolve_conflicts_on_create="OVERWRITE",
+            resolve_conflicts_on_update="OVERWRITE",
+            tags=args.tags,
+            opts=child,
+        )
+        role = aws.iam.Role(
+            f"{name}-vpc-cni",
+            assume_role_policy=self.arn.apply(
+                lambda arn: pod_identity_trust_policy(arn, "kube-system", VPC_CNI_SERVICE_ACCOUNT)
+            ),
+            description=f"VPC CNI (kube-system/aws-node) of {args.cluster_name}",
+            tags=args.tags,
+            opts=child,
+        )
+        policy = aws.iam.RolePolicyAttachment(
+            f"{name}-vpc-cni",
+            role=role.name,
+            policy_arn=f"arn:{args.partition}:iam::aws:policy/AmazonEKS_CNI_Policy",
+            opts=child,
+        )
+        association = aws.eks.PodIdentityAssociation(
+            f"{name}-vpc-cni",
+            cluster_name=self.name,
+            namespace="kube-system",
+            service_account=VPC_CNI_SERVICE_ACCOUNT,
+            role_arn=role.arn,
+            tags=args.tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]),
+        )
+        return [agent, policy, association]
+
 
 class ManagedAddonsArgs(ComponentArgs):
     # Cluster.name: an Output of the cluster, so the add-ons and their associations wait for it.
     cluster_name: pulumi.Output[str]
+    cluster_arn: pulumi.Output[str]
+    # Cluster.node_prerequisites: the Pod Identity agent the EBS CSI driver's credentials come through.
+    pod_identity_agent: list[pulumi.Resource]
     partition: str
     k8s_provider: k8s.Provider
     # The add-ons' pods need schedulable nodes before EKS reports them ACTIVE.
@@ -200,14 +273,13 @@ class ManagedAddons(pulumi.ComponentResource):
             )
 
         addon("coredns")
-        pod_identity = addon("eks-pod-identity-agent")
 
         # EBS CSI gets its own role, assumable only by the kube-system/ebs-csi-controller-sa service
         # account of this cluster (Pod Identity association below, session tags in the trust policy).
         ebs_role = aws.iam.Role(
             f"{name}-ebs-csi",
-            assume_role_policy=args.cluster_name.apply(
-                lambda cluster: pod_identity_trust_policy(cluster, "kube-system", EBS_CSI_SERVICE_ACCOUNT)
+            assume_role_policy=args.cluster_arn.apply(
+                lambda arn: pod_identity_trust_policy(arn, "kube-system", EBS_CSI_SERVICE_ACCOUNT)
             ),
             description=args.cluster_name.apply(lambda cluster: f"EBS CSI controller of {cluster}"),
             tags=args.tags,
@@ -221,7 +293,7 @@ class ManagedAddons(pulumi.ComponentResource):
         )
         ebs = addon(
             "aws-ebs-csi-driver",
-            pod_identity,
+            *args.pod_identity_agent,
             policy,
             pod_identity_associations=[
                 aws.eks.AddonPodIdentityAssociationArgs(

@@ -52,6 +52,30 @@ def public_cidr_problem(cidr: str, environment: str) -> str | None:
     return None
 
 
+def public_cidrs_problem(cidrs: list[str], environment: str) -> str | None:
+    """Why the public CIDRs may not reach the endpoint together, or None. Each CIDR is checked alone
+    (public_cidr_problem) and so is their union: [0.0.0.0/1, 128.0.0.0/1] or four /2s are the whole
+    internet, and two adjacent /17s are a /16, so the union may not admit more addresses than one
+    block of the environment's widest prefix (it is that block, or narrower pieces of it)."""
+    nets = []
+    for cidr in cidrs:
+        if problem := public_cidr_problem(cidr, environment):
+            return f"{cidr}: {problem}"
+        nets.append(ipaddress.ip_network(cidr))
+    union = list(ipaddress.collapse_addresses(n for n in nets if n.version == 4))
+    size = sum(n.num_addresses for n in union)
+    blocks = ", ".join(map(str, union))
+    if size == 2**32:
+        return f"together they are the whole internet ({blocks})"
+    bound = PUBLIC_CIDR_MIN_PREFIX["prod" if environment == "prod" else "dev"]
+    if size > 2 ** (32 - bound):
+        return (
+            f"together they admit {size} addresses ({blocks}), more than one /{bound}: {environment} "
+            "admits only narrow deployer/office CIDRs"
+        )
+    return None
+
+
 class Principal(NamedTuple):
     partition: str
     account: str

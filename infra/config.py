@@ -27,8 +27,11 @@ from infra.cluster_rules import (
     creator_conflicts,
     is_access_entry_principal,
     public_cidr_problem,
+    public_cidrs_problem,
 )
-from infra.pools import EKS_CAPACITY_TYPE, CapacityType, Source
+from infra.environment import DEFAULT_ENVIRONMENT, Environment
+from infra.placeholders import placeholder_problems
+from infra.pools import EKS_CAPACITY_TYPE, CapacityType, EksCapacityType, Source
 
 PROJECT = "mlops-eks"
 REGION_KEY = "aws:region"
@@ -40,6 +43,11 @@ _AMI_ID = re.compile(r"^ami-[0-9a-f]{8}([0-9a-f]{9})?$")
 _POOL_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 # Karpenter's duration syntax (NodePool disruption.consolidateAfter): "30s", "10m", "1h30m" or "Never".
 _DURATION = re.compile(r"^(([0-9]+(s|m|h))+|Never)$")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+# CloudWatch Logs PutRetentionPolicy's allowed retentionInDays.
+LOG_RETENTION_DAYS = (
+    1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653
+)  # fmt: skip
 
 
 class ConfigError(Exception):
@@ -102,8 +110,12 @@ class SystemNodesConfig(_Model):
         return self.min_size if self.desired_size is None else self.desired_size
 
     @property
-    def eks_capacity_type(self) -> str:
+    def eks_capacity_type(self) -> EksCapacityType:
         return EKS_CAPACITY_TYPE[self.capacity_type]
+
+
+def _on_demand() -> list[CapacityType]:
+    return ["on-demand"]
 
 
 class GpuPoolConfig(_Model):
@@ -121,7 +133,7 @@ class GpuPoolConfig(_Model):
     # Default: the catalog's first (smallest) instance type of the accelerator. One GPU count per pool.
     instance_types: list[str] | None = None
     # Karpenter's spelling; a managed group takes exactly one (EKS maps it to SPOT / ON_DEMAND).
-    capacity_types: list[CapacityType] = Field(default_factory=lambda: ["on-demand"])
+    capacity_types: list[CapacityType] = Field(default_factory=_on_demand)
     # karpenter: the most GPUs the pool runs at once (NodePool spec.limits), the cost ceiling.
     gpu_limit: int | None = None
     # karpenter: how long a GPU node must be empty before it is removed.
@@ -231,7 +243,7 @@ class GpuPoolConfig(_Model):
         return min(self.catalog_entry.instance(t).efa_interfaces for t in self.instance_type_names)
 
     @property
-    def eks_capacity_type(self) -> str:
+    def eks_capacity_type(self) -> EksCapacityType:
         return EKS_CAPACITY_TYPE[self.capacity_types[0]]
 
     @property
@@ -252,8 +264,9 @@ class PlatformConfig(_Model):
     """Everything a platform stack (dev, prod) is configured by. Defaults are the secure choice."""
 
     region: str = Field(alias="aws:region")  # the AWS provider's own key
-    # "prod" applies the strict rules (no public endpoint open to the internet, on-demand system nodes).
-    environment: Literal["dev", "prod"] = "prod"
+    # "prod" applies the strict rules (narrow deployer CIDRs, on-demand system nodes). Unset means prod
+    # here, in the policy pack and in the CLIs alike (infra/environment.py).
+    environment: Environment = DEFAULT_ENVIRONMENT
     availability_zone_count: int = 3
     # Empty: the region's first availabilityZoneCount available AZs. Name them where GPU capacity is
     # (not every AZ offers every GPU family, e.g. p4d).
@@ -277,6 +290,10 @@ class PlatformConfig(_Model):
     ecr_keep_images: int = Field(default=30, ge=1, le=1000)
     # Lets `pulumi destroy` delete a non-empty bucket and repositories; keep false where data matters.
     force_destroy: bool = False
+    # Days CloudWatch keeps control-plane and VPC flow logs; unset: 90 in prod, 14 in dev.
+    log_retention_days: int | None = None
+    # Buckets (names) besides the platform's that pods may reach through the VPC's S3 endpoint.
+    s3_endpoint_extra_buckets: list[str] = Field(default_factory=list)
     tags: dict[str, str] = Field(default_factory=dict)
     # Cluster add-ons (infra/addons_config.py); every one can be turned off.
     addons: AddonsConfig = Field(default_factory=AddonsConfig)
@@ -323,6 +340,16 @@ class PlatformConfig(_Model):
             )
         self._check_network()
         self._check_endpoint()
+        if self.log_retention_days is not None and self.log_retention_days not in LOG_RETENTION_DAYS:
+            raise _Invalid(
+                "logRetentionDays",
+                self.log_retention_days,
+                ", ".join(map(str, LOG_RETENTION_DAYS)),
+                reason="the values CloudWatch Logs accepts",
+            )
+        for i, bucket in enumerate(self.s3_endpoint_extra_buckets):
+            if not _BUCKET.match(bucket):
+                raise _Invalid(f"s3EndpointExtraBuckets[{i}]", bucket, "an S3 bucket name (no ARN, no '*')")
         for i, arn in enumerate(self.admin_principal_arns):
             if not is_access_entry_principal(arn):
                 raise _Invalid(
@@ -426,6 +453,13 @@ class PlatformConfig(_Model):
                     "the deployer's own egress CIDRs (VPN or NAT, e.g. 198.51.100.7/32), never 0.0.0.0/0",
                     reason=problem,
                 )
+        if problem := public_cidrs_problem(self.public_access_cidrs, self.environment):
+            raise _Invalid(
+                "publicAccessCidrs",
+                self.public_access_cidrs,
+                "the deployer's own egress CIDRs (VPN or NAT, e.g. 198.51.100.7/32), never 0.0.0.0/0",
+                reason=problem,
+            )
 
     def check_deployable(self, caller_arn: str | None = None) -> None:
         """Refuse a config `pulumi up` cannot carry out from where it runs: a private-only endpoint
@@ -448,6 +482,12 @@ class PlatformConfig(_Model):
             )
         if problems:
             raise ConfigError(problems)
+
+    @property
+    def log_retention(self) -> int:
+        if self.log_retention_days is not None:
+            return self.log_retention_days
+        return 90 if self.environment == "prod" else 14
 
     @property
     def private_subnets(self) -> list[str]:
@@ -491,7 +531,30 @@ class PlatformConfig(_Model):
             name = key.split(":", 1)[1] if key.startswith(f"{PROJECT}:") else None
             structured = name is not None and _is_structured(name)
             values[key] = _parse_structured(value) if structured and isinstance(value, str) else value
-        return cls.from_mapping(values)
+        config = cls.from_mapping(values)
+        check_placeholders(values, offline=_under_mocks())
+        return config
+
+
+def _under_mocks() -> bool:
+    """Whether the program runs against Pulumi mocks (`infra synth`, tests) rather than an engine."""
+    from pulumi.runtime import settings
+    from pulumi.runtime.mocks import MockMonitor
+
+    return isinstance(settings.get_monitor(), MockMonitor)
+
+
+def check_placeholders(values: Mapping[str, Any], offline: bool) -> None:
+    """Refuse the committed files' documentation placeholders in a real preview or update; offline
+    (mocks) only warn, so the example stacks still synthesize."""
+    problems = placeholder_problems({k: v for k, v in values.items() if k.startswith(f"{PROJECT}:")})
+    if problems and not offline:
+        raise ConfigError([f"{p}; allowed: a real value (this one is an example)" for p in problems])
+    if problems:
+        import pulumi
+
+        for problem in problems:
+            pulumi.log.warn(f"{problem} (accepted offline only: a real preview or update refuses it)")
 
 
 def _parse_structured(value: str) -> Any:

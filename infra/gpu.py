@@ -100,6 +100,10 @@ def efa_device_plugin_values() -> dict[str, Any]:
     }
 
 
+def _tolerations(values: dict[str, Any]) -> tuple[Toleration, ...]:
+    return tuple(Toleration.model_validate(t) for t in values["tolerations"])
+
+
 def device_plugins(cfg: GpuSoftwareConfig) -> list[DevicePlugin]:
     """Where each installed device plugin runs, from the values above (the scheduling contract)."""
     plugins = []
@@ -107,13 +111,13 @@ def device_plugins(cfg: GpuSoftwareConfig) -> list[DevicePlugin]:
         values = nvidia_device_plugin_values()
         plugins.append(DevicePlugin(
             name="nvidia-device-plugin", resource=CATALOG["t4"].resource_name,
-            node_selector=values["nodeSelector"], tolerations=values["tolerations"],
+            node_selector=values["nodeSelector"], tolerations=_tolerations(values),
         ))  # fmt: skip
     if cfg.amd_device_plugin:
         values = amd_device_plugin_values()
         plugins.append(DevicePlugin(
             name="amd-gpu", resource=CATALOG["amd-v520"].resource_name,
-            node_selector=values["node_selector"], tolerations=values["tolerations"],
+            node_selector=values["node_selector"], tolerations=_tolerations(values),
         ))  # fmt: skip
     if cfg.efa_device_plugin:
         values = efa_device_plugin_values()
@@ -121,7 +125,7 @@ def device_plugins(cfg: GpuSoftwareConfig) -> list[DevicePlugin]:
             name="aws-efa-k8s-device-plugin", resource=EFA_RESOURCE,
             node_affinity={INSTANCE_TYPE_LABEL: tuple(values["supportedInstanceLabels"]["values"])},
             # The chart adds CriticalAddonsOnly before the configured tolerations.
-            tolerations=[Toleration(key="CriticalAddonsOnly", operator="Exists"), *values["tolerations"]],
+            tolerations=(Toleration(key="CriticalAddonsOnly", operator="Exists"), *_tolerations(values)),
         ))  # fmt: skip
     return plugins
 

@@ -22,6 +22,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from infra import karpenter_iam as iam
+from infra import pod_identity
 from infra.accelerators import CATALOG
 from infra.addons_config import KarpenterConfig
 from infra.charts import release
@@ -141,8 +142,16 @@ class Karpenter(pulumi.ComponentResource):
 
         controller_role = aws.iam.Role(
             f"{name}-controller",
-            assume_role_policy=pulumi.Output.from_input(args.account_id).apply(
-                lambda account: json.dumps(iam.pod_identity_trust_policy(account, NAMESPACE, SERVICE_ACCOUNT))
+            assume_role_policy=pulumi.Output.all(args.account_id, args.cluster_name).apply(
+                lambda v: json.dumps(
+                    pod_identity.trust_policy(
+                        cluster_arn=pod_identity.cluster_arn(
+                            partition=args.partition, region=args.region, account_id=v[0], cluster_name=v[1]
+                        ),
+                        namespace=NAMESPACE,
+                        service_account=SERVICE_ACCOUNT,
+                    )
+                )
             ),
             tags=args.tags,
             opts=aws_opts,

@@ -254,28 +254,6 @@ INTERRUPTION_EVENTS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def pod_identity_trust_policy(account_id: str, namespace: str, service_account: str) -> dict[str, Any]:
-    """Trust for EKS Pod Identity, for one service account: the agent tags the session with the pod's
-    namespace and service account, and the role accepts only those tags (and only this account's EKS)."""
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Effect": "Allow",
-                "Principal": {"Service": "pods.eks.amazonaws.com"},
-                "Action": ["sts:AssumeRole", "sts:TagSession"],
-                "Condition": {
-                    "StringEquals": {
-                        "aws:SourceAccount": account_id,
-                        "aws:RequestTag/kubernetes-namespace": namespace,
-                        "aws:RequestTag/kubernetes-service-account": service_account,
-                    }
-                },
-            }
-        ],
-    }
-
-
 def node_trust_policy() -> dict[str, Any]:
     return {
         "Version": "2012-10-17",
@@ -285,8 +263,8 @@ def node_trust_policy() -> dict[str, Any]:
     }
 
 
+# No AmazonEKS_CNI_Policy: the VPC CNI has its own Pod Identity role (infra/cluster.py).
 NODE_MANAGED_POLICIES = (
-    "AmazonEKS_CNI_Policy",
     "AmazonEKSWorkerNodePolicy",
     "AmazonEC2ContainerRegistryPullOnly",
     "AmazonSSMManagedInstanceCore",

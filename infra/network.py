@@ -1,23 +1,38 @@
-"""Network: a VPC across 2-4 AZs with public and private subnets, NAT and an S3 gateway endpoint.
+"""Network: a VPC across 2-4 AZs with public and private subnets, NAT, an S3 gateway endpoint and
+flow logs.
 
 Nodes live in the private subnets; the public ones hold the NAT gateways and internet-facing load
 balancers. Subnet tags let the AWS Load Balancer Controller and Karpenter find the right subnets.
+The S3 endpoint's policy admits only the platform's buckets (in this account), the buckets named in
+`s3EndpointExtraBuckets`, and the AWS-owned buckets nodes read from; every other S3 request in the
+region is refused at the endpoint (it cannot go out through the NAT instead: S3 traffic of the region
+follows the endpoint's route). VPC flow logs (accepted and rejected traffic) go to a KMS-encrypted log
+group with retention, written by a role that may write to that group only.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import json
+from typing import Any, Literal
 
 import pulumi
 import pulumi_aws as aws
-from pydantic import BaseModel, ConfigDict
+
+from infra.cluster import ComponentArgs
+from infra.keys import flow_log_group_name
 
 
-class NetworkArgs(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class NetworkArgs(ComponentArgs):
     cluster_name: str
     region: str
+    partition: str = "aws"
+    account_id: pulumi.Output[str] | str
+    # Bucket names start with this (infra/storage.py `bucket_prefix`).
+    platform_bucket_prefix: str
+    extra_endpoint_buckets: list[str] = []
+    # The stack's KMS key (infra/keys.py) and the retention of the flow-log group.
+    log_key_arn: pulumi.Output[str] | str
+    log_retention_days: int
     # Empty: the first len(private_subnet_cidrs) available AZs of the region.
     availability_zones: list[str]
     vpc_cidr: str
@@ -131,9 +146,21 @@ class Network(pulumi.ComponentResource):
             service_name=f"com.amazonaws.{args.region}.s3",
             vpc_endpoint_type="Gateway",
             route_table_ids=[rt.id for rt in private_rts],
+            policy=pulumi.Output.from_input(args.account_id).apply(
+                lambda account: json.dumps(
+                    s3_endpoint_policy(
+                        partition=args.partition,
+                        region=args.region,
+                        account_id=account,
+                        platform_bucket_prefix=args.platform_bucket_prefix,
+                        extra_buckets=args.extra_endpoint_buckets,
+                    )
+                )
+            ),
             tags={**args.tags, "Name": f"{name}-s3"},
             opts=child,
         )
+        self._flow_logs(name, args, vpc)
 
         self.vpc_id = vpc.id
         self.private_subnet_ids = pulumi.Output.all(*[s.id for s in private])
@@ -145,3 +172,133 @@ class Network(pulumi.ComponentResource):
                 "public_subnet_ids": self.public_subnet_ids,
             }
         )
+
+    def _flow_logs(self, name: str, args: NetworkArgs, vpc: aws.ec2.Vpc) -> None:
+        child = pulumi.ResourceOptions(parent=self)
+        group = aws.cloudwatch.LogGroup(
+            f"{name}-flow-logs",
+            name=flow_log_group_name(args.cluster_name),
+            retention_in_days=args.log_retention_days,
+            kms_key_id=args.log_key_arn,
+            tags=args.tags,
+            opts=child,
+        )
+        role = aws.iam.Role(
+            f"{name}-flow-logs",
+            assume_role_policy=pulumi.Output.from_input(args.account_id).apply(
+                lambda account: json.dumps(flow_logs_trust_policy(args.partition, args.region, account))
+            ),
+            description=f"VPC flow log delivery of {args.cluster_name}",
+            tags=args.tags,
+            opts=child,
+        )
+        policy = aws.iam.RolePolicy(
+            f"{name}-flow-logs",
+            role=role.id,
+            policy=group.arn.apply(lambda arn: json.dumps(flow_logs_delivery_policy(arn))),
+            opts=child,
+        )
+        aws.ec2.FlowLog(
+            f"{name}-flow-logs",
+            vpc_id=vpc.id,
+            traffic_type="ALL",
+            log_destination_type="cloud-watch-logs",
+            log_destination=group.arn,
+            iam_role_arn=role.arn,
+            max_aggregation_interval=600,
+            tags=args.tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]),
+        )
+
+
+def s3_endpoint_policy(
+    *, partition: str, region: str, account_id: str, platform_bucket_prefix: str, extra_buckets: list[str]
+) -> dict[str, Any]:
+    """What may pass the S3 gateway endpoint: the platform's buckets (owned by this account: a bucket of
+    the same name pattern in another account is refused), the configured extra buckets, and read-only the
+    AWS-owned buckets a node reads: ECR image layers (ECR User Guide, "Amazon ECR interface VPC endpoints",
+    `prod-<region>-starport-layer-bucket`), the Amazon Linux 2023 package repositories
+    (`al2023-repos-<region>-*`) and SSM Agent's buckets (Systems Manager User Guide, "SSM Agent
+    communications with AWS managed S3 buckets")."""
+    s3 = f"arn:{partition}:s3:::"
+    platform = f"{s3}{platform_bucket_prefix}*"
+    aws_owned = [
+        f"prod-{region}-starport-layer-bucket",
+        f"al2023-repos-{region}-*",
+        f"aws-ssm-{region}",
+        f"aws-windows-downloads-{region}",
+        f"amazon-ssm-{region}",
+        f"amazon-ssm-packages-{region}",
+        f"{region}-birdwatcher-prod",
+        f"aws-ssm-distributor-file-{region}",
+        f"aws-ssm-document-attachments-{region}",
+        f"patch-baseline-snapshot-{region}",
+    ]
+    statements: list[dict[str, Any]] = [
+        {
+            "Sid": "PlatformBuckets",
+            "Effect": "Allow",
+            "Principal": "*",
+            "Action": "s3:*",
+            "Resource": [platform, f"{platform}/*"],
+            "Condition": {"StringEquals": {"aws:ResourceAccount": account_id}},
+        },
+        {
+            "Sid": "AwsOwnedBucketsNodesRead",
+            "Effect": "Allow",
+            "Principal": "*",
+            "Action": ["s3:GetObject", "s3:GetBucketLocation", "s3:ListBucket"],
+            "Resource": [f"{s3}{b}" for b in aws_owned] + [f"{s3}{b}/*" for b in aws_owned],
+        },
+    ]
+    if extra_buckets:
+        statements.append(
+            {
+                "Sid": "ConfiguredBuckets",
+                "Effect": "Allow",
+                "Principal": "*",
+                "Action": "s3:*",
+                "Resource": [f"{s3}{b}" for b in extra_buckets] + [f"{s3}{b}/*" for b in extra_buckets],
+            }
+        )
+    return {"Version": "2012-10-17", "Statement": statements}
+
+
+def flow_logs_trust_policy(partition: str, region: str, account_id: str) -> dict[str, Any]:
+    """Assumable by VPC Flow Logs for this account's flow logs only (confused-deputy conditions)."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": "vpc-flow-logs.amazonaws.com"},
+                "Action": "sts:AssumeRole",
+                "Condition": {
+                    "StringEquals": {"aws:SourceAccount": account_id},
+                    "ArnLike": {"aws:SourceArn": f"arn:{partition}:ec2:{region}:{account_id}:vpc-flow-log/*"},
+                },
+            }
+        ],
+    }
+
+
+def flow_logs_delivery_policy(log_group_arn: str) -> dict[str, Any]:
+    """Write streams and events to the one flow-log group (VPC User Guide, "IAM role for publishing
+    flow logs to CloudWatch Logs", scoped from `*` to the group)."""
+    group = log_group_arn.removesuffix(":*")
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "WriteFlowLogGroup",
+                "Effect": "Allow",
+                "Action": [
+                    "logs:CreateLogStream",
+                    "logs:PutLogEvents",
+                    "logs:DescribeLogGroups",
+                    "logs:DescribeLogStreams",
+                ],
+                "Resource": [group, f"{group}:*"],
+            }
+        ],
+    }

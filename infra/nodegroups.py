@@ -46,6 +46,8 @@ class NodePoolArgs(ComponentArgs):
     efa_interfaces: int = 0
     # aws.eks.get_cluster result: endpoint, CA, security group for custom AMIs and EFA interfaces.
     cluster_info: pulumi.Output[Any] | None = None
+    # What a node needs before it can turn Ready (Cluster.node_prerequisites: VPC CNI credentials).
+    after: list[pulumi.Resource] = []
     tags: dict[str, str]
 
 
@@ -120,7 +122,7 @@ class NodePool(pulumi.ComponentResource):
                 id=template.id, version=template.latest_version.apply(str)
             ),
             tags=args.tags,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=args.after),
         )
         self.register_outputs({"launch_template_id": template.id})
 

@@ -22,7 +22,8 @@ from infra.accelerators import CATALOG
 # Karpenter's spelling (karpenter.sh/capacity-type); EKS managed node groups spell it SPOT/ON_DEMAND.
 CapacityType = Literal["spot", "on-demand"]
 CAPACITY_TYPES: tuple[CapacityType, ...] = ("spot", "on-demand")
-EKS_CAPACITY_TYPE: Mapping[str, str] = {"spot": "SPOT", "on-demand": "ON_DEMAND"}
+EksCapacityType = Literal["SPOT", "ON_DEMAND"]
+EKS_CAPACITY_TYPE: Mapping[str, EksCapacityType] = {"spot": "SPOT", "on-demand": "ON_DEMAND"}
 Source = Literal["karpenter", "managed"]
 Effect = Literal["NoSchedule", "NoExecute", "PreferNoSchedule"]
 EFA_RESOURCE = "vpc.amazonaws.com/efa"

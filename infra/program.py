@@ -17,10 +17,12 @@ import pulumi_kubernetes as k8s
 from infra.addons import install_addons
 from infra.cluster import Cluster, ClusterArgs, ManagedAddons, ManagedAddonsArgs
 from infra.config import ConfigError, GpuPoolConfig, PlatformConfig
+from infra.keys import StackKey, StackKeyArgs
 from infra.network import Network, NetworkArgs
 from infra.nodegroups import SYSTEM_AMI_TYPE, SYSTEM_LABELS, NodePool, NodePoolArgs, gpu_pool_scheduling
+from infra.pod_identity import partition_of
 from infra.pools import AcceleratorPool, PoolTaint
-from infra.storage import Storage, StorageArgs
+from infra.storage import Storage, StorageArgs, bucket_prefix
 
 
 @dataclass
@@ -64,23 +66,36 @@ class Platform:
         return [self.system_pool.node_group, *(p.node_group for p in self.gpu_pools.values())]
 
 
-def partition_of(region: str) -> str:
-    if region.startswith("cn-"):
-        return "aws-cn"
-    return "aws-us-gov" if region.startswith("us-gov-") else "aws"
-
-
 def build(config: PlatformConfig, stack: str) -> Platform:
     """Register the platform's resources for `stack`."""
     cluster_name = f"mlops-eks-{stack}"
     tags = {"mlops-eks:stack": stack, "managed-by": "pulumi", **config.tags}
     partition = partition_of(config.region)
+    caller = aws.get_caller_identity_output()
+    account_id = caller.account_id
+    # Logs and data: one key, made first (the flow-log and control-plane log groups need it).
+    key = StackKey(
+        "stack-key",
+        StackKeyArgs(
+            cluster_name=cluster_name,
+            partition=partition,
+            region=config.region,
+            account_id=account_id,
+            tags=tags,
+        ),
+    )
 
     network = Network(
         "network",
         NetworkArgs(
             cluster_name=cluster_name,
             region=config.region,
+            partition=partition,
+            account_id=account_id,
+            platform_bucket_prefix=bucket_prefix(stack),
+            extra_endpoint_buckets=config.s3_endpoint_extra_buckets,
+            log_key_arn=key.arn,
+            log_retention_days=config.log_retention,
             availability_zones=config.availability_zones,
             vpc_cidr=config.vpc_cidr,
             private_subnet_cidrs=config.private_subnets,
@@ -102,6 +117,10 @@ def build(config: PlatformConfig, stack: str) -> Platform:
             public_access_cidrs=config.public_access_cidrs,
             deploy_from_vpc=config.deploy_from_vpc,
             admin_principal_arns=config.admin_principal_arns,
+            region=config.region,
+            account_id=account_id,
+            log_key_arn=key.arn,
+            log_retention_days=config.log_retention,
             tags=tags,
         ),
     )
@@ -120,6 +139,7 @@ def build(config: PlatformConfig, stack: str) -> Platform:
             desired_size=system.desired,
             capacity_type=system.eks_capacity_type,
             disk_size_gib=system.disk_size_gib,
+            after=cluster.node_prerequisites,
             tags=tags,
         ),
     )
@@ -132,6 +152,8 @@ def build(config: PlatformConfig, stack: str) -> Platform:
         "addons",
         ManagedAddonsArgs(
             cluster_name=cluster.name,
+            cluster_arn=cluster.arn,
+            pod_identity_agent=cluster.node_prerequisites[:1],
             partition=partition,
             k8s_provider=cluster.k8s_provider,
             node_groups=[system_pool.node_group],
@@ -143,6 +165,12 @@ def build(config: PlatformConfig, stack: str) -> Platform:
         "storage",
         StorageArgs(
             stack=stack,
+            cluster_name=cluster_name,
+            partition=partition,
+            account_id=account_id,
+            kms_key_arn=key.arn,
+            admin_principal_arns=config.admin_principal_arns,
+            deployer_arn=caller.arn,
             noncurrent_days=config.checkpoint_noncurrent_days,
             keep_images=config.ecr_keep_images,
             force_destroy=config.force_destroy,
@@ -154,7 +182,7 @@ def build(config: PlatformConfig, stack: str) -> Platform:
         stack=stack,
         cluster_name=cluster_name,
         partition=partition,
-        account_id=aws.get_caller_identity_output().account_id,
+        account_id=account_id,
         network=network,
         cluster=cluster,
         system_pool=system_pool,
@@ -195,6 +223,7 @@ def _gpu_pool(pool: GpuPoolConfig, cluster: Cluster, network: Network, tags: dic
             disk_size_gib=pool.disk_size_gib or 200,
             efa_interfaces=efa_interfaces,
             cluster_info=cluster.info,
+            after=cluster.node_prerequisites,
             tags={**tags, "mlops-eks:gpu-pool": pool.name},
         ),
     )
@@ -214,7 +243,7 @@ def accelerator_pools(config: PlatformConfig) -> dict[str, AcceleratorPool]:
             gpus_per_node=pool.gpus_per_node,
             resource_name=acc.resource_name,
             node_labels=labels,
-            taints=tuple(PoolTaint(**t) for t in taints),
+            taints=tuple(PoolTaint.model_validate(t) for t in taints),
             capacity_types=tuple(pool.capacity_types),
             efa_interfaces=pool.efa_interfaces,
             gpu_limit=pool.gpu_limit,

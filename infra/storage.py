@@ -1,7 +1,10 @@
 """Storage for training: one S3 bucket for data sets and checkpoints, ECR repositories for the images.
 
-The bucket is private, versioned, SSE-KMS encrypted and reachable only over TLS;
-old checkpoint versions expire. Repositories scan on push, refuse tag overwrites (a tag names one
+The bucket is private, versioned, encrypted with the stack's KMS key (infra/keys.py) and reachable
+only over TLS; its objects (and their listing) only by the cluster's pod roles (IAM path
+`/mlops-eks/<cluster>/`, infra/pod_identity.py), the cluster admins and the deploying identity. The
+bucket's own configuration stays governed by IAM, so a new deployer is never locked out of it. Old
+checkpoint versions expire. Repositories scan on push, refuse tag overwrites (a tag names one
 image forever) and keep the last N images.
 """
 
@@ -13,6 +16,7 @@ import pulumi
 import pulumi_aws as aws
 
 from infra.cluster import ComponentArgs
+from infra.pod_identity import role_path
 
 IMAGE_FLAVOURS = ("cuda", "rocm", "cpu")
 # Every job writes under jobs/<name>/ (workloads/pod.py): checkpoints there are rewritten every few
@@ -20,8 +24,22 @@ IMAGE_FLAVOURS = ("cuda", "rocm", "cpu")
 JOBS_PREFIX = "jobs/"
 
 
+def bucket_prefix(stack: str) -> str:
+    """The data bucket's name starts with this (the S3 endpoint's policy admits it, infra/network.py)."""
+    return f"mlops-eks-{stack}-"
+
+
 class StorageArgs(ComponentArgs):
     stack: str
+    cluster_name: str
+    partition: str = "aws"
+    account_id: pulumi.Output[str] | str
+    # The stack's KMS key (infra/keys.py).
+    kms_key_arn: pulumi.Output[str] | str
+    # Principals besides the cluster's pod roles that may use the bucket: the admins and the deployer
+    # (IAM ARNs; an assumed-role session counts as its role, see `principal_patterns`).
+    admin_principal_arns: list[str] = []
+    deployer_arn: pulumi.Output[str] | str
     noncurrent_days: int
     keep_images: int
     force_destroy: bool
@@ -35,12 +53,12 @@ class Storage(pulumi.ComponentResource):
 
         bucket = aws.s3.Bucket(
             f"{name}-data",
-            bucket_prefix=f"mlops-eks-{args.stack}-",
+            bucket_prefix=bucket_prefix(args.stack),
             force_destroy=args.force_destroy,
             tags=args.tags,
             opts=child,
         )
-        aws.s3.BucketPublicAccessBlock(
+        public_access = aws.s3.BucketPublicAccessBlock(
             f"{name}-data",
             bucket=bucket.id,
             block_public_acls=True,
@@ -66,10 +84,10 @@ class Storage(pulumi.ComponentResource):
             bucket=bucket.id,
             rules=[
                 aws.s3.BucketServerSideEncryptionConfigurationRuleArgs(
-                    # The AWS-managed aws/s3 key (rotated yearly by AWS): a job role's S3 grant is then
-                    # all it needs, with no key policy to keep in step with every workload stack.
+                    # The stack's key: its key policy defers to IAM, and a job role gets kms:Decrypt and
+                    # GenerateDataKey through S3 for this bucket only (workloads/program.py).
                     apply_server_side_encryption_by_default=aws.s3.BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs(
-                        sse_algorithm="aws:kms"
+                        sse_algorithm="aws:kms", kms_master_key_id=args.kms_key_arn
                     ),
                     # One KMS call per bucket key instead of per object: checkpoints are many objects.
                     bucket_key_enabled=True,
@@ -103,8 +121,21 @@ class Storage(pulumi.ComponentResource):
         aws.s3.BucketPolicy(
             f"{name}-data-tls-only",
             bucket=bucket.id,
-            policy=bucket.arn.apply(tls_only_policy),
-            opts=child,
+            policy=pulumi.Output.all(bucket.arn, args.account_id, args.deployer_arn).apply(
+                lambda v: json.dumps(
+                    data_bucket_policy(
+                        v[0],
+                        principal_patterns(
+                            partition=args.partition,
+                            account_id=v[1],
+                            cluster_name=args.cluster_name,
+                            principal_arns=[*args.admin_principal_arns, v[2]],
+                        ),
+                    )
+                )
+            ),
+            # S3 refuses a bucket policy while the public access block is being applied.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[public_access]),
         )
 
         self.repositories = {
@@ -155,20 +186,54 @@ class Storage(pulumi.ComponentResource):
         self.register_outputs({"bucket_name": self.bucket_name, "repository_urls": self.repository_urls})
 
 
-def tls_only_policy(bucket_arn: str) -> str:
-    """Deny every request to the bucket and its objects that does not use TLS."""
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Sid": "DenyInsecureTransport",
-                    "Effect": "Deny",
-                    "Principal": "*",
-                    "Action": "s3:*",
-                    "Resource": [bucket_arn, f"{bucket_arn}/*"],
-                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
-                }
-            ],
-        }
-    )
+def principal_patterns(
+    *, partition: str, account_id: str, cluster_name: str, principal_arns: list[str]
+) -> list[str]:
+    """`aws:PrincipalArn` patterns of who may use the bucket. An STS assumed-role session ARN
+    (`arn:aws:sts::<acct>:assumed-role/<role>/<session>`) becomes its role's ARN, with or without a path
+    (the session ARN does not carry the role's path; `aws:PrincipalArn` does)."""
+    patterns = [f"arn:{partition}:iam::{account_id}:role{role_path(cluster_name)}*"]
+    for arn in principal_arns:
+        parts = arn.split(":", 5)
+        if len(parts) == 6 and parts[2] == "sts" and parts[5].startswith("assumed-role/"):
+            role = parts[5].split("/")[1]
+            iam = f"arn:{parts[1]}:iam::{parts[4]}:role/"
+            patterns += [iam + role, f"{iam}*/{role}"]
+        else:
+            patterns.append(arn)
+    return list(dict.fromkeys(patterns))
+
+
+def data_bucket_policy(bucket_arn: str, allowed_principals: list[str]) -> dict:
+    """Deny every request without TLS; deny reading, writing and listing the data to every principal
+    outside `allowed_principals` (aws:PrincipalArn patterns)."""
+    outsiders = {"ArnNotLike": {"aws:PrincipalArn": allowed_principals}}
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "DenyInsecureTransport",
+                "Effect": "Deny",
+                "Principal": "*",
+                "Action": "s3:*",
+                "Resource": [bucket_arn, f"{bucket_arn}/*"],
+                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+            },
+            {
+                "Sid": "DenyObjectsOutsideThePlatform",
+                "Effect": "Deny",
+                "Principal": "*",
+                "Action": "s3:*",
+                "Resource": f"{bucket_arn}/*",
+                "Condition": outsiders,
+            },
+            {
+                "Sid": "DenyListingOutsideThePlatform",
+                "Effect": "Deny",
+                "Principal": "*",
+                "Action": ["s3:ListBucket", "s3:ListBucketVersions", "s3:ListBucketMultipartUploads"],
+                "Resource": bucket_arn,
+                "Condition": outsiders,
+            },
+        ],
+    }

@@ -64,6 +64,8 @@ class PlatformMocks(pulumi.runtime.Mocks):
         elif args.typ == "aws:s3/bucket:Bucket":
             bucket = inputs.get("bucket") or f"{inputs.get('bucketPrefix', name)}mock"
             outputs = {"bucket": bucket, "arn": f"arn:aws:s3:::{bucket}"}
+        elif args.typ == "aws:cloudwatch/logGroup:LogGroup":
+            outputs = {"arn": f"arn:aws:logs:{self.region}:{ACCOUNT_ID}:log-group:{inputs['name']}"}
         elif args.typ == "aws:ecr/repository:Repository":
             repo = inputs.get("name", name)
             outputs = {

@@ -13,7 +13,7 @@ from infra.cluster_rules import (
     MINIMUM_KUBERNETES_VERSION,
     PRIVATE_ONLY_REASON,
     PUBLIC_CIDR_MIN_PREFIX,
-    public_cidr_problem,
+    public_cidrs_problem,
 )
 from policy.core import Rule, as_list, dig
 
@@ -66,9 +66,8 @@ def check_endpoint_not_open(type_: str, inputs: Mapping[str, Any]) -> Iterator[s
         open_ = [c for c in cidrs if c in OPEN_CIDRS]
         if open_:
             yield f"the public endpoint is open to {', '.join(open_)} (publicAccessCidrs={cidrs})"
-        for cidr in cidrs:
-            if cidr not in OPEN_CIDRS and (problem := public_cidr_problem(cidr, "dev")):
-                yield f"publicAccessCidrs has {cidr}: {problem}"
+        elif problem := public_cidrs_problem(cidrs, "dev"):
+            yield f"publicAccessCidrs {cidrs}: {problem}"
 
 
 def _cluster_tags(type_: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
@@ -81,9 +80,8 @@ def check_prod_endpoint(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
     cluster is tagged as deployed from inside the VPC (config deployFromVpc)."""
     _, public, cidrs = _endpoint(type_, inputs)
     if public:
-        for cidr in cidrs:
-            if problem := public_cidr_problem(cidr, "prod"):
-                yield f"publicAccessCidrs has {cidr}: {problem}"
+        if problem := public_cidrs_problem(cidrs, "prod"):
+            yield f"publicAccessCidrs {cidrs}: {problem}"
     elif str(_cluster_tags(type_, inputs).get(DEPLOY_FROM_VPC_TAG, "")).lower() != "true":
         yield (
             f"the endpoint is private-only and the cluster lacks the tag {DEPLOY_FROM_VPC_TAG}=true: "

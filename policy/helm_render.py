@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,7 @@ def releases(resources: list[Any]) -> list[HelmRelease]:
     return found
 
 
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml: the CRDs are megabytes
+class _Loader(yaml.CSafeLoader):  # libyaml (PyYAML's wheels bundle it): the CRDs are megabytes
     """PyYAML without YAML 1.1's `=` (value) tag, which Go's YAML does not have: some CRDs contain
     a plain `=` (an enum of operators)."""
 
@@ -115,7 +115,7 @@ def render(release: HelmRelease, kube_version: str, package: Path | None = None)
 def objects(manifests: dict[str, str]) -> list[dict[str, Any]]:
     """The Kubernetes objects `helm install` creates from rendered manifests (hooks included, test hooks,
     NOTES.txt and empty documents dropped)."""
-    found = []
+    found: list[dict[str, Any]] = []
     for path, text in sorted(manifests.items()):
         if not path.endswith((".yaml", ".yml", ".tpl", ".json")) or path.endswith("NOTES.txt"):
             continue
@@ -204,3 +204,53 @@ def is_builtin(obj: dict[str, Any]) -> bool:
 def label(release: HelmRelease, obj: dict[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     return f"{release.name}: {obj.get('kind')}/{meta.get('namespace', '')}/{meta.get('name')}"
+
+
+@dataclass
+class Rendered:
+    """Every release of one platform stack, rendered and installed as Helm would, and validated."""
+
+    kube_version: str
+    releases: list[HelmRelease]
+    objects: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # release name -> objects
+    errors: dict[str, str] = field(default_factory=dict)  # release name -> why it did not render
+    crds: list[dict[str, Any]] = field(default_factory=list)  # installed by the charts
+    invalid: list[str] = field(default_factory=list)  # built-in objects kubernetes-validate rejects
+    builtin_checked: int = 0
+    custom: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # kinds it has no schema for
+
+    def of_kind(self, kind: str) -> list[tuple[str, dict[str, Any]]]:
+        return [(name, o) for name, objs in self.objects.items() for o in objs if o["kind"] == kind]
+
+    @property
+    def all_objects(self) -> list[dict[str, Any]]:
+        return [o for objs in self.objects.values() for o in objs]
+
+
+def render_platform(resources: list[Any], kube_version: str) -> Rendered:
+    """Render every release among `resources` (a failure is recorded in `errors`, not raised), then
+    validate the built-in objects with kubernetes-validate (strict)."""
+    result = Rendered(kube_version, releases(resources))
+    for release in result.releases:
+        try:
+            result.objects[release.name] = objects(render(release, kube_version))
+            result.crds += crds(release)
+        except (helm_python.HelmError, MissingPackage) as e:
+            result.errors[release.name] = f"{release.chart} {release.version}: {type(e).__name__}: {e}"
+    result.crds += [o for o in result.all_objects if o["kind"] == "CustomResourceDefinition"]
+    cluster_kinds = cluster_scoped_kinds(result.crds)
+    for release in result.releases:
+        if release.name in result.objects:
+            result.objects[release.name] = installed(release, result.objects[release.name], cluster_kinds)
+    # kubernetes-validate ships schemas up to some 1.3x: the newest it knows, not above the cluster's.
+    version = validation_version(kube_version)
+    for name, objs in result.objects.items():
+        for obj in objs:
+            try:
+                kubernetes_validate.validate(obj, version, strict=True)
+                result.builtin_checked += 1
+            except kubernetes_validate.SchemaNotFoundError:
+                result.custom.append((name, obj))
+            except kubernetes_validate.ValidationError as e:
+                result.invalid.append(f"{name}: {obj['kind']}/{obj['metadata'].get('name')}: {e.message}")
+    return result

@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from infra.accelerators import CATALOG
+from infra.image_refs import image_problem
 from policy.core import Resource, Rule, as_list, dig
 
 KUBERNETES = "kubernetes:"
@@ -17,6 +18,16 @@ TRAINING_KINDS = frozenset(
 )
 GPU_TAINTS = {a.taint.key: a.taint for a in CATALOG.values()}
 HOST_NAMESPACES = ("hostNetwork", "hostPID", "hostIPC")
+# Capabilities that reach past the container: ALL, mounts and namespaces (SYS_ADMIN), kernel modules,
+# other processes' memory, raw devices and I/O ports, eBPF.
+NODE_CAPABILITIES = frozenset({"ALL", "SYS_ADMIN", "SYS_MODULE", "SYS_PTRACE", "SYS_RAWIO", "BPF"})
+# Host paths whose contents (or anything below them) hand over the node: its root, configuration,
+# kubelet credentials and pods' secrets, the container runtime's sockets, kernel interfaces.
+SENSITIVE_HOST_PATHS = (
+    "/etc", "/root", "/home", "/boot", "/proc", "/sys", "/dev", "/var/lib/kubelet", "/var/lib/containerd",
+    "/var/lib/docker", "/var/run", "/run", "/var/log",
+)  # fmt: skip
+HOST_ROOTS = ("", "/", "/var", "/var/lib", "/usr")
 
 
 def kind_of(type_: str, inputs: Mapping[str, Any]) -> str:
@@ -59,11 +70,40 @@ def _trainer(type_: str, inputs: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return trainer if isinstance(trainer, Mapping) else None
 
 
+def _capability(name: Any) -> str:
+    """Kubernetes takes capability names with or without CAP_, in any case (the runtime normalizes)."""
+    cap = str(name).upper()
+    return cap[4:] if cap.startswith("CAP_") else cap
+
+
 def check_not_privileged(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
+    """Anything that gives a container the node: privileged, a capability that escapes the container,
+    privilege escalation, the host's namespaces, or a hostPath mount of the host's root, its
+    configuration, credentials or container runtime socket."""
     for path, spec in pod_specs(inputs):
+        for field in HOST_NAMESPACES:
+            if spec.get(field) is True:
+                yield f"{path}: {field} is true: the pod shares the node's namespace"
+        for volume in as_list(spec.get("volumes")):
+            host = str(dig(volume, "hostPath", "path", default="")).rstrip("/") or None
+            if dig(volume, "hostPath") is not None and (host is None or _sensitive_host_path(host)):
+                yield f"{path}: volume {dig(volume, 'name')!r} mounts the node's {host or '/'}"
         for c in containers(spec):
-            if dig(c, "securityContext", "privileged") is True:
-                yield f"{path}: container {c.get('name')!r} is privileged"
+            ctx = dig(c, "securityContext", default={})
+            name = c.get("name")
+            if dig(ctx, "privileged") is True:
+                yield f"{path}: container {name!r} is privileged"
+            added = sorted(
+                {_capability(a) for a in as_list(dig(ctx, "capabilities", "add"))} & NODE_CAPABILITIES
+            )
+            if added:
+                yield f"{path}: container {name!r} adds capabilities {', '.join(added)}"
+            if dig(ctx, "allowPrivilegeEscalation") is True:
+                yield f"{path}: container {name!r} sets allowPrivilegeEscalation: true"
+
+
+def _sensitive_host_path(host: str) -> bool:
+    return any(host == p or host.startswith(p + "/") for p in SENSITIVE_HOST_PATHS) or host in HOST_ROOTS
 
 
 def check_no_host_namespaces(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
@@ -88,17 +128,6 @@ def check_run_as_non_root(type_: str, inputs: Mapping[str, Any]) -> Iterator[str
                 yield f"{path}: container {c.get('name')!r} runs as UID 0"
             elif non_root is not True:
                 yield f"{path}: container {c.get('name')!r} does not set runAsNonRoot: true"
-
-
-def image_problem(image: str) -> str | None:
-    if "@sha256:" in image:
-        return None
-    name = image.rsplit("/", 1)[-1]
-    if ":" not in name:
-        return f"image {image!r} has no tag (means :latest)"
-    if name.rsplit(":", 1)[1] == "latest":
-        return f"image {image!r} uses :latest"
-    return None
 
 
 def check_image_pinned(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
@@ -150,8 +179,13 @@ def check_gpu_pods_tolerate(type_: str, inputs: Mapping[str, Any]) -> Iterator[s
 RULES = (
     Rule(
         name="k8s-no-privileged-containers",
-        description="No container runs privileged.",
-        remediation="Remove securityContext.privileged; grant the one capability needed, if any.",
+        description="No container runs privileged or gets the node another way: node-escaping "
+        "capabilities (ALL, SYS_ADMIN, ...), allowPrivilegeEscalation true, hostPID/hostIPC/hostNetwork, "
+        "hostPath mounts of / or the node's configuration, credentials and runtime sockets.",
+        remediation="Remove securityContext.privileged, those capabilities and host namespaces; set "
+        "allowPrivilegeEscalation: false; mount what the pod needs (emptyDir, a PVC, a projected token) "
+        "instead of host paths. A platform agent that needs the node is listed in "
+        "policy/helm_exceptions.yaml with the reason.",
         level="mandatory",
         severity="critical",
         types=(KUBERNETES,),

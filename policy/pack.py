@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,19 +17,21 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from policy import eks, iam, k8s, storage
-from policy.core import Resource, Rule, StackRule, in_scope, is_prod
+from infra.environment import is_prod
+from policy import eks, iam, k8s, placeholders, storage
+from policy.core import Resource, Rule, StackRule, in_scope
 
 PACK_NAME = "mlops-eks-guardrails"
-ENVIRONMENT_KEY = "mlops-eks:environment"
-RULES: tuple[Rule, ...] = (*eks.RULES, *storage.RULES, *iam.RULES, *k8s.RULES)
+RULES: tuple[Rule, ...] = (*eks.RULES, *storage.RULES, *iam.RULES, *k8s.RULES, *placeholders.RULES)
 STACK_RULES: tuple[StackRule, ...] = storage.STACK_RULES
 
 
 def _prod(stack_tags: Mapping[str, str]) -> bool:
-    # The CLI runs the pack with PULUMI_STACK set and, where it passes it, the stack's config.
-    environment = pulumi.runtime.get_config_env().get(ENVIRONMENT_KEY, "")
-    return is_prod(stack_tags, os.environ.get("PULUMI_STACK", ""), environment)
+    """The engine hands the pack the stack's config in PULUMI_CONFIG (pulumi/pulumi
+    sdk/go/common/resource/plugin/analyzer_plugin.go, constructEnv), the same config the program reads:
+    prod unless it says `mlops-eks:environment: dev` (infra/environment.py). Stack tags and the stack
+    name do not take part, so the program and the pack cannot disagree."""
+    return is_prod(pulumi.runtime.get_config_env())
 
 
 def _message(text: str, remediation: str) -> str:

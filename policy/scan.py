@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from policy import helm_render
-from policy.core import evaluate, from_synth, is_prod
+from policy.core import evaluate, from_synth, stack_is_prod
 from policy.k8s import from_manifests, pod_specs
 from policy.pack import RULES, STACK_RULES
 
@@ -85,12 +85,10 @@ def helm_objects(resources: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every object the platform's Helm releases install, rendered with their real charts at the
     cluster's Kubernetes version (the eks:index:Cluster's `version`)."""
     kube_version = next(r["inputs"]["version"] for r in resources if r["type"] == "eks:index:Cluster")
-    releases = helm_render.releases(resources)
-    rendered = {r.name: helm_render.objects(helm_render.render(r, kube_version)) for r in releases}
-    crds = [c for r in releases for c in helm_render.crds(r)]
-    crds += [o for objs in rendered.values() for o in objs if o["kind"] == "CustomResourceDefinition"]
-    cluster_kinds = helm_render.cluster_scoped_kinds(crds)
-    return [o for r in releases for o in helm_render.installed(r, rendered[r.name], cluster_kinds)]
+    rendered = helm_render.render_platform(resources, kube_version)
+    if rendered.errors:
+        raise RuntimeError("Helm releases that do not render:\n" + "\n".join(rendered.errors.values()))
+    return rendered.all_objects
 
 
 def _name(obj: dict[str, Any]) -> str:
@@ -246,12 +244,12 @@ def policy_findings(
     found = [
         f"{stack}: {f}"
         for stack, records in platform.items()
-        for f in evaluate(from_synth(records), RULES, STACK_RULES, prod=is_prod({}, stack))
+        for f in evaluate(from_synth(records), RULES, STACK_RULES, prod=stack_is_prod(stack))
     ]
     found += [
         f"{stack}: {f}"
         for stack, objects in workloads.items()
-        for f in evaluate(from_manifests(objects), RULES, prod=is_prod({}, stack))
+        for f in evaluate(from_manifests(objects), RULES, prod=stack_is_prod(stack))
     ]
     return [line for line in found if "[mandatory]" in line]
 

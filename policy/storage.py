@@ -45,18 +45,47 @@ def check_encryption(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
         yield f"no default encryption rule with one of {', '.join(SSE_ALGORITHMS)} (found {algorithms})"
 
 
-def denies_insecure_transport(policy: Any) -> bool:
+def _everyone(s: Mapping[str, Any]) -> bool:
+    principal = s.get("Principal")
+    if isinstance(principal, Mapping):
+        principal = principal.get("AWS")
+    return s.get("NotPrincipal") is None and "*" in [str(p) for p in as_list(principal)]
+
+
+def _insecure_only(s: Mapping[str, Any]) -> bool:
+    values = as_list(dig(s, "Condition", "Bool", "aws:SecureTransport"))
+    return len(values) == 1 and str(values[0]).lower() == "false"
+
+
+def insecure_transport_gaps(policy: Any) -> list[str]:
+    """What of the bucket stays reachable without TLS: [] when Deny statements for Principal "*" and
+    every S3 action (aws:SecureTransport false) cover both the bucket ARN (ListBucket and the bucket's
+    own settings) and `<bucket>/*` (the objects). A Deny for one principal leaves every other one in."""
+    covered: set[str] = set()
     for s in statements(policy_document(policy)):
-        secure = dig(s, "Condition", "Bool", "aws:SecureTransport")
-        actions = {str(a) for a in as_list(s.get("Action"))}
-        if s.get("Effect") == "Deny" and str(secure).lower() == "false" and actions & {"s3:*", "*"}:
-            return True
-    return False
+        actions = {str(a).lower() for a in as_list(s.get("Action"))}
+        if s.get("Effect") == "Deny" and actions & {"s3:*", "*"} and _everyone(s) and _insecure_only(s):
+            covered.update(str(r) for r in as_list(s.get("Resource")))
+    if any(r == "*" or (r.startswith("arn:") and r.endswith(":s3:::*")) for r in covered):
+        return []
+    buckets = {r for r in covered if r.startswith("arn:") and ":s3:::" in r and "/" not in r}
+    if any(f"{b}/*" in covered for b in buckets):
+        return []
+    if not covered:
+        return ["the bucket and its objects"]
+    return ["its objects (<bucket>/*)"] if buckets else ["the bucket ARN itself"]
+
+
+def denies_insecure_transport(policy: Any) -> bool:
+    return not insecure_transport_gaps(policy)
 
 
 def check_tls_only(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
-    if not denies_insecure_transport(dig(inputs, "policy")):
-        yield "the bucket policy has no Deny of s3:* when aws:SecureTransport is false"
+    for gap in insecure_transport_gaps(dig(inputs, "policy")):
+        yield (
+            f"no Deny of s3:* for Principal '*' when aws:SecureTransport is false covers {gap}: "
+            "requests without TLS reach it"
+        )
 
 
 def check_versioning(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:

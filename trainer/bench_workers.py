@@ -49,9 +49,14 @@ def bare_ddp(out: Path, steps: int) -> None:
     train, _ = data.load_splits(cfg.data, Path(tempfile.gettempdir()))
     encoder = data.train_tokenizer(cfg.data.tokenizer, (t for t, _ in train), cfg.data.vocab_size)
     ds = data.encode(train, encoder, cfg.data.max_len)
-    loader = data.train_loader(
-        ds, cfg.data, batch_size=cfg.train.batch_size, rank=rank, world=world, seed=0, pin_memory=False
-    )
+    sampler = data.ResumableSampler(ds, num_replicas=world, rank=rank, shuffle=True, seed=0, drop_last=True)
+    loader = torch.utils.data.DataLoader(
+        ds,
+        batch_size=cfg.train.batch_size,
+        sampler=sampler,
+        collate_fn=data.PadCollate(cfg.data.pad_to_multiple),
+        drop_last=True,
+    )  # what data.train_loader builds
     torch.manual_seed(0)
     max_positions = -(-cfg.data.max_len // cfg.data.pad_to_multiple) * cfg.data.pad_to_multiple
     model = DistributedDataParallel(
@@ -61,7 +66,7 @@ def bare_ddp(out: Path, steps: int) -> None:
     warmup, done, start = steps // 5, 0, time.perf_counter()
     epoch = 0
     while done < steps:
-        loader.sampler.set_epoch(epoch)
+        sampler.set_epoch(epoch)
         for batch in loader:
             if done == warmup:
                 start = time.perf_counter()

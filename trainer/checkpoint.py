@@ -24,6 +24,12 @@ used; a storage error while reading one (S3 down, throttled, no credentials yet)
 back to an older checkpoint or to step 0: it raises CheckpointUnavailable, which the trainer turns into a
 retryable exit. A save that fails (storage down after the retries, disk full) is logged and skipped:
 training goes on and `latest` keeps pointing to the last good checkpoint.
+
+Saves are synchronous. torchtitan (torchtitan/components/checkpoint.py) writes interval checkpoints with
+`dcp.async_save` on a separate gloo group but its last one synchronously; here the save that matters most,
+the one in the 120 s Spot notice, is such a last one, and an asynchronous interval save would need every
+rank to agree, at a step boundary, whether the background write has finished before a SIGTERM may skip its
+own save. Sharding already divides the write by the number of ranks.
 """
 
 from __future__ import annotations

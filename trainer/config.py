@@ -246,10 +246,9 @@ class OutputConfig:
         _require_dir_uri(self.dir, "output.dir")
         if self.tensorboard:
             _require_package("tensorboard", "output.tensorboard", True, "tensorboard")
+        # prometheus-client is a dependency of the train extra, like torch: no package check here (the
+        # workload stack validates this config where only the infra extra may be installed).
         _require(0 <= self.metrics_port <= 65535, "output.metrics_port", self.metrics_port, "0..65535")
-        if self.metrics_port:
-            port = self.metrics_port
-            _require_package("prometheus_client", "output.metrics_port", port, "prometheus-client")
 
 
 def _require_dir_uri(uri: str, key: str) -> None:

@@ -355,7 +355,7 @@ class ResumableSampler(DistributedSampler):
 
 
 def train_loader(
-    ds: Dataset,
+    ds: EncodedDataset | TokenDataset,
     cfg: DataConfig,
     *,
     batch_size: int,
@@ -385,7 +385,13 @@ def train_loader(
 
 
 def val_loader(
-    ds: Dataset, cfg: DataConfig, *, batch_size: int, rank: int, world: int, pad_id: int = 0
+    ds: EncodedDataset | TokenDataset,
+    cfg: DataConfig,
+    *,
+    batch_size: int,
+    rank: int,
+    world: int,
+    pad_id: int = 0,
 ) -> DataLoader:
     # Each rank takes every world-th example: no padding duplicates, so summed counts are exact.
     shard = torch.utils.data.Subset(ds, range(rank, len(ds), world))

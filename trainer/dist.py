@@ -60,6 +60,11 @@ def _device(choice: str, local_rank: int) -> torch.device:
     visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if choice == "auto" and visible == 0:
         return torch.device("cpu")
+    if not (torch.version.cuda or torch.version.hip):  # no restart gets a GPU into a CPU-only build
+        raise ConfigError(
+            f"train.device={choice!r} but this torch {torch.__version__} is built without CUDA or ROCm: "
+            "run the cuda or rocm image (or allowed: train.device auto | cpu)"
+        )
     if visible <= local_rank:
         raise GpuUnavailable(
             f"train.device={choice!r} but this process (local rank {local_rank}) sees {visible} GPU(s) "

@@ -45,6 +45,10 @@ class Storage:
     def delete_dir(self, name: str) -> None:
         raise NotImplementedError
 
+    def child(self, name: str) -> Storage:
+        """The same storage one level down: keys relative to `name` under this root."""
+        raise NotImplementedError
+
 
 class LocalStorage(Storage):
     def __init__(self, root: str | Path):
@@ -86,6 +90,9 @@ class LocalStorage(Storage):
     def delete_dir(self, name: str) -> None:
         shutil.rmtree(self.root / name, ignore_errors=True)
 
+    def child(self, name: str) -> LocalStorage:
+        return LocalStorage(self.root / name)
+
 
 def _fsync(path: Path) -> None:
     with open(path, "rb+") as f:
@@ -108,6 +115,12 @@ class S3Storage(Storage):
         self.client = client if client is not None else make_s3_client()
         self.retries = retries
         self.backoff_s = backoff_s
+
+    def child(self, name: str) -> S3Storage:
+        # Same client and retry settings.
+        return S3Storage(
+            f"{self.uri}/{name}", client=self.client, retries=self.retries, backoff_s=self.backoff_s
+        )
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+from infra.image_refs import image_problem, tag_problem
+
 # The trainer's own config model: pure Python (no torch, no pulumi), so the spec is checked with the
 # checks and messages the trainer gives when its pod starts.
 from trainer.config import ConfigError
@@ -150,6 +152,11 @@ class TrainingJobSpec(_Model):
             )
         if self.image and (self.image_tag or self.image_repository):
             problems.append("image: set either `image` or `imageTag`/`imageRepository`, not both")
+        # The policy pack's k8s-images-pinned refuses the rendered object; refuse the spec first.
+        if self.image and (problem := image_problem(self.image)):
+            problems.append(f"image: {problem}; allowed: a version tag or an @sha256 digest")
+        if self.image_tag and (problem := tag_problem(self.image_tag)):
+            problems.append(f"imageTag: {problem}; allowed: the tag scripts/build-images.sh printed")
         if self.procs_per_node is not None and self.procs_per_node > self.gpus_per_node:
             problems.append(
                 f"procsPerNode: {self.procs_per_node} is more than gpusPerNode ({self.gpus_per_node}); "

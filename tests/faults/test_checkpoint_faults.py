@@ -441,9 +441,7 @@ def test_fresh_run_beside_an_older_run_resumes_itself_after_a_restart(tmp_path, 
     assert kept == [checkpoint_name(20), checkpoint_name(30)]  # the older run's checkpoints are untouched
 
 
-def test_sigterm_during_a_checkpoint_exits_without_a_second_save(
-    tmp_path, monkeypatch, keep_sigterm_handler
-):
+def test_sigterm_during_a_checkpoint_exits_without_a_second_save(tmp_path, monkeypatch, keep_sigterm_handler):
     real_save = CheckpointManager.save
 
     def save_then_sigterm(self, env, step, *rest):

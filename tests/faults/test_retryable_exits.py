@@ -20,6 +20,7 @@ from moto import mock_aws
 
 from trainer import faults, storage
 from trainer.__main__ import main
+from trainer.config import build
 from trainer.storage import S3Storage
 from workloads.render import trainer_config
 from workloads.stacks import load_stack
@@ -231,5 +232,6 @@ def test_a_hung_peer_makes_the_other_rank_exit_202(tmp_path, ledger):
 
 def test_rendered_gpu_jobs_ask_the_trainer_for_cuda():
     """A pod that lost its GPUs must exit 201 (retryable), not train on CPU as `device: auto` would."""
-    stack = load_stack("dev-zimdb")
-    assert trainer_config(stack.spec, bucket="b")["train"]["device"] == "cuda"
+    config = trainer_config(load_stack("dev-zimdb").spec, bucket="mlops")
+    assert config["train"]["device"] == "cuda"
+    assert build(config).train.device == "cuda"  # what the pod's trainer reads from the ConfigMap

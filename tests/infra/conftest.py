@@ -47,3 +47,15 @@ def prod() -> Synth:
 @pytest.fixture(params=["dev", "prod"])
 def stack(request, dev, prod) -> Synth:
     return {"dev": dev, "prod": prod}[request.param]
+
+
+@pytest.fixture(scope="session")
+def rendered(dev, prod):
+    """Every Helm release of dev and prod rendered with its real chart and validated, once
+    (policy/helm_render.py)."""
+    from policy.helm_render import render_platform
+
+    return {
+        name: render_platform(synth.resources, synth.config.kubernetes_version)
+        for name, synth in (("dev", dev), ("prod", prod))
+    }

@@ -139,8 +139,9 @@ def test_karpenter_identity_queue_and_node_access(mocks):
         assert len(mocks.of_type("aws:cloudwatch/eventTarget:EventTarget")) == 5
         assert len(mocks.of_type("aws:iam/policy:Policy")) == 6
         trust = json.loads(mocks.of_type("aws:iam/role:Role")["karpenter-controller"]["assumeRolePolicy"])
+        # Pinned to this cluster (its ARN: account, region and name), not any cluster in the account.
         assert trust["Statement"][0]["Condition"]["StringEquals"] == {
-            "aws:SourceAccount": "123456789012",
+            "aws:RequestTag/eks-cluster-arn": "arn:aws:eks:us-east-1:123456789012:cluster/mlops-eks-test",
             "aws:RequestTag/kubernetes-namespace": "kube-system",
             "aws:RequestTag/kubernetes-service-account": "karpenter",
         }

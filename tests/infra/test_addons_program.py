@@ -82,9 +82,19 @@ def test_node_pools_depend_on_the_karpenter_release_and_the_release_on_the_clust
     assert pools and classes
     for name in pools + classes:
         assert "karpenter" in dependencies[name], name
-    # The controller goes after (is created after) the cluster, its node groups and the EKS add-ons
-    # (Pod Identity agent), so on destroy it outlives its NodePools and dies before the cluster.
-    assert {"cluster-eks", "system", "addons-eks-pod-identity-agent"} <= set(dependencies["karpenter"])
+    # The controller goes after (is created after) the cluster and its node groups, and those after the
+    # Pod Identity agent, so on destroy it outlives its NodePools and dies before the cluster.
+    assert {"cluster-eks", "system"} <= set(dependencies["karpenter"])
+    assert "cluster-pod-identity-agent" in dependencies["system"]
+
+
+def test_nodes_wait_for_the_vpc_cni_identity_and_the_cluster_for_its_log_group(dependencies):
+    # aws-node gets credentials only through the agent and its association: a node without them
+    # never turns Ready. EKS writes control-plane logs into the group only if it exists first.
+    for group in [n for n in dependencies if n == "system" or n.startswith("gpu-")]:
+        assert {"cluster-pod-identity-agent", "cluster-vpc-cni"} <= set(dependencies[group]), group
+    assert "cluster-logs" in dependencies["cluster-eks"]
+    assert "cluster-pod-identity-agent" in dependencies["addons-aws-ebs-csi-driver"]
 
 
 def test_addon_exports_follow_the_platform_contract(dev):

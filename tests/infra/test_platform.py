@@ -237,7 +237,8 @@ def test_ecr_repositories_scan_on_push_refuse_tag_overwrites_and_expire_old_imag
 def test_managed_addons_wait_for_nodes_and_ebs_csi_has_its_own_pod_identity_role(stack):
     addons = {r.inputs["addonName"]: r.inputs for r in stack.of_type("aws:eks/addon:Addon")}
     assert set(addons) == {"coredns", "eks-pod-identity-agent", "aws-ebs-csi-driver"}
-    # vpc-cni and kube-proxy: pulumi-eks's managed add-ons (not disabled); CoreDNS is ours, after nodes.
+    # vpc-cni and kube-proxy: pulumi-eks's managed add-ons (not disabled); CoreDNS is ours, after nodes;
+    # the Pod Identity agent before them (Cluster.node_prerequisites).
     eks = stack.one("eks:index:Cluster").inputs
     assert "vpcCniOptions" not in eks and "kubeProxyAddonOptions" not in eks
     assert eks["corednsAddonOptions"]["enabled"] is False and eks["bootstrapSelfManagedAddons"] is False
@@ -251,12 +252,15 @@ def test_managed_addons_wait_for_nodes_and_ebs_csi_has_its_own_pod_identity_role
     trust = json.loads(stack.one("aws:iam/role:Role", "addons-ebs-csi").inputs["assumeRolePolicy"])
     assert trust["Statement"] == [
         {
+            "Sid": "EksPodIdentity",
             "Effect": "Allow",
             "Principal": {"Service": "pods.eks.amazonaws.com"},
             "Action": ["sts:AssumeRole", "sts:TagSession"],
             "Condition": {
                 "StringEquals": {
-                    "aws:RequestTag/eks-cluster-name": stack.exports["cluster_name"],
+                    "aws:RequestTag/eks-cluster-arn": (
+                        f"arn:aws:eks:{stack.config.region}:123456789012:cluster/{stack.exports['cluster_name']}"
+                    ),
                     "aws:RequestTag/kubernetes-namespace": "kube-system",
                     "aws:RequestTag/kubernetes-service-account": "ebs-csi-controller-sa",
                 }

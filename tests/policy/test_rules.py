@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from policy.core import Resource, evaluate, is_prod
+from policy.core import Resource, evaluate
 from policy.pack import RULES, STACK_RULES
 
 RULE = {r.name: r for r in RULES}
@@ -64,6 +64,7 @@ IRSA["Action"] = "sts:AssumeRoleWithWebIdentity"
 POD_ID = {"Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"}}
 POD_ID["Action"] = ["sts:AssumeRole", "sts:TagSession"]
 POD_ID_SCOPE = {
+    "aws:RequestTag/eks-cluster-name": "mlops-dev",
     "aws:RequestTag/kubernetes-namespace": "team-a",
     "aws:RequestTag/kubernetes-service-account": "trainer",
 }
@@ -268,6 +269,12 @@ CASES = [
         {"policy": json.dumps({"Statement": []})},
     ),
     (
+        "no-documentation-placeholders",
+        "aws:eks/accessEntry:AccessEntry",
+        {"principalArn": "arn:aws:iam::210987654321:role/platform-admin"},
+        {"principalArn": "arn:aws:iam::123456789012:role/platform-admin"},
+    ),
+    (
         "s3-versioning",
         "aws:s3/bucketVersioning:BucketVersioning",
         {"versioningConfiguration": {"status": "Enabled"}},
@@ -427,7 +434,7 @@ def test_every_rule_has_a_bad_case():
 
 
 def test_prod_only_rules_apply_only_in_prod():
-    office = {**GOOD_EKS_CLUSTER, "publicAccessCidrs": ["203.0.112.0/20"]}
+    office = {**GOOD_EKS_CLUSTER, "publicAccessCidrs": ["100.64.16.0/20"]}
     dev = evaluate([Resource(type="eks:index:Cluster", name="c", inputs=office)], RULES)
     prod = evaluate([Resource(type="eks:index:Cluster", name="c", inputs=office)], RULES, prod=True)
     assert dev == []
@@ -443,13 +450,6 @@ def test_prod_only_rules_apply_only_in_prod():
     assert [(f.rule, f.level) for f in evaluate([warm], RULES)] == [
         ("gpu-node-groups-scale-to-zero", "mandatory")
     ]
-
-
-def test_is_prod_prefers_the_tag_and_falls_back_to_the_stack_name():
-    assert is_prod({"environment": "prod"}, "anything")
-    assert not is_prod({"environment": "dev"}, "prod")
-    assert is_prod({}, "prod") and is_prod({}, "prod-a100") and not is_prod({}, "dev-zimdb")
-    assert is_prod({}, "platform", "prod") and not is_prod({}, "prod", "dev")
 
 
 def _bucket_stack(*skip: str) -> list[Resource]:

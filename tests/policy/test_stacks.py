@@ -11,7 +11,7 @@ import pulumi
 import pytest
 import yaml
 
-from policy.core import Resource, evaluate, from_synth, is_prod
+from policy.core import Resource, evaluate, from_synth, stack_is_prod
 from policy.k8s import from_manifests
 from policy.pack import RULES, STACK_RULES
 from policy.scan import REPO
@@ -19,7 +19,7 @@ from policy.scan import REPO
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_platform_stack_has_no_mandatory_violation(platform_resources, stack):
-    findings = evaluate(from_synth(platform_resources[stack]), RULES, STACK_RULES, prod=is_prod({}, stack))
+    findings = evaluate(from_synth(platform_resources[stack]), RULES, STACK_RULES, prod=stack_is_prod(stack))
     mandatory = [str(f) for f in findings if f.level == "mandatory"]
     assert mandatory == [], "\n".join(mandatory)
 
@@ -27,7 +27,7 @@ def test_platform_stack_has_no_mandatory_violation(platform_resources, stack):
 def test_workload_stacks_have_no_mandatory_violation(workload_objects):
     problems = []
     for stack, objects in workload_objects.items():
-        findings = evaluate(from_manifests(objects), RULES, prod=is_prod({}, stack))
+        findings = evaluate(from_manifests(objects), RULES, prod=stack_is_prod(stack))
         problems += [f"{stack}: {f}" for f in findings if f.level == "mandatory"]
     assert problems == [], "\n".join(problems)
 
@@ -234,6 +234,6 @@ def test_workload_programs_pass_every_policy(workload_objects):
             pulumi.runtime.set_all_config({})
             asyncio.set_event_loop(asyncio.new_event_loop())
         seen |= {r.type for r in mocks.resources}
-        problems += [f"{stack}: {f}" for f in evaluate(mocks.resources, RULES, prod=is_prod({}, stack))]
+        problems += [f"{stack}: {f}" for f in evaluate(mocks.resources, RULES, prod=stack_is_prod(stack))]
     assert problems == [], "\n".join(problems)
     assert "aws:iam/role:Role" in seen, seen

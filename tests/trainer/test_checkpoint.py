@@ -4,11 +4,12 @@ checkpoints, files are verified against the manifest, a full disk and an unwrita
 import json
 import logging
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 import torch
-from trainer_runs import FlakyS3, launch
+from trainer_runs import FlakyS3, launch, launch_cmd, run_env
 
 from trainer import shards
 from trainer.checkpoint import MANIFEST, POINTER, TRAIN_STATE, CheckpointManager, checkpoint_name
@@ -298,3 +299,58 @@ def test_sharded_fsdp_checkpoint_resumes_at_another_world_size(tmp_path, writers
     third = launch(tmp_path / "third", nproc=readers, **same, **{"train.max_steps": 24})  # optimizer too
     assert third.returncode == 0, third.stdout + third.stderr
     assert "steps 20..24" in third.stdout
+
+
+@pytest.fixture
+def s3_server():
+    """A moto S3 server the torchrun workers reach over HTTP (AWS_ENDPOINT_URL), with a bucket 'mlops'."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    client = boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    client.create_bucket(Bucket="mlops")
+    yield client, env
+    server.stop()
+
+
+def test_every_rank_uploads_its_shard_to_s3_and_a_single_process_resumes_it(tmp_path, s3_server):
+    client, aws = s3_server
+    same = {"train.parallelism": "fsdp", "checkpoint.dir": "s3://mlops/ckpt", "train.max_steps": 20}
+    runs = {}
+    for name, nproc in (("first", 2), ("second", 1)):
+        out = tmp_path / name
+        out.mkdir()
+        runs[name] = subprocess.run(
+            launch_cmd(out, nproc=nproc, **same, **{"checkpoint.every_steps": 10}),
+            cwd=tmp_path,
+            env={**run_env(), **aws},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert runs[name].returncode == 0, runs[name].stdout + runs[name].stderr
+    latest = client.get_object(Bucket="mlops", Key="ckpt/latest")["Body"].read().decode()
+    keys = {o["Key"] for o in client.list_objects_v2(Bucket="mlops", Prefix=f"ckpt/{latest}/")["Contents"]}
+    files = {MANIFEST, TRAIN_STATE, shards.METADATA, "__0_0.distcp", "__1_0.distcp"}
+    assert keys == {f"ckpt/{latest}/{f}" for f in files}  # rank 1's shard came from rank 1
+    manifest = json.loads(client.get_object(Bucket="mlops", Key=f"ckpt/{latest}/{MANIFEST}")["Body"].read())
+    assert set(manifest["files"]) == files - {MANIFEST} and manifest["world_size"] == 2
+    assert f"resuming from s3://mlops/ckpt/{latest} (step 20)" in runs["second"].stdout
+    written = torch.load(tmp_path / "first" / "model.pt", weights_only=True)["model"]
+    loaded = torch.load(tmp_path / "second" / "model.pt", weights_only=True)["model"]
+    assert all(torch.equal(written[k], loaded[k]) for k in written)

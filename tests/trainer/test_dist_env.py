@@ -38,6 +38,7 @@ def test_no_variables_means_a_single_process():
 
 
 def _gpus(monkeypatch, count: int) -> None:
+    monkeypatch.setattr(torch.version, "cuda", "12.8")  # a CUDA build (CI's torch is the CPU one)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
     monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
@@ -73,3 +74,11 @@ def test_missing_gpu_exits_201_retryable(monkeypatch, capsys):
         signal.signal(signal.SIGTERM, handler)
     err = capsys.readouterr().err
     assert "refusing to train on CPU" in err and "exit 201 (retryable" in err
+
+
+def test_a_gpu_job_on_a_cpu_only_torch_build_is_a_permanent_error(monkeypatch):
+    _gpus(monkeypatch, 0)
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(torch.version, "hip", None)
+    with pytest.raises(ConfigError, match="built without CUDA or ROCm: run the cuda or rocm image"):
+        _device("cuda", 0)

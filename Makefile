@@ -40,3 +40,11 @@ clean:
 .PHONY: images
 images:
 	scripts/build-images.sh --stack $(STACK)
+
+# Deploy through the policy pack: `make preview STACK=dev`, `make up STACK=prod`. The pack (policy/,
+# PulumiPolicy.yaml) runs in .venv; a mandatory violation stops the update before any change. ARGS passes
+# more flags to pulumi (e.g. ARGS=--yes, ARGS=--diff).
+.PHONY: preview up
+preview up: $(DEV_STAMP)
+	@test -n "$(STACK)" || { echo "usage: make $@ STACK=<stack> [ARGS=...]" >&2; exit 2; }
+	pulumi $@ --stack $(STACK) --policy-pack policy $(ARGS)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Build-stage step shared by docker/{cuda,rocm,cpu}/Dockerfile: create the virtual environment the image
 # runs ($VENV) on the base image's Python and install every pin of pyproject.toml (base dependencies and
-# the `train` extra) into it. Only pyproject.toml and docker/ need to be present, so this layer is cached
-# until a pin changes.
+# the `train` extra) into it, each package checked against the sha256 hashes in docker/requirements.lock
+# (generated from pyproject.toml by scripts/lock_image_requirements.py). Only pyproject.toml and docker/
+# need to be present, so this layer is cached until a pin changes.
 #
 #   install-python-deps.sh PYPROJECT VERSION TORCH_INDEX_URL -- CHECK_TORCH_ARGS...
 #
@@ -29,6 +30,9 @@ python3 -c 'import sys; sys.exit(None if sys.version_info >= (3, 11) else
 python3 "$here/pyproject_requirements.py" "$pyproject" --check-version "$version"
 python3 "$here/pyproject_requirements.py" "$pyproject" --extra train >"$requirements"
 torch_pin=$(python3 "$here/pyproject_requirements.py" "$pyproject" --extra train --only torch)
+lock=$here/requirements.lock
+# The lock must hold pyproject's pins (torch aside: it comes from the base image or the torch index).
+python3 "$here/pyproject_requirements.py" "$pyproject" --extra train --check-lock "$lock"
 
 # No pip (nor, on Python 3.11, setuptools) in the venv: the base image's pip installs into it, and nothing
 # in the venv shadows the base's own packages unless pyproject pins it.
@@ -42,7 +46,8 @@ python3 -c 'import site; print("\n".join(site.getsitepackages()))' >"$venv_site/
 echo "install-python-deps: $torch_pin from $torch_index (already satisfied when the base image ships it)"
 "${pip[@]}" --index-url "$torch_index" "$torch_pin"
 echo "install-python-deps: pyproject.toml pins: $(tr '\n' ' ' <"$requirements")"
-"${pip[@]}" --requirement "$requirements"
+# --no-deps: the lock is the whole closure; --require-hashes: an artifact with another hash fails.
+"${pip[@]}" --require-hashes --no-deps --requirement "$lock"
 # A torchrun that runs the venv's Python: the base image's own (CUDA, ROCm) would start the workers with
 # the base interpreter, which does not see the venv's packages.
 if [[ ! -e $venv/bin/torchrun ]]; then

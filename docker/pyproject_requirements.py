@@ -8,6 +8,7 @@ Standard library only: it runs in a bare build stage before anything is installe
     python pyproject_requirements.py pyproject.toml --extra train --only torch
     python pyproject_requirements.py pyproject.toml --check-version 0.1.0    # exit 1 unless it matches
     python pyproject_requirements.py pyproject.toml --project-version        # 0.1.0
+    python pyproject_requirements.py pyproject.toml --extra train --check-lock requirements.lock
 """
 
 from __future__ import annotations
@@ -68,6 +69,32 @@ def pin_of(reqs: list[str], package: str) -> str:
     raise PyprojectError(f"package {package!r} is not among the requirements {reqs}")
 
 
+# Never installed from the lock: the base image (CUDA, ROCm) or the PyTorch wheel index (CPU) provides it.
+NOT_LOCKED = ("torch",)
+
+
+def lock_pins(text: str) -> dict[str, str]:
+    """Canonical name -> version of each `name==version` line of a hash-pinned requirements file."""
+    pins = {}
+    for line in text.splitlines():
+        match = _EXACT_PIN.match(line.split(" ")[0]) if line and not line[0].isspace() else None
+        if match:
+            pins[canonical_name(match["name"])] = match["version"]
+    return pins
+
+
+def lock_problems(reqs: list[str], lock_text: str) -> list[str]:
+    """pyproject pins the lock does not hold at the same version (the lock is stale)."""
+    locked = lock_pins(lock_text)
+    problems = []
+    for req in reqs:
+        match = _EXACT_PIN.match(req)
+        name = canonical_name(match["name"])
+        if name not in NOT_LOCKED and locked.get(name) != match["version"]:
+            problems.append(f"{req} (lock: {locked.get(name, 'absent')})")
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -81,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
         "--check-version", metavar="VERSION", help="fail unless [project].version equals this"
     )
     parser.add_argument("--project-version", action="store_true", help="print [project].version")
+    parser.add_argument(
+        "--check-lock", metavar="LOCK", type=Path, help="fail unless LOCK holds every pin (torch aside)"
+    )
     args = parser.parse_args(argv)
     pyproject = load(args.pyproject)
     try:
@@ -95,6 +125,13 @@ def main(argv: list[str] | None = None) -> int:
                 )
             return 0
         reqs = requirements(pyproject, args.extra)
+        if args.check_lock is not None:
+            if problems := lock_problems(reqs, args.check_lock.read_text()):
+                raise PyprojectError(
+                    f"{args.check_lock} is stale: {', '.join(problems)}; regenerate it with "
+                    "scripts/lock_image_requirements.py"
+                )
+            return 0
         print(pin_of(reqs, args.only) if args.only else "\n".join(reqs))
     except PyprojectError as err:
         print(f"error: {err}", file=sys.stderr)

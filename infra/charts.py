@@ -69,9 +69,14 @@ CHARTS: MappingProxyType[str, Chart] = MappingProxyType(
     }
 )
 
-# Training Operator v1 (PyTorchJob, MPIJob) has no Helm chart: its standalone kustomize overlay, at a tag.
+# Training Operator v1 (PyTorchJob, MPIJob) has no Helm chart: its standalone kustomize overlay, at the
+# commit of tag v1.9.2 (a tag can be moved; a commit cannot). The repository is kubeflow/trainer now
+# (formerly kubeflow/training-operator); the overlay's image is pinned by tag inside it (v1-3f15cb8).
 TRAINING_OPERATOR_V1_TAG = "v1.9.2"
-TRAINING_OPERATOR_V1_KUSTOMIZE = f"https://github.com/kubeflow/training-operator/tree/{TRAINING_OPERATOR_V1_TAG}/manifests/overlays/standalone"
+TRAINING_OPERATOR_V1_COMMIT = "bde9c20903ad9b54af1f3883e4fa764a3c0db797"
+TRAINING_OPERATOR_V1_KUSTOMIZE = (
+    f"https://github.com/kubeflow/trainer/tree/{TRAINING_OPERATOR_V1_COMMIT}/manifests/overlays/standalone"
+)
 
 
 def release(

@@ -290,8 +290,8 @@ class PlatformConfig(_Model):
     ecr_keep_images: int = Field(default=30, ge=1, le=1000)
     # Lets `pulumi destroy` delete a non-empty bucket and repositories; keep false where data matters.
     force_destroy: bool = False
-    # Days CloudWatch keeps control-plane and VPC flow logs; unset: 90 in prod, 14 in dev.
-    log_retention_days: int | None = None
+    # Days CloudWatch keeps control-plane and VPC flow logs; 0: 90 in prod, 14 in dev (never forever).
+    log_retention_days: int = 0
     # Buckets (names) besides the platform's that pods may reach through the VPC's S3 endpoint.
     s3_endpoint_extra_buckets: list[str] = Field(default_factory=list)
     tags: dict[str, str] = Field(default_factory=dict)
@@ -340,11 +340,11 @@ class PlatformConfig(_Model):
             )
         self._check_network()
         self._check_endpoint()
-        if self.log_retention_days is not None and self.log_retention_days not in LOG_RETENTION_DAYS:
+        if self.log_retention_days and self.log_retention_days not in LOG_RETENTION_DAYS:
             raise _Invalid(
                 "logRetentionDays",
                 self.log_retention_days,
-                ", ".join(map(str, LOG_RETENTION_DAYS)),
+                "0 (the environment's default) or " + ", ".join(map(str, LOG_RETENTION_DAYS)),
                 reason="the values CloudWatch Logs accepts",
             )
         for i, bucket in enumerate(self.s3_endpoint_extra_buckets):
@@ -485,7 +485,7 @@ class PlatformConfig(_Model):
 
     @property
     def log_retention(self) -> int:
-        if self.log_retention_days is not None:
+        if self.log_retention_days:
             return self.log_retention_days
         return 90 if self.environment == "prod" else 14
 

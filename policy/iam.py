@@ -82,6 +82,9 @@ def _single_exact(values: Any) -> str | None:
 
 
 def _check_irsa(s: Mapping[str, Any]) -> Iterator[str]:
+    others = [p for p in _principals(s) if not p.startswith("Federated:")]
+    if others or s.get("NotPrincipal") is not None:
+        yield f"the web-identity trust also admits {others or 'NotPrincipal'}"
     equals = dig(s, "Condition", "StringEquals", default={})
     subs = [k for k in equals if str(k).endswith(":sub")]
     like = [k for k in dig(s, "Condition", "StringLike", default={}) if str(k).endswith(":sub")]
@@ -123,14 +126,19 @@ def _check_pod_identity(s: Mapping[str, Any]) -> Iterator[str]:
         )
 
 
+def _is_irsa(s: Mapping[str, Any]) -> bool:
+    actions = {str(a) for a in as_list(s.get("Action"))}
+    return "sts:AssumeRoleWithWebIdentity" in actions and bool(dig(s, "Principal", "Federated"))
+
+
 def check_pod_role_trust(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
     allows = [
         s for s in statements(policy_document(dig(inputs, "assumeRolePolicy"))) if s.get("Effect") == "Allow"
     ]
-    pod_role = any(f"Service:{POD_IDENTITY_SERVICE}" in _principals(s) for s in allows)
+    irsa = [s for s in allows if _is_irsa(s)]
+    pod_role = irsa or any(f"Service:{POD_IDENTITY_SERVICE}" in _principals(s) for s in allows)
     for s in allows:
-        actions = {str(a) for a in as_list(s.get("Action"))}
-        if "sts:AssumeRoleWithWebIdentity" in actions and dig(s, "Principal", "Federated"):
+        if _is_irsa(s):
             yield from _check_irsa(s)
         elif pod_role:
             # Every statement of a pod role's trust is held to the Pod Identity rules: a second statement

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from policy import helm_render
+from policy import chart_exceptions, helm_render
 from policy.core import evaluate, from_synth, stack_is_prod
 from policy.k8s import from_manifests, pod_specs
 from policy.pack import RULES, STACK_RULES
@@ -267,6 +267,11 @@ def main() -> int:
     for source, objs in objects.items():
         print(f"  {source}: {len(objs)} Kubernetes objects")
     violations = policy_findings(platform, workloads)
+    # The pack's Kubernetes rules over the Helm-rendered objects, less policy/chart_exceptions.yaml.
+    charts = chart_exceptions.findings([o for s in platform for o in objects[f"helm-{s}"]], RULES)
+    accepted = chart_exceptions.load_exceptions()
+    violations += [f"helm: {line}" for line in chart_exceptions.unexplained(charts, accepted)]
+    violations += [f"helm: stale exception {line}" for line in chart_exceptions.stale(charts, accepted)]
     print(f"CrossGuard policies (offline): {len(violations)} mandatory violations")
     for line in violations:
         print(f"  {line}")

@@ -35,6 +35,7 @@ own save. Sharding already divides the write by the number of ranks.
 from __future__ import annotations
 
 import copy
+import datetime
 import hashlib
 import json
 import logging
@@ -42,18 +43,20 @@ import os
 import secrets
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.optim import Optimizer
 
 from trainer import shards
 from trainer.config import ConfigError
-from trainer.dist import DistEnv, broadcast_object, gather_objects
+from trainer.dist import DistEnv, all_reduce_max, broadcast_object, gather_objects
 from trainer.faults import STORAGE_UNAVAILABLE, Retryable
 from trainer.storage import LocalStorage, Storage
 
@@ -108,10 +111,16 @@ class CheckpointUnavailable(Retryable):
 
 
 class CheckpointManager:
-    def __init__(self, storage: Storage, *, keep: int = 2, workdir: Path | None = None):
+    def __init__(
+        self, storage: Storage, *, keep: int = 2, workdir: Path | None = None, timeout_s: float = 1800
+    ):
         self.storage = storage
         self.keep = keep
         self.workdir = Path(workdir or tempfile.gettempdir())
+        self.timeout_s = timeout_s  # of the background save's collectives (train.dist_timeout_s)
+        self._pending: _Background | None = None
+        self._group: Any = None
+        self._completed: list[int] = []
         self.run: str | None = None  # set by begin(); "" is the flat layout of older trainers
         self._fallbacks: list[str] = []  # the run's older checkpoints, best first, for restore()
         self._saved_step: int | None = None  # the step of the run's newest complete checkpoint
@@ -408,9 +417,20 @@ class CheckpointManager:
     # -- writing ------------------------------------------------------------------------------------------
 
     def save(
-        self, env: DistEnv, step: int, model: nn.Module, optimizer: Optimizer, extra: dict[str, Any]
-    ) -> bool:
-        """Every rank: write a complete checkpoint for `step`; False (and a warning) if it failed."""
+        self,
+        env: DistEnv,
+        step: int,
+        model: nn.Module,
+        optimizer: Optimizer,
+        extra: dict[str, Any],
+        *,
+        blocking: bool = True,
+    ) -> bool | None:
+        """Every rank: write a complete checkpoint for `step`; True once committed, False (and a warning)
+        if it failed. With blocking=False (interval checkpoints) the shards are copied to CPU memory now
+        and written, published and committed by a background thread on a gloo group of its own, as
+        torchtitan does with dcp.async_save; None is returned and `completed()` reports the step later."""
+        self.wait()  # one checkpoint at a time: the previous one is committed (or failed) first
         if step == self._saved_step:
             return True  # already complete (e.g. a SIGTERM right after resuming at this step)
         name, store = checkpoint_name(step), self.run_storage
@@ -419,21 +439,67 @@ class CheckpointManager:
             stage = store.root / f".stage-{name}-rank{env.rank}"
         else:
             stage = self.workdir / f"stage-{name}"
+        train_state = {"format": FORMAT, "run": self.run, "rng": rng, "world_size": env.world_size, **extra}
+        if blocking:
+            files, error = self._write(
+                env, name, stage, train_state, lambda: shards.write(env, model, optimizer, stage)
+            )
+            return self._commit(env, step, files, error, stage, None)
+        group = self._side_group(env)
+        written = shards.write_async(env, model, optimizer, stage, group)
+        train_state = copy.deepcopy(train_state)  # training mutates the scheduler and scaler meanwhile
+
+        def finish() -> bool:
+            files, error = self._write(env, name, stage, train_state, written.result)
+            return self._commit(env, step, files, error, stage, group)
+
+        self._pending = _Background(finish)
+        return None
+
+    def wait(self) -> bool | None:
+        """Block until the background checkpoint, if any, is committed: what save() would have returned."""
+        pending, self._pending = self._pending, None
+        return None if pending is None else pending.result()
+
+    def in_flight(self, env: DistEnv) -> bool:
+        """Every rank: whether any rank is still writing a background checkpoint (a SIGTERM that arrives
+        meanwhile takes that one as the resume point instead of writing a second one)."""
+        return bool(all_reduce_max(env, int(self._pending is not None and not self._pending.done())))
+
+    def completed(self) -> list[int]:
+        """Steps committed since the last call, for the caller's records."""
+        done, self._completed = self._completed, []
+        return done
+
+    def _side_group(self, env: DistEnv) -> Any:
+        if env.distributed and self._group is None:  # every rank reaches its first async save together
+            self._group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=self.timeout_s))
+        return self._group
+
+    def _write(
+        self, env: DistEnv, name: str, stage: Path, train_state: dict, write
+    ) -> tuple[dict, str | None]:
+        """This rank's files of the checkpoint, hashed and published: ({file: {bytes, sha256}}, error)."""
         files: dict[str, dict[str, Any]] = {}
-        error = None
         try:
-            shards.write(env, model, optimizer, stage)
+            write()
             if env.is_main:
-                state = {"format": FORMAT, "run": self.run, "rng": rng, "world_size": env.world_size, **extra}
-                torch.save(state, stage / TRAIN_STATE)
+                torch.save(train_state, stage / TRAIN_STATE)
             for path in sorted(p for p in stage.iterdir() if p.is_file()):
                 files[path.name] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
-                self._publish(store, f"{name}/{path.name}", path)
+                self._publish(self.run_storage, f"{name}/{path.name}", path)
         except (Exception, CheckpointException) as err:  # CheckpointException is a BaseException
-            error = self._describe(err, stage)
+            return files, self._describe(err, stage)
         finally:
             shutil.rmtree(stage, ignore_errors=True)
-        results = gather_objects(env, (files, error))
+        return files, None
+
+    def _commit(
+        self, env: DistEnv, step: int, files: dict, error: str | None, stage: Path, group: Any
+    ) -> bool:
+        """Rank 0 writes the manifest, then `latest`, once every rank published its files."""
+        name, store = checkpoint_name(step), self.run_storage
+        results = _gather(env, (files, error), group)
         saved = False
         if env.is_main:
             errors = [f"rank {r}: {e}" for r, (_, e) in enumerate(results) if e]
@@ -464,9 +530,10 @@ class CheckpointManager:
                     "; ".join(dict.fromkeys(errors)),
                     latest,
                 )
-        saved = broadcast_object(env, saved)
+        saved = _broadcast(env, saved, group)
         if saved:
             self._saved_step = step
+            self._completed.append(step)
         return saved
 
     @staticmethod
@@ -514,3 +581,45 @@ class CheckpointManager:
                 store.delete_dir(n)
         except Exception as err:  # pruning is housekeeping: never fail a run for it
             log.warning("could not prune old checkpoints in %s: %s", store.uri, err)
+
+
+def _gather(env: DistEnv, obj: Any, group: Any) -> list[Any]:
+    if group is None:
+        return gather_objects(env, obj)
+    out: list[Any] = [None] * env.world_size
+    dist.all_gather_object(out, obj, group=group)
+    return out
+
+
+def _broadcast(env: DistEnv, obj: Any, group: Any) -> Any:
+    if group is None:
+        return broadcast_object(env, obj)
+    box = [obj]
+    dist.broadcast_object_list(box, src=0, group=group)
+    return box[0]
+
+
+class _Background:
+    """A save finishing in a daemon thread: a process that exits (SIGKILL, a crash) does not wait for
+    it, and what it leaves has no manifest, so it is never loaded."""
+
+    def __init__(self, work) -> None:
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(work,), name="checkpoint", daemon=True)
+        self._thread.start()
+
+    def _run(self, work) -> None:
+        try:
+            self._result = work()
+        except BaseException as err:  # re-raised in the training thread by result()
+            self._error = err
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._result

@@ -212,7 +212,17 @@ class CheckpointConfig:
     keep: int = field(
         default=2, metadata=_help("complete checkpoints kept (>= 2, so one bad write is survivable)")
     )
-    resume: bool = field(default=True, metadata=_help("resume from the latest good checkpoint in dir"))
+    resume: bool = field(
+        default=True,
+        metadata=_help("resume the run `latest` names; false: a new run (other runs' checkpoints stay)"),
+    )
+    async_save: bool = field(
+        default=True,
+        metadata=_help(
+            "write interval checkpoints in the background from a CPU copy of each rank's shard "
+            "(the final and the SIGTERM ones are always written before going on)"
+        ),
+    )
     upload_retries: int = field(default=4, metadata=_help("attempts per S3 upload before giving up"))
     retry_backoff_s: float = field(default=1.0, metadata=_help("first retry delay; doubles per attempt"))
 

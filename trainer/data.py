@@ -158,13 +158,15 @@ def _hf_columns(name: str, text_field: str, label_field: str) -> tuple[Columns, 
     val_split = "validation" if "validation" in ds else "test"
 
     def columns(split: str) -> Columns:
-        table = ds[split].data  # Arrow-backed (memory-mapped from the datasets cache)
+        table = ds[split].data  # datasets.table.Table: a memory-mapped pyarrow.Table in `.table`
         table = getattr(table, "table", table)
-        texts, labels = table.column(text_field), table.column(label_field)
-        return _columns(
-            ((t.to_pylist(), y.to_pylist()) for t, y in zip(texts.chunks, labels.chunks, strict=True)),
-            f"hf:{name}[{split}]",
-        )
+        where = f"hf:{name}[{split}]"
+        for col in (text_field, label_field):
+            if col not in table.column_names:
+                raise DataError(f"{where}: no column {col!r}; columns are {table.column_names}")
+        # Record batches keep text and label aligned (the two columns may be chunked differently).
+        batches = table.select([text_field, label_field]).to_batches(max_chunksize=CHUNK_ROWS)
+        return _columns(((b.column(0).to_pylist(), b.column(1).to_pylist()) for b in batches), where)
 
     return columns("train"), columns(val_split)
 

@@ -194,7 +194,9 @@ def _open_sinks(cfg: JobConfig, env: DistEnv, workdir: Path, s3_client: Any):
         exporter=Exporter(shared, local_rank=env.local_rank, rank=env.rank, port=port) if port else None,
     )
     store = storage(cfg.checkpoint.dir)
-    ckpt = checkpoint.CheckpointManager(store, keep=cfg.checkpoint.keep, workdir=workdir)
+    ckpt = checkpoint.CheckpointManager(
+        store, keep=cfg.checkpoint.keep, workdir=workdir, timeout_s=cfg.train.dist_timeout_s
+    )
     ckpt.check_writable()  # exit 2 now, not a traceback at the first checkpoint interval
     return output, local_out, metrics, ckpt
 
@@ -279,7 +281,11 @@ def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_clie
         f"{t.parallelism if env.distributed else 'single process'}; steps {step}..{t.max_steps}"
     )
 
-    def save(at_step: int) -> None:
+    def record_checkpoints() -> None:  # background checkpoints are reported once committed
+        for done in ckpt.completed():
+            metrics.record("checkpoint", done, path=ckpt.location(done))
+
+    def save(at_step: int, blocking: bool = True) -> None:
         extra = {
             "step": at_step,
             "epoch": epoch,
@@ -289,8 +295,8 @@ def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_clie
             "scaler": scaler.state_dict(),
             "config": cfg.to_dict(),
         }
-        if ckpt.save(env, at_step, model, optimizer, extra):  # every rank writes its shard
-            metrics.record("checkpoint", at_step, path=ckpt.location(at_step))
+        ckpt.save(env, at_step, model, optimizer, extra, blocking=blocking)  # every rank writes its shard
+        record_checkpoints()
         metrics.upload(output)  # an interrupted attempt's metrics reach S3 too
         barrier(env)  # nobody exits (and makes torchrun kill rank 0) before the write is finished
 
@@ -343,18 +349,26 @@ def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_clie
         with window.paused():  # eval and checkpoint time is not training throughput
             # Stop first: a Spot notice leaves 120 s, not enough to spend on a due evaluation too.
             if stop.agreed(env):
-                metrics.say(
-                    f"SIGTERM: checkpointing at step {step}, then exiting {faults.STOPPED} (retryable)"
-                )
-                save(step)
+                if ckpt.in_flight(env) and ckpt.wait():  # the background one is the resume point
+                    metrics.say(
+                        f"SIGTERM at step {step} during a background checkpoint: exiting {faults.STOPPED}"
+                    )
+                    record_checkpoints()
+                else:
+                    metrics.say(
+                        f"SIGTERM: checkpointing at step {step}, then exiting {faults.STOPPED} (retryable)"
+                    )
+                    save(step)
                 metrics.close()
                 return faults.STOPPED
             if step % t.eval_every == 0 or step == t.max_steps:
                 last_eval = evaluate(model, val, env, dtype)
                 metrics.record("eval", step, **last_eval)
             if step % cfg.checkpoint.every_steps == 0 or step == t.max_steps:
-                save(step)
+                save(step, blocking=step == t.max_steps or not cfg.checkpoint.async_save)
                 if stop.agreed(env):  # SIGTERM during that save: it is the resume point, no second save
+                    ckpt.wait()
+                    record_checkpoints()
                     metrics.say(f"SIGTERM during the checkpoint at step {step}: exiting {faults.STOPPED}")
                     metrics.close()
                     return faults.STOPPED

@@ -29,6 +29,9 @@ from torch.optim import Optimizer
 from trainer.dist import DistEnv
 
 METADATA = ".metadata"
+# A single process has no process group: DCP then says "assuming the intent is to save in a single
+# process" on every save and load, also from its background thread.
+warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
 
 # What torch and the OS say when a write runs out of space: errno ENOSPC from plain writes (DCP's
 # FileSystemWriter), and torch.save's zip writer, which reports a short write without the errno, as
@@ -53,13 +56,24 @@ def write(env: DistEnv, model: nn.Module, optimizer: Optimizer, stage: Path) -> 
     """Every rank writes its shard into its own `stage` directory (collective; raises on every rank if
     any rank failed, so no rank waits forever for a peer that gave up)."""
     stage.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings():  # single process: "assuming the intent is to save in a single process"
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.save(
-            _state_dicts(model, optimizer),
-            storage_writer=FileSystemWriter(stage, sync_files=True, overwrite=True),
-            no_dist=not env.distributed,
-        )
+    dcp.save(
+        _state_dicts(model, optimizer),
+        storage_writer=FileSystemWriter(stage, sync_files=True, overwrite=True),
+        no_dist=not env.distributed,
+    )
+
+
+def write_async(env: DistEnv, model: nn.Module, optimizer: Optimizer, stage: Path, group: Any) -> Any:
+    """Copy this rank's shard to CPU memory now, then write it in DCP's background thread; `group` is a
+    gloo group of its own (None in a single process), so its collectives never interleave with training's.
+    Returns the Future of the write."""
+    stage.mkdir(parents=True, exist_ok=True)
+    return dcp.async_save(
+        _state_dicts(model, optimizer),
+        storage_writer=FileSystemWriter(stage, sync_files=True, overwrite=True),
+        process_group=group,
+        no_dist=not env.distributed,
+    )
 
 
 def files_needed(env: DistEnv, model: nn.Module, optimizer: Optimizer, metadata_file: Path) -> set[str]:
@@ -75,9 +89,7 @@ def files_needed(env: DistEnv, model: nn.Module, optimizer: Optimizer, metadata_
 def read(env: DistEnv, model: nn.Module, optimizer: Optimizer, directory: Path) -> None:
     """Load the shards in `directory` into the (already wrapped) model and optimizer (collective)."""
     state = _state_dicts(model, optimizer)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.load(state, storage_reader=FileSystemReader(directory), no_dist=not env.distributed)
+    dcp.load(state, storage_reader=FileSystemReader(directory), no_dist=not env.distributed)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
 

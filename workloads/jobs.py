@@ -30,7 +30,8 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PERMANENT_EXIT_CODES = list(range(1, 128))
 # Pulumi property paths (of the resource's inputs) whose change replaces the object instead of updating it.
 REPLACE_ON_CHANGES = {
-    "TrainJob": ["spec.trainer", "spec.runtimeRef", "spec.runtimePatches"],
+    # activeDeadlineSeconds: immutable in the TrainJob CRD (CEL self == oldSelf).
+    "TrainJob": ["spec.trainer", "spec.runtimeRef", "spec.runtimePatches", "spec.activeDeadlineSeconds"],
     # Named after its spec (below): a changed runtime is a new object, created before the old one goes.
     "TrainingRuntime": ["spec"],
     "PyTorchJob": [
@@ -137,6 +138,10 @@ def training_runtime(spec: TrainingJobSpec, placement: Placement) -> dict[str, A
     }
 
 
+def active_deadline_seconds(spec: TrainingJobSpec) -> int:
+    return max(1, round(spec.max_runtime_hours * 3600))
+
+
 def runtime_name(spec: TrainingJobSpec, runtime_spec: dict[str, Any]) -> str:
     """The job's name and a digest of the runtime's spec: a changed runtime is a new object (its
     failurePolicy cannot be updated), and the TrainJob's runtimeRef changes with it."""
@@ -198,6 +203,7 @@ def train_job(
         "metadata": pod.metadata(spec, spec.name) | {"labels": _job_labels(spec, platform)},
         "spec": {
             "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime", "name": runtime},
+            "activeDeadlineSeconds": active_deadline_seconds(spec),
             "suspend": spec.suspend,
             "trainer": trainer,
             "runtimePatches": [patch],
@@ -233,6 +239,7 @@ def pytorch_job(
         "cleanPodPolicy": "Running",
         "backoffLimit": spec.restart_budget,
         "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
+        "activeDeadlineSeconds": active_deadline_seconds(spec),
         "suspend": spec.suspend,
     }
     if platform.gang_scheduler == "volcano":

@@ -17,6 +17,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 from pydantic import ValidationError
 
+from infra import pod_identity
 from workloads import jobs, pod
 from workloads.platform import PlatformFacts
 from workloads.render import render
@@ -24,12 +25,14 @@ from workloads.spec import SpecError, TrainingJobSpec, parse_spec
 from workloads.stacks import program_text
 
 TRAINING_DASHBOARD_UID = "mlops-eks-training"  # infra/dashboards.py, variable `job`
-POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
 FACT_NAMES = tuple(PlatformFacts.model_fields)
 
 
-def s3_policy(bucket: str, prefix: str) -> dict[str, Any]:
-    """Least privilege: list only under the prefix, read/write/delete only objects below it."""
+def s3_policy(bucket: str, prefix: str, region: str) -> dict[str, Any]:
+    """Least privilege: list only under the prefix, read/write/delete only objects below it, and use the
+    bucket's KMS key (the platform's, infra/keys.py) only through S3 for this bucket: S3 passes the bucket
+    ARN as encryption context when the bucket key is on (the object ARN for objects written before)."""
+    partition = pod_identity.partition_of(region)
     return {
         "Version": "2012-10-17",
         "Statement": [
@@ -47,26 +50,21 @@ def s3_policy(bucket: str, prefix: str) -> dict[str, Any]:
                 "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
                 "Resource": f"arn:aws:s3:::{bucket}/{prefix}/*",
             },
-        ],
-    }
-
-
-def pod_identity_trust(namespace: str, service_account: str) -> dict[str, Any]:
-    """Assumable by the EKS Pod Identity agent for this one service account (its session tags)."""
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
             {
+                "Sid": "BucketKeyThroughS3",
                 "Effect": "Allow",
-                "Principal": {"Service": POD_IDENTITY_PRINCIPAL},
-                "Action": ["sts:AssumeRole", "sts:TagSession"],
+                "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+                "Resource": f"arn:{partition}:kms:{region}:*:key/*",
                 "Condition": {
-                    "StringEquals": {
-                        "aws:RequestTag/kubernetes-namespace": namespace,
-                        "aws:RequestTag/kubernetes-service-account": service_account,
-                    }
+                    "StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"},
+                    "StringLike": {
+                        "kms:EncryptionContext:aws:s3:arn": [
+                            f"arn:aws:s3:::{bucket}",
+                            f"arn:aws:s3:::{bucket}/{prefix}/*",
+                        ]
+                    },
                 },
-            }
+            },
         ],
     }
 
@@ -115,16 +113,34 @@ def _identity(
         return []
     aws_provider = aws.Provider(f"{spec.name}-aws", region=facts.region)
     opts = pulumi.ResourceOptions(provider=aws_provider)
+    # The association and the role live in the deployer's account: the cluster must be there too.
+    account = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(provider=aws_provider))
+    cluster_arn = account.account_id.apply(
+        lambda account_id: pod_identity.cluster_arn(
+            partition=pod_identity.partition_of(facts.region),
+            region=facts.region,
+            account_id=account_id,
+            cluster_name=facts.cluster_name,
+        )
+    )
     role = aws.iam.Role(
         f"{spec.name}-job",
-        assume_role_policy=json.dumps(pod_identity_trust(spec.namespace_name, spec.name)),
+        # Under the cluster's role path: the platform's bucket policy admits pod roles by it.
+        path=pod_identity.role_path(facts.cluster_name),
+        assume_role_policy=cluster_arn.apply(
+            lambda arn: json.dumps(
+                pod_identity.trust_policy(
+                    cluster_arn=arn, namespace=spec.namespace_name, service_account=spec.name
+                )
+            )
+        ),
         description=f"mlops-eks job {spec.name}: s3://{facts.bucket_name}/{pod.s3_prefix(spec)}/ only",
         opts=opts,
     )
     policy = aws.iam.RolePolicy(
         f"{spec.name}-s3",
         role=role.id,
-        policy=json.dumps(s3_policy(facts.bucket_name, pod.s3_prefix(spec))),
+        policy=json.dumps(s3_policy(facts.bucket_name, pod.s3_prefix(spec), facts.region)),
         opts=opts,
     )
     association = aws.eks.PodIdentityAssociation(

@@ -1,7 +1,7 @@
 """A job spec + the platform's facts -> the Kubernetes objects of a workload stack. Pure functions.
 
-`render` returns plain dicts, in creation order: Namespace, ResourceQuota, ServiceAccount, ConfigMaps,
-PVCs, (LocalQueue), then the job — a TrainJob with its TrainingRuntime, or a PyTorchJob. The same dicts
+`render` returns plain dicts, in creation order: Namespace, ResourceQuota, ServiceAccount,
+NetworkPolicies, ConfigMaps, PVCs, (LocalQueue), then the job — a TrainJob with its TrainingRuntime, or a PyTorchJob. The same dicts
 are what `python -m workloads render` prints and what workloads.program creates.
 """
 
@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from infra.network_policies import job_policies
 from workloads import jobs, pod
 from workloads.placement import Placement, place
 from workloads.platform import PlatformFacts
@@ -138,6 +139,17 @@ def volume_claims(spec: TrainingJobSpec) -> list[dict[str, Any]]:
     return claims
 
 
+def network_policies(spec: TrainingJobSpec) -> list[dict[str, Any]]:
+    """Default-deny in the job's own namespace; the job's pods reach only what a run needs
+    (infra/network_policies.py). In a shared namespace its owner sets the namespace's default."""
+    ports = pod.ports(spec)
+    metrics = ports[0]["containerPort"] if ports else None
+    selector = {pod.JOB_LABEL: spec.name}
+    return job_policies(
+        spec.name, spec.namespace_name, selector, metrics, default_deny=spec.create_namespace
+    )
+
+
 def local_queue(spec: TrainingJobSpec, platform: PlatformFacts) -> list[dict[str, Any]]:
     if spec.queue is None or platform.gang_scheduler != "kueue" or not spec.create_namespace:
         return []  # no queue, or the shared namespace's owner creates its LocalQueue
@@ -163,6 +175,7 @@ def render(
         *namespace(spec),
         resource_quota(spec, placement),
         service_account(spec),
+        *network_policies(spec),
         *maps,
         *volume_claims(spec),
         *local_queue(spec, platform),

@@ -133,6 +133,9 @@ class TrainingJobSpec(_Model):
     priority: DnsLabel | None = None  # a PriorityClass name
     queue: DnsLabel | None = None  # a Kueue ClusterQueue (gets a LocalQueue) or a Volcano queue
     ttl_seconds_after_finished: int = Field(default=86400, ge=0)
+    # How long the job may be active before its operator stops it (activeDeadlineSeconds): a hung or
+    # runaway job ends instead of holding GPUs. TrainJob restarts the clock on resume from suspension.
+    max_runtime_hours: float = Field(default=72, gt=0, le=24 * 90)
     suspend: bool = False
     elastic: Elastic | None = None  # PyTorchJob only: nodes may vary in [minNodes, maxNodes]
 

@@ -9,6 +9,8 @@ import json
 import logging
 import re
 import signal
+import threading
+import time
 from pathlib import Path
 
 import boto3
@@ -441,17 +443,47 @@ def test_fresh_run_beside_an_older_run_resumes_itself_after_a_restart(tmp_path, 
     assert kept == [checkpoint_name(20), checkpoint_name(30)]  # the older run's checkpoints are untouched
 
 
-def test_sigterm_during_a_checkpoint_exits_without_a_second_save(tmp_path, monkeypatch, keep_sigterm_handler):
+@pytest.mark.parametrize("background", ["false", "true"], ids=["sync", "async"])
+def test_sigterm_during_a_checkpoint_exits_without_a_second_save(
+    tmp_path, monkeypatch, keep_sigterm_handler, background
+):
     real_save = CheckpointManager.save
 
-    def save_then_sigterm(self, env, step, *rest):
-        saved = real_save(self, env, step, *rest)
+    def save_then_sigterm(self, *args, **kwargs):
+        saved = real_save(self, *args, **kwargs)
         signal.raise_signal(signal.SIGTERM)  # the Spot notice arrives while the checkpoint is written
         return saved
 
     monkeypatch.setattr(CheckpointManager, "save", save_then_sigterm)
-    code = run(job(30, str(tmp_path / "ckpt"), str(tmp_path / "out")))
+    code = run(
+        job(30, str(tmp_path / "ckpt"), str(tmp_path / "out"), **{"checkpoint.async_save": background})
+    )
     assert code == faults.STOPPED
+    assert [r["step"] for r in _events(tmp_path / "out", "checkpoint")] == [10]
+    assert _latest(tmp_path).endswith(f"/{OLD}")
+
+
+def test_sigterm_steps_after_a_background_checkpoint_began_waits_for_it_instead_of_saving_again(
+    tmp_path, monkeypatch, capsys, keep_sigterm_handler
+):
+    real_save, real_write = CheckpointManager.save, CheckpointManager._write
+
+    def slow_write(self, *args):  # the background write outlives a few training steps
+        time.sleep(3)
+        return real_write(self, *args)
+
+    def save_then_sigterm_soon(self, *args, **kwargs):
+        saved = real_save(self, *args, **kwargs)
+        threading.Timer(0.3, signal.raise_signal, args=(signal.SIGTERM,)).start()
+        return saved
+
+    monkeypatch.setattr(CheckpointManager, "_write", slow_write)
+    monkeypatch.setattr(CheckpointManager, "save", save_then_sigterm_soon)
+    code = run(job(1000, str(tmp_path / "ckpt"), str(tmp_path / "out")))
+    out = capsys.readouterr().out
+    stopped = re.search(r"SIGTERM at step (\d+) during a background checkpoint", out)
+    assert code == faults.STOPPED and stopped, out
+    assert int(stopped[1]) > 10  # training went on while the checkpoint was written
     assert [r["step"] for r in _events(tmp_path / "out", "checkpoint")] == [10]
     assert _latest(tmp_path).endswith(f"/{OLD}")
 

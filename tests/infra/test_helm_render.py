@@ -68,9 +68,15 @@ def test_rendered_custom_resources_match_their_crds(rendered, stack):
 
 
 def test_the_cluster_capabilities_reach_the_charts(rendered):
-    """dcgm-exporter renders its ServiceMonitor only when the cluster serves monitoring.coreos.com/v1."""
+    """Karpenter renders its ServiceMonitor only when the cluster serves monitoring.coreos.com/v1
+    (karpenter/templates/servicemonitor.yaml); the public Chart.render would drop it silently."""
     monitors = {name for name, _ in rendered["dev"].of_kind("ServiceMonitor")}
     assert {"dcgm-exporter", "kubecost", "karpenter", "kube-prometheus-stack"} <= monitors
+    (karpenter,) = [r for r in rendered["dev"].releases if r.name == "karpenter"]
+    plain = helm_python.Chart.load(karpenter.package).render(
+        karpenter.values, name=karpenter.name, namespace=karpenter.namespace, is_install=True
+    )
+    assert "ServiceMonitor" not in {o["kind"] for o in helm_render.objects(plain)}
 
 
 def test_a_release_without_a_chart_package_fails():
@@ -155,3 +161,16 @@ def test_kubecost_reads_our_prometheus_where_gpu_metrics_keep_workload_labels(re
     monitors = dict(rendered[stack].of_kind("ServiceMonitor"))
     assert monitors["dcgm-exporter"]["spec"]["endpoints"][0]["honorLabels"] is True
     assert "kubecost" in monitors and "nvidia-device-plugin" in rendered[stack].objects
+
+
+def test_charts_see_the_clusters_kubernetes_version_not_the_librarys(tmp_path):
+    chart = tmp_path / "probe"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: probe\nversion: 0.1.0\n")
+    (chart / "templates" / "cm.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: probe}\n"
+        "data: {kube: {{ .Capabilities.KubeVersion.Version | quote }}}\n"
+    )
+    release = HelmRelease("probe", "probe", "0.1.0", "default", {})
+    (cm,) = helm_render.objects(helm_render.render(release, "1.34", package=chart))
+    assert cm["data"] == {"kube": "v1.34.0"}

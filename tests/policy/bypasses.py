@@ -25,6 +25,7 @@ POD_TAGS = {
 }
 BUCKET = "arn:aws:s3:::mlops-data"
 INSECURE = {"Bool": {"aws:SecureTransport": "false"}}
+OIDC = "oidc.eks.us-east-1.amazonaws.com/id/ABC"
 
 
 class Attempt(NamedTuple):
@@ -221,6 +222,22 @@ ATTEMPTS: tuple[Attempt, ...] = (
         "a cluster condition with a wildcard",
         ROLE,
         _trust(_pod_trust(tags={**POD_TAGS, "aws:RequestTag/eks-cluster-name": "*"})),
+    ),
+    Attempt(
+        "iam-pod-role-trust-scoped",
+        "an AWS principal next to the IRSA provider",
+        ROLE,
+        _trust(
+            {
+                "Effect": "Allow",
+                "Principal": {
+                    "Federated": f"arn:aws:iam::1:oidc-provider/{OIDC}",
+                    "AWS": "arn:aws:iam::1:root",
+                },
+                "Action": "sts:AssumeRoleWithWebIdentity",
+                "Condition": {"StringEquals": {f"{OIDC}:sub": "system:serviceaccount:team-a:trainer"}},
+            }
+        ),
     ),
     Attempt("s3-tls-only", "Deny on the bucket ARN only", BUCKET_POLICY, _tls_deny(BUCKET)),
     Attempt("s3-tls-only", "Deny on the objects only", BUCKET_POLICY, _tls_deny(f"{BUCKET}/*")),

@@ -160,6 +160,8 @@ def test_the_placeholder_policy_is_mandatory_under_the_engine_and_a_warning_offl
         inputs={"principalArn": "arn:aws:iam::123456789012:role/platform-admin"},
     )
     assert [f.level for f in evaluate([entry], RULES, engine=True)] == ["mandatory"]
+    engine_policy = next(p for p in pack.policies() if p.name == "no-documentation-placeholders")
+    assert engine_policy.enforcement_level.value == "mandatory"
     assert [f.level for f in evaluate([entry], RULES)] == ["advisory"]
     real = Resource(
         type=entry.type, name="admin", inputs={"principalArn": "arn:aws:iam::210987654321:role/a"}

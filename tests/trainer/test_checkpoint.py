@@ -122,6 +122,15 @@ def test_the_checkpoint_just_written_is_never_pruned_even_below_later_ones_of_th
     assert local.latest_name() == f"{local.run}/{checkpoint_name(11)}"
 
 
+def test_background_save_keeps_the_state_of_its_step_while_training_goes_on(local, tmp_path):
+    trainee = Trainee(10)
+    assert local.save(ONE, 10, trainee.model, trainee.optimizer, {"step": 10}, blocking=False) is None
+    trainee.at(11)  # the next optimizer step changes the weights in place while the write goes on
+    assert local.wait() is True and local.completed() == [10]
+    state, loaded = resume(CheckpointManager(local.storage, workdir=tmp_path))
+    assert state["step"] == 10 and loaded.step_of_weights() == 10.0
+
+
 def test_crash_before_the_rename_leaves_the_previous_checkpoint_in_use(local, tmp_path, monkeypatch, caplog):
     save(local, 10)
     real_replace = os.replace

@@ -1,4 +1,6 @@
 import json
+import sys
+import types
 
 import boto3
 import pyarrow as pa
@@ -157,3 +159,20 @@ def test_too_few_examples_for_one_batch_per_rank_is_a_data_error():
     ds = data.EncodedDataset([[1]] * 10, [0] * 10)
     with pytest.raises(data.DataError, match="fewer than train.batch_size=8"):
         data.train_loader(ds, DataConfig(), batch_size=8, rank=0, world=2, seed=0, pin_memory=False)
+
+
+def test_hf_dataset_is_read_from_its_arrow_table_in_aligned_batches(tmp_path, monkeypatch):
+    # datasets keeps each split as a pyarrow Table in `Dataset.data.table`; its columns may be chunked
+    # differently, so texts and labels are read as record batches, never zipped chunk by chunk.
+    texts = pa.chunked_array([["a great film", "dull"], ["not boring", "superb", "weak"]])
+    labels = pa.chunked_array([[1], [0, 1, 1], [0]])
+    table = pa.table({"text": texts, "label": labels})
+    split = types.SimpleNamespace(data=types.SimpleNamespace(table=table))
+    fake = types.ModuleType("datasets")
+    fake.load_dataset = lambda name: {"train": split, "test": split}
+    monkeypatch.setitem(sys.modules, "datasets", fake)
+    train, val = data._hf_columns("imdb", "text", "label")
+    expected = [("a great film", 1), ("dull", 0), ("not boring", 1), ("superb", 1), ("weak", 0)]
+    assert train.examples() == expected and val.examples() == expected
+    with pytest.raises(data.DataError, match=r"hf:imdb\[train\]: no column 'review'"):
+        data._hf_columns("imdb", "review", "label")

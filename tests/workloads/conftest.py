@@ -42,6 +42,8 @@ class WorkloadMocks(pulumi.runtime.Mocks):
         return f"{args.name}-id", state
 
     def call(self, args: pulumi.runtime.MockCallArgs):
+        if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
+            return {"accountId": "123456789012", "arn": "arn:aws:iam::123456789012:user/mock", "id": "x"}
         return {}
 
     def of_type(self, typ: str) -> list[pulumi.runtime.MockResourceArgs]:

@@ -476,3 +476,17 @@ def test_a_changed_pod_replaces_the_job(stack, change):
     changed = _changes(_one(_render(stack), kind), _one(_render(stack, UPDATES[change]), kind))
     assert changed
     assert all(_covered(p, jobs.REPLACE_ON_CHANGES[kind]) for p in changed), changed
+
+
+@pytest.mark.parametrize("stack", WORKLOAD_STACKS)
+def test_every_job_has_a_deadline_and_a_changed_one_replaces_a_trainjob(rules, stack):
+    spec = load_stack(stack).spec
+    kind = "TrainJob" if spec.operator == "trainjob" else "PyTorchJob"
+    path = "spec.activeDeadlineSeconds" if kind == "TrainJob" else "spec.runPolicy.activeDeadlineSeconds"
+    old, new = _one(_render(stack), kind), _one(_render(stack, {"maxRuntimeHours": 1.5}), kind)
+    assert _get(old, path) == round(spec.max_runtime_hours * 3600) and _get(new, path) == 5400
+    assert rules.validate(new) == []
+    if kind == "TrainJob":
+        # Immutable in the CRD: in place the API server refuses it, so Pulumi replaces the job.
+        assert _rejected(rules, new, old) == {".spec.activeDeadlineSeconds"}
+        assert _covered(path, jobs.REPLACE_ON_CHANGES[kind])

@@ -72,10 +72,22 @@ def test_job_role_reaches_only_the_job_prefix_from_its_service_account(deployed)
     (role,) = deployed.of_type("aws:iam/role:Role")
     trust = json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]
     assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert trust["Action"] == ["sts:AssumeRole", "sts:TagSession"]
+    # Pinned to the platform's cluster: an association on another cluster cannot use the role.
     assert trust["Condition"]["StringEquals"] == {
+        "aws:RequestTag/eks-cluster-arn": "arn:aws:eks:us-east-1:123456789012:cluster/mlops-eks-dev",
         "aws:RequestTag/kubernetes-namespace": "zimdb",
         "aws:RequestTag/kubernetes-service-account": "zimdb",
     }
+    # Under the cluster's role path, which the platform's bucket policy admits (infra/storage.py).
+    assert role.inputs["path"] == "/mlops-eks/mlops-eks-dev/"
+    kms = next(s for s in statements if s["Sid"] == "BucketKeyThroughS3")
+    assert kms["Action"] == ["kms:Decrypt", "kms:GenerateDataKey"]
+    assert kms["Condition"]["StringEquals"] == {"kms:ViaService": "s3.us-east-1.amazonaws.com"}
+    assert kms["Condition"]["StringLike"]["kms:EncryptionContext:aws:s3:arn"] == [
+        f"arn:aws:s3:::{bucket}",
+        f"arn:aws:s3:::{bucket}/jobs/zimdb/*",
+    ]
     (assoc,) = deployed.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
     assert (assoc.inputs["clusterName"], assoc.inputs["namespace"], assoc.inputs["serviceAccount"]) == (
         "mlops-eks-dev",

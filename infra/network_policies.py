@@ -1,0 +1,150 @@
+"""NetworkPolicies of the platform's namespaces and of every job namespace. Pure data: no Pulumi import,
+so workload stacks render their job's policies from the same builders.
+
+The VPC CNI enforces them (its network-policy agent, switched on in infra/cluster.py). Kubernetes
+semantics: a pod is isolated for ingress (egress) once any policy with that policyType selects it, and
+then only what some selecting policy allows gets through, in both directions: the sender's egress and
+the receiver's ingress must both allow a connection. Traffic between a pod and its own node (kubelet
+probes, `kubectl port-forward`, which the kubelet serves inside the pod's network namespace) is always
+allowed, so Grafana and Kubecost stay reachable through port-forward and need no ingress rule.
+
+Platform namespaces: ingress is denied by default and allowed from the same namespace, from the platform
+Prometheus (scrapes), and from the VPC on the ports the API server calls (admission webhooks, aggregated
+APIs): the EKS control plane reaches them from its cross-account ENIs in the cluster's subnets, which
+share the VPC CIDR with pods, so those ports stay open to pods of the VPC too (they serve TLS admission
+reviews only). Egress stays open there: controllers call the API server, AWS APIs and alert receivers.
+
+Job namespaces: ingress and egress are denied by default. A job's pods may reach DNS (CoreDNS in
+kube-system), each other on every port (torchrun's rendezvous, then NCCL/Gloo connections on ephemeral
+ports that no port list can name), the EKS Pod Identity agent (their S3 credentials), and HTTPS outside
+private address space. S3 arrives through the VPC's gateway endpoint at S3's public addresses, which a
+NetworkPolicy cannot name (it has no prefix lists): allowing 443 to public addresses is the narrowest
+rule that keeps S3 working, and it also lets a job reach other public HTTPS endpoints through the NAT.
+What such a job can do with S3 is bounded by its IAM role and the endpoint's policy instead. Private
+ranges are excluded, so a job reaches no platform service on 443 (webhooks, Kubecost, the API server's
+private endpoint). Prometheus may scrape the job's metrics port; nothing else reaches a job pod.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on every namespace (1.22+)
+MONITORING_NAMESPACE = "monitoring"
+KUBECOST_NAMESPACE = "kubecost"
+# The pods the Prometheus Operator creates for kube-prometheus-stack's Prometheus carry this label (its
+# Service `kube-prometheus-stack-prometheus` selects them by it).
+PROMETHEUS_POD = {"app.kubernetes.io/name": "prometheus"}
+PROMETHEUS_PORT = 9090
+# Kubecost's cost-analyzer queries the platform Prometheus (infra/cost.py).
+KUBECOST_POD = {"app.kubernetes.io/name": "cost-analyzer"}
+# CoreDNS (the EKS add-on) pods; the kube-dns Service targets port 53 on them.
+DNS_POD = {"k8s-app": "kube-dns"}
+# The EKS Pod Identity agent, a host-network DaemonSet on every node serving credentials on a link-local
+# address (EKS user guide, pod-id-agent-setup): a default-deny egress blocks it unless allowed.
+POD_IDENTITY_AGENT = "169.254.170.23/32"
+POD_IDENTITY_PORT = 80
+# Private and link-local ranges: the VPC and its pods (any RFC 1918 VPC CIDR), the Service CIDR, custom
+# networking's 100.64/10, and IMDS. A job's HTTPS egress goes only outside them.
+PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16")
+HTTPS = 443
+
+# Ports the API server calls in each platform namespace (pod ports, which a policy matches):
+#   monitoring: the Prometheus Operator's admission webhook (Service kube-prometheus-stack-operator,
+#     targetPort https = 10250)
+#   kubeflow-system: Trainer's and JobSet's webhooks (targetPort webhook = 9443)
+#   kueue-system: Kueue's webhooks (9443) and its visibility APIService (8082)
+#   volcano-system: volcano-admission (basic.admission_port, 8443)
+# tests/infra/test_network_policies.py resolves every webhook and APIService of the rendered charts to
+# its pod port and checks that the API server gets through.
+API_SERVER_PORTS: dict[str, tuple[int, ...]] = {
+    MONITORING_NAMESPACE: (10250,),
+    "kubeflow-system": (9443,),
+    "kueue-system": (9443, 8082),
+    "volcano-system": (8443,),
+}
+
+
+def network_policy(
+    name: str, namespace: str, pod_selector: dict[str, Any], types: list[str], **rules: Any
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"podSelector": pod_selector, "policyTypes": types, **rules},
+    }
+
+
+def _in_namespace(namespace: str, pods: dict[str, str] | None = None) -> dict[str, Any]:
+    peer: dict[str, Any] = {"namespaceSelector": {"matchLabels": {NAME_LABEL: namespace}}}
+    if pods is not None:
+        peer["podSelector"] = {"matchLabels": pods}
+    return peer
+
+
+def _ports(*ports: int, protocol: str = "TCP") -> list[dict[str, Any]]:
+    return [{"protocol": protocol, "port": p} for p in ports]
+
+
+def platform_policies(namespace: str, vpc_cidr: str) -> list[dict[str, Any]]:
+    """Default-deny ingress for a platform namespace, and what may still come in (module docstring)."""
+    policies = [
+        network_policy("default-deny-ingress", namespace, {}, ["Ingress"]),
+        network_policy(
+            "allow-same-namespace", namespace, {}, ["Ingress"], ingress=[{"from": [{"podSelector": {}}]}]
+        ),
+    ]
+    if namespace != MONITORING_NAMESPACE:
+        policies.append(
+            network_policy(
+                "allow-prometheus-scrape", namespace, {}, ["Ingress"],
+                ingress=[{"from": [_in_namespace(MONITORING_NAMESPACE, PROMETHEUS_POD)]}],
+            )
+        )  # fmt: skip
+    else:
+        policies.append(
+            network_policy(
+                "allow-kubecost-to-prometheus", namespace, {"matchLabels": PROMETHEUS_POD}, ["Ingress"],
+                ingress=[{"from": [_in_namespace(KUBECOST_NAMESPACE, KUBECOST_POD)],
+                          "ports": _ports(PROMETHEUS_PORT)}],
+            )
+        )  # fmt: skip
+    if namespace in API_SERVER_PORTS:
+        policies.append(
+            network_policy(
+                "allow-api-server", namespace, {}, ["Ingress"],
+                ingress=[{"from": [{"ipBlock": {"cidr": vpc_cidr}}],
+                          "ports": _ports(*API_SERVER_PORTS[namespace])}],
+            )
+        )  # fmt: skip
+    return policies
+
+
+def job_policies(
+    name: str, namespace: str, pod_labels: dict[str, str], metrics_port: int | None, *, default_deny: bool
+) -> list[dict[str, Any]]:
+    """The policy of job `name` (its pods, selected by `pod_labels`) and, when the stack owns the
+    namespace, a default-deny for everything else in it. `metrics_port`: what Prometheus scrapes."""
+    job = {"matchLabels": dict(pod_labels)}
+    peers = {"podSelector": job}
+    ingress: list[dict[str, Any]] = [{"from": [peers]}]
+    if metrics_port is not None:
+        ingress.append(
+            {"from": [_in_namespace(MONITORING_NAMESPACE, PROMETHEUS_POD)], "ports": _ports(metrics_port)}
+        )
+    egress = [
+        {"to": [_in_namespace("kube-system", DNS_POD)],
+         "ports": _ports(53, protocol="UDP") + _ports(53)},
+        {"to": [peers]},
+        {"to": [{"ipBlock": {"cidr": POD_IDENTITY_AGENT}}], "ports": _ports(POD_IDENTITY_PORT)},
+        {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": list(PRIVATE_RANGES)}}], "ports": _ports(HTTPS)},
+    ]  # fmt: skip
+    policies = [
+        network_policy(
+            f"{name}-training", namespace, job, ["Ingress", "Egress"], ingress=ingress, egress=egress
+        )
+    ]
+    if default_deny:
+        policies.insert(0, network_policy("default-deny", namespace, {}, ["Ingress", "Egress"]))
+    return policies

@@ -175,6 +175,11 @@ class Cluster(pulumi.ComponentResource):
             # (ManagedAddons), so EKS must not bootstrap its self-managed copies.
             bootstrap_self_managed_addons=False,
             coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),
+            # The CNI's network-policy agent enforces the platform's and jobs' NetworkPolicies
+            # (infra/network_policies.py); pulumi-eks writes it as the add-on's configuration value
+            # {"enableNetworkPolicy": "true"} (nodejs/eks/addons/cni-addon.ts, mergeConfigurationValues).
+            # Needs vpc-cni 1.14+ and kernel 5.10+: the AL2023 (and accelerated) EKS AMIs run 6.1.
+            vpc_cni_options=eks.VpcCniOptionsArgs(enable_network_policy=True),
             tags=args.tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[log_group]),
         )

@@ -66,12 +66,18 @@ API_SERVER_PORTS: dict[str, tuple[int, ...]] = {
 
 
 def network_policy(
-    name: str, namespace: str, pod_selector: dict[str, Any], types: list[str], **rules: Any
+    name: str,
+    namespace: str,
+    pod_selector: dict[str, Any],
+    types: list[str],
+    labels: dict[str, str] | None = None,
+    **rules: Any,
 ) -> dict[str, Any]:
+    metadata = {"name": name, "namespace": namespace} | ({"labels": dict(labels)} if labels else {})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": metadata,
         "spec": {"podSelector": pod_selector, "policyTypes": types, **rules},
     }
 
@@ -122,10 +128,17 @@ def platform_policies(namespace: str, vpc_cidr: str) -> list[dict[str, Any]]:
 
 
 def job_policies(
-    name: str, namespace: str, pod_labels: dict[str, str], metrics_port: int | None, *, default_deny: bool
+    name: str,
+    namespace: str,
+    pod_labels: dict[str, str],
+    metrics_port: int | None,
+    *,
+    default_deny: bool,
+    labels: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The policy of job `name` (its pods, selected by `pod_labels`) and, when the stack owns the
-    namespace, a default-deny for everything else in it. `metrics_port`: what Prometheus scrapes."""
+    namespace, a default-deny for everything else in it. `metrics_port`: what Prometheus scrapes;
+    `labels`: the policies' own labels."""
     job = {"matchLabels": dict(pod_labels)}
     peers = {"podSelector": job}
     ingress: list[dict[str, Any]] = [{"from": [peers]}]
@@ -142,9 +155,9 @@ def job_policies(
     ]  # fmt: skip
     policies = [
         network_policy(
-            f"{name}-training", namespace, job, ["Ingress", "Egress"], ingress=ingress, egress=egress
+            f"{name}-training", namespace, job, ["Ingress", "Egress"], labels, ingress=ingress, egress=egress
         )
     ]
     if default_deny:
-        policies.insert(0, network_policy("default-deny", namespace, {}, ["Ingress", "Egress"]))
+        policies.insert(0, network_policy("default-deny", namespace, {}, ["Ingress", "Egress"], labels))
     return policies

@@ -25,11 +25,10 @@ back to an older checkpoint or to step 0: it raises CheckpointUnavailable, which
 retryable exit. A save that fails (storage down after the retries, disk full) is logged and skipped:
 training goes on and `latest` keeps pointing to the last good checkpoint.
 
-Saves are synchronous. torchtitan (torchtitan/components/checkpoint.py) writes interval checkpoints with
-`dcp.async_save` on a separate gloo group but its last one synchronously; here the save that matters most,
-the one in the 120 s Spot notice, is such a last one, and an asynchronous interval save would need every
-rank to agree, at a step boundary, whether the background write has finished before a SIGTERM may skip its
-own save. Sharding already divides the write by the number of ranks.
+Interval checkpoints may be written in the background: torchtitan's pattern
+(torchtitan/components/checkpoint.py: dcp.async_save on a gloo group of its own, the previous save awaited
+before the next, the last one synchronous). Here the background thread also hashes, publishes and commits,
+so `latest` moves as soon as every rank's files are in place; the final and SIGTERM saves are synchronous.
 """
 
 from __future__ import annotations

@@ -26,9 +26,17 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from trainer import faults
 from trainer.config import DataConfig
 from trainer.data import Columns, DataError, Splits, TextEncoder, TokenDataset, check_labels, load_columns
 from trainer.data import train_tokenizer as _train_tokenizer
+
+
+class PeerTimeout(faults.Retryable):
+    """Local rank 0 is alive (torchrun would have stopped us otherwise) but never finished: a hung peer."""
+
+    exit_code = faults.PEER_LOST
+
 
 READY = "meta.json"
 # Rows per encode_batch call: the tokenizer's Encoding objects (offsets, strings) cost far more than the
@@ -134,7 +142,7 @@ def _wait(shared: Path, timeout_s: float) -> None:
             message = (shared.parent / f"{shared.name}.{FAILED}").read_text()
             raise DataError(f"local rank 0 could not prepare the data: {message}")
         if time.monotonic() > deadline:
-            raise TimeoutError(f"no tokenized data from local rank 0 in {shared} after {timeout_s:.0f} s")
+            raise PeerTimeout(f"no tokenized data from local rank 0 in {shared} after {timeout_s:.0f} s")
         time.sleep(0.05)
 
 

@@ -16,7 +16,7 @@ from infra.training_metrics import METRICS_PORT, METRICS_PORT_NAME
 from workloads.placement import Placement
 from workloads.spec import Storage, TrainingJobSpec
 
-JOB_LABEL = "mlops-eks.io/job"  # the Grafana training dashboard (issue 3) filters pods by these two labels
+JOB_LABEL = "mlops-eks.io/job"  # the Grafana training dashboard filters pods by these two labels
 TRAINER_CONFIG_DIR = "/etc/trainer"
 TRAINER_CONFIG_PATH = f"{TRAINER_CONFIG_DIR}/config.yaml"
 PROGRAM_DIR = "/opt/program"

@@ -98,6 +98,8 @@ def _k8s_resource(
         )
     if kind == "ConfigMap":
         return k8s.core.v1.ConfigMap(name, metadata=meta, data=obj["data"], opts=opts)
+    if kind == "NetworkPolicy":
+        return k8s.networking.v1.NetworkPolicy(name, metadata=meta, spec=obj["spec"], opts=opts)
     if kind == "PersistentVolumeClaim":
         return k8s.core.v1.PersistentVolumeClaim(name, metadata=meta, spec=obj["spec"], opts=opts)
     return k8s.apiextensions.CustomResource(

@@ -146,8 +146,9 @@ def network_policies(spec: TrainingJobSpec) -> list[dict[str, Any]]:
     metrics = ports[0]["containerPort"] if ports else None
     selector = {pod.JOB_LABEL: spec.name}
     return job_policies(
-        spec.name, spec.namespace_name, selector, metrics, default_deny=spec.create_namespace
-    )
+        spec.name, spec.namespace_name, selector, metrics, default_deny=spec.create_namespace,
+        labels=pod.labels(spec),
+    )  # fmt: skip
 
 
 def local_queue(spec: TrainingJobSpec, platform: PlatformFacts) -> list[dict[str, Any]]:

@@ -22,7 +22,7 @@ CONTRACT_EXPORTS = {
     "private_subnet_ids", "public_subnet_ids", "bucket_name", "ecr_repository_urls", "node_role_arn",
     "accelerator_pools",
 }  # fmt: skip
-# Added by the cluster add-ons (issue 3), same contract.
+# Added by the cluster add-ons, same contract.
 ADDON_EXPORTS = {
     "grafana_admin_password",
     "training_operators",

@@ -9,7 +9,7 @@ import time
 import pytest
 from trainer_runs import REPO, run_env
 
-from trainer import data, token_store
+from trainer import data, faults, token_store
 from trainer.config import DataConfig
 
 
@@ -116,3 +116,9 @@ def test_tokenizing_a_file_takes_a_few_times_its_size_in_memory(tmp_path):
     )
     peak_mib = float(out.stdout.strip())
     assert peak_mib < 3 * size_mib + 100, f"{peak_mib:.0f} MiB for a {size_mib:.1f} MiB file"
+
+
+def test_a_local_rank_0_that_never_finishes_is_a_retryable_hung_peer(tmp_path):
+    with pytest.raises(token_store.PeerTimeout, match="no tokenized data from local rank 0") as err:
+        _prepare(DataConfig(), tmp_path / "shared", 1, tmp_path, wait_s=0.2)
+    assert faults.verdict(err.value)[0] == faults.PEER_LOST >= 128

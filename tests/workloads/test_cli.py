@@ -17,6 +17,8 @@ def test_render_prints_every_object_as_yaml(capsys):
         "Namespace",
         "ResourceQuota",
         "ServiceAccount",
+        "NetworkPolicy",
+        "NetworkPolicy",
         "ConfigMap",
         "TrainingRuntime",
         "TrainJob",

@@ -1,7 +1,8 @@
 """Installs the cluster add-ons onto a built platform and returns their stack exports.
 
 Order (each a dependency, so `pulumi destroy` runs it backwards): managed node groups and EKS add-ons ->
-kube-prometheus-stack (its CRDs back every ServiceMonitor) -> GPU software, metrics-server, Karpenter,
+the add-ons' namespaces (Pod Security labels, NetworkPolicies) -> kube-prometheus-stack (its CRDs back
+every ServiceMonitor) -> GPU software, metrics-server, Karpenter,
 Kubecost, training operators, and Kueue last (after every release that creates Deployments: its webhooks
 cannot refuse them on first install). Karpenter's NodePools go before its controller on destroy.
 """
@@ -19,6 +20,7 @@ from infra.gpu import NAMESPACE as GPU_NAMESPACE
 from infra.gpu import GpuSoftware, GpuSoftwareArgs, device_plugins
 from infra.karpenter import NAMESPACE as KARPENTER_NAMESPACE
 from infra.karpenter import Karpenter, KarpenterArgs
+from infra.namespaces import PlatformNamespaces, PlatformNamespacesArgs, platform_namespaces
 from infra.observability import NAMESPACE as MONITORING_NAMESPACE
 from infra.observability import MetricsServer, MetricsServerArgs, Observability, ObservabilityArgs
 from infra.training import Training, TrainingArgs, queue_quotas
@@ -41,6 +43,18 @@ def install_addons(
         *platform.node_groups,
         platform.managed_addons,
     ]
+    # Every add-on namespace, labeled and with its NetworkPolicies, before any release goes into it.
+    namespaces = PlatformNamespaces(
+        "namespaces",
+        PlatformNamespacesArgs(
+            names=platform_namespaces(config),
+            kubernetes_version=platform.config.kubernetes_version,
+            vpc_cidr=platform.config.vpc_cidr,
+            k8s_provider=provider,
+            depends_on=cluster_ready,
+        ),
+    )
+    cluster_ready = [*cluster_ready, namespaces]
     storage_class = "gp3"
 
     observability = None

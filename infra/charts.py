@@ -72,10 +72,12 @@ CHARTS: MappingProxyType[str, Chart] = MappingProxyType(
 # Training Operator v1 (PyTorchJob, MPIJob) has no Helm chart: its standalone kustomize overlay, at the
 # commit of tag v1.9.2 (a tag can be moved; a commit cannot). The repository is kubeflow/trainer now
 # (formerly kubeflow/training-operator); the overlay's image is pinned by tag inside it (v1-3f15cb8).
+# kustomize/v2 hands the string to kustomize itself, whose remote URLs are `<repo>//<path>?ref=<ref>`
+# (api/internal/git/repospec.go); a GitHub `/tree/<ref>/` browser URL would clone the default branch.
 TRAINING_OPERATOR_V1_TAG = "v1.9.2"
 TRAINING_OPERATOR_V1_COMMIT = "bde9c20903ad9b54af1f3883e4fa764a3c0db797"
 TRAINING_OPERATOR_V1_KUSTOMIZE = (
-    f"https://github.com/kubeflow/trainer/tree/{TRAINING_OPERATOR_V1_COMMIT}/manifests/overlays/standalone"
+    f"https://github.com/kubeflow/trainer//manifests/overlays/standalone?ref={TRAINING_OPERATOR_V1_COMMIT}"
 )
 
 
@@ -88,7 +90,7 @@ def release(
     *,
     timeout_s: int = 600,
 ) -> Release:
-    """Install CHARTS[chart_key] as release `name` into `namespace` (created when missing)."""
+    """Install CHARTS[chart_key] as release `name` into `namespace` (which must exist)."""
     chart = CHARTS[chart_key]
     return Release(
         name,
@@ -97,7 +99,9 @@ def release(
         version=chart.version,
         repository_opts=RepositoryOptsArgs(repo=chart.repository) if chart.repository else None,
         namespace=namespace,
-        create_namespace=True,
+        # Namespaces are created with Pod Security labels and NetworkPolicies (infra/namespaces.py):
+        # a release into one that does not exist fails instead of creating it unlabeled.
+        create_namespace=False,
         values=values,
         atomic=True,
         cleanup_on_fail=True,

@@ -165,10 +165,8 @@ class Observability(pulumi.ComponentResource):
             password = pulumi.Output.secret(args.grafana_admin_password)
         self.grafana_admin_password = pulumi.Output.secret(password)
 
-        namespace = k8s.core.v1.Namespace(
-            f"{name}-namespace", metadata={"name": NAMESPACE, "labels": {"name": NAMESPACE}}, opts=k8s_opts
-        )
-        in_namespace = pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(depends_on=[namespace]))
+        # The namespace (Pod Security labels, NetworkPolicies) is infra/namespaces.py's, in depends_on.
+        in_namespace = k8s_opts
         secret = k8s.core.v1.Secret(
             f"{name}-grafana-admin",
             metadata={"name": GRAFANA_SECRET, "namespace": NAMESPACE},

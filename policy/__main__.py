@@ -1,8 +1,19 @@
 """CrossGuard entry point: `pulumi preview --policy-pack policy` runs this file (via pulumi.policy)."""
 
-from pulumi_policy import EnforcementLevel, PolicyPack
+import sys
 
-from policy.pack import PACK_NAME, policies
+if {"-h", "--help"} & set(sys.argv[1:]):
+    # Building the pack starts its analyzer server (and prints its port): answer --help before that.
+    print(
+        "usage: pulumi preview|up --policy-pack policy   (or: make preview|up STACK=<stack>)\n\n"
+        "The mlops-eks CrossGuard policy pack. The Pulumi CLI runs this package as an analyzer; run offline\n"
+        "over every stack with `python -m policy.scan` (make lint)."
+    )
+    sys.exit(0)
+
+from pulumi_policy import EnforcementLevel, PolicyPack  # noqa: E402
+
+from policy.pack import PACK_NAME, policies  # noqa: E402
 
 PolicyPack(
     name=PACK_NAME,

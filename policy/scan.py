@@ -254,7 +254,12 @@ def policy_findings(
     return [line for line in found if "[mandatory]" in line]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(prog="python -m policy.scan", description=__doc__, formatter_class=raw)
+    parser.parse_args(argv)  # no options: --help prints the above and exits before any work
     print(
         "rendering the platform stacks (infra synth) and the workload stacks (workloads render) ...",
         flush=True,

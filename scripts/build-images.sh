@@ -15,9 +15,9 @@ set -euo pipefail
 
 FLAVORS=(cuda rocm cpu)
 
-usage() {
+usage() {  # --help: exit 0; any other caller passes its status
   sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
-  exit 2
+  exit "${1:-0}"
 }
 
 die() {

@@ -19,7 +19,8 @@ SAFE_SYSCTLS = {
     "net.ipv4.tcp_keepalive_probes",
 }  # fmt: skip
 RESTRICTED_VOLUMES = {
-    "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret",
+    "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected",
+    "secret",
 }  # fmt: skip
 WORKLOAD_KINDS = {"Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job"}
 
@@ -36,7 +37,7 @@ def pod_spec(obj: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    return [*spec.get("initContainers", []), *spec.get("containers", []), *spec.get("ephemeralContainers", [])]
+    return [c for key in ("initContainers", "containers", "ephemeralContainers") for c in spec.get(key) or []]
 
 
 def baseline_violations(spec: dict[str, Any]) -> list[str]:

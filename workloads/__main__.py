@@ -1,9 +1,12 @@
-"""`python -m workloads render|run-local --stack STACK`: a workload stack without the Pulumi CLI.
+"""`python -m workloads render|run-local|status|logs --stack STACK`: a workload stack without the Pulumi CLI.
 
 render     prints the Kubernetes objects the stack creates, as YAML (platform facts from
            --platform-outputs FILE, `pulumi stack output --json --show-secrets` of the platform stack,
            or the example outputs shipped in workloads/examples/ for that platform stack)
 run-local  runs the job's program with torchrun on this machine's CPU (gloo), same trainer config
+status     the deployed job's state, read from the cluster: queued, waiting for a node, running (step,
+           loss), failed (exit code, permanent or retryable) or succeeded (output location)
+logs       every node's log, prefixed with its node rank; --follow streams them
 """
 
 from __future__ import annotations
@@ -69,6 +72,39 @@ def cmd_run_local(args: argparse.Namespace) -> int:
     return run_local(load_stack(args.stack), nproc=args.nproc, out=args.out, overrides=args.overrides)
 
 
+def _cluster(args: argparse.Namespace) -> tuple[object, object]:
+    from workloads.status import Cluster, api_client
+
+    stack = load_stack(args.stack)
+    return Cluster(api_client(args.kubeconfig, args.platform_outputs)), stack.spec
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from workloads.status import status
+
+    cluster, spec = _cluster(args)
+    report = status(cluster, spec)  # type: ignore[arg-type]
+    print(report.text())
+    return report.code
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from workloads.logs import logs
+
+    cluster, spec = _cluster(args)
+    return logs(cluster, spec, follow=args.follow, tail=args.tail, out=sys.stdout)  # type: ignore[arg-type]
+
+
+def _cluster_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--stack", required=True, help="workload stack, e.g. dev-zimdb")
+    p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
+    p.add_argument(
+        "--platform-outputs", type=Path,
+        help="`pulumi stack output --json --show-secrets` of the platform stack: its `kubeconfig` is used "
+        "when neither --kubeconfig nor $KUBECONFIG is given",
+    )  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m workloads", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -88,12 +124,25 @@ def main(argv: list[str] | None = None) -> int:
         "overrides", nargs=argparse.REMAINDER, help="after `--`: trainer flags, e.g. -- --train.max_steps 5"
     )
     local_p.set_defaults(run=cmd_run_local)
+    status_p = sub.add_parser("status", help="the deployed job's state, from the cluster's API server")
+    _cluster_args(status_p)
+    status_p.set_defaults(run=cmd_status)
+    logs_p = sub.add_parser("logs", help="every node's log of the deployed job, prefixed with its rank")
+    _cluster_args(logs_p)
+    logs_p.add_argument("--follow", "-f", action="store_true", help="stream the logs until the pods end")
+    logs_p.add_argument("--tail", type=int, help="only the last N lines of each pod")
+    logs_p.set_defaults(run=cmd_logs)
     args = parser.parse_args(argv)
+    from workloads.status import ClusterError
+
     try:
         return args.run(args)
     except SpecError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except ClusterError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.code
 
 
 if __name__ == "__main__":

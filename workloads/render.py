@@ -1,8 +1,9 @@
 """A job spec + the platform's facts -> the Kubernetes objects of a workload stack. Pure functions.
 
 `render` returns plain dicts, in creation order: Namespace, ResourceQuota, ServiceAccount,
-NetworkPolicies, ConfigMaps, PVCs, (LocalQueue), then the job — a TrainJob with its TrainingRuntime, or a PyTorchJob. The same dicts
-are what `python -m workloads render` prints and what workloads.program creates.
+NetworkPolicies, ConfigMaps, PVCs, (LocalQueue), then the job — a TrainJob with its TrainingRuntime,
+or a PyTorchJob. The same dicts are what `python -m workloads render` prints and what
+workloads.program creates.
 """
 
 from __future__ import annotations

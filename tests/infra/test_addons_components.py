@@ -244,7 +244,7 @@ def test_training_installs_trainer_runtime_operator_v1_and_kueue_queues(mocks):
         # Pinned by commit (the tag v1.9.2's), not by a tag that could move.
         commit = "bde9c20903ad9b54af1f3883e4fa764a3c0db797"
         assert operator_v1["directory"] == (
-            f"https://github.com/kubeflow/trainer/tree/{commit}/manifests/overlays/standalone"
+            f"https://github.com/kubeflow/trainer//manifests/overlays/standalone?ref={commit}"
         )
         assert {"kubeflow-trainer", "kueue"} <= set(mocks.of_type("kubernetes:helm.sh/v3:Release"))
         assert len(mocks.of_type("kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue")) == 1

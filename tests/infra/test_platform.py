@@ -240,7 +240,7 @@ def test_managed_addons_wait_for_nodes_and_ebs_csi_has_its_own_pod_identity_role
     # vpc-cni and kube-proxy: pulumi-eks's managed add-ons (not disabled); CoreDNS is ours, after nodes;
     # the Pod Identity agent before them (Cluster.node_prerequisites).
     eks = stack.one("eks:index:Cluster").inputs
-    assert "vpcCniOptions" not in eks and "kubeProxyAddonOptions" not in eks
+    assert "useDefaultVpcCni" not in eks and "kubeProxyAddonOptions" not in eks
     assert eks["corednsAddonOptions"]["enabled"] is False and eks["bootstrapSelfManagedAddons"] is False
     association = addons["aws-ebs-csi-driver"]["podIdentityAssociations"]
     assert association == [

@@ -5,8 +5,10 @@ are evaluated (a small evaluator for the condition operators they use), not only
 
 from __future__ import annotations
 
+import ast
 import json
 from fnmatch import fnmatchcase
+from pathlib import Path
 
 import pytest
 
@@ -200,3 +202,41 @@ def test_config_refuses_bad_log_retention_and_endpoint_buckets(key, value, messa
     values = {**stack_config("dev"), f"mlops-eks:{key}": value}
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
         PlatformConfig.from_mapping(values)
+
+
+def test_the_trust_helper_is_pure_so_workloads_may_import_it():
+    source = Path(pod_identity.__file__).read_text()
+    imported = {
+        alias.name.split(".")[0]
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")])
+    }
+    assert imported <= {"__future__", "typing"}, imported
+
+
+def _kustomize_remote(url: str) -> tuple[str, str, str]:
+    """(repo, path in the repo, ref) as kustomize splits a remote GitHub URL (api/internal/git/repospec.go:
+    query first; then `//` separates repo and path, else the first two path segments are the repo)."""
+    url, _, query = url.partition("?")
+    params = dict(p.split("=", 1) for p in query.split("&") if p)
+    rest = url.removeprefix("https://github.com/")
+    if "//" in rest:
+        repo, path = rest.split("//", 1)
+    else:
+        segments = rest.split("/")
+        repo, path = "/".join(segments[:2]), "/".join(segments[2:])
+    return repo, path, params.get("ref", params.get("version", ""))
+
+
+def test_training_operator_manifests_are_fetched_at_a_commit_kustomize_understands():
+    from infra.charts import TRAINING_OPERATOR_V1_COMMIT, TRAINING_OPERATOR_V1_KUSTOMIZE
+
+    repo, path, ref = _kustomize_remote(TRAINING_OPERATOR_V1_KUSTOMIZE)
+    assert (repo, path) == ("kubeflow/trainer", "manifests/overlays/standalone")
+    assert ref == TRAINING_OPERATOR_V1_COMMIT and len(ref) == 40 and int(ref, 16) >= 0
+    # A GitHub browser URL is not one: kustomize would clone the default branch and look for "tree/...".
+    assert _kustomize_remote(f"https://github.com/kubeflow/trainer/tree/{ref}/manifests")[1:] == (
+        f"tree/{ref}/manifests",
+        "",
+    )

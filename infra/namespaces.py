@@ -1,0 +1,110 @@
+"""The platform's own namespaces: each a Namespace with Pod Security labels and its NetworkPolicies,
+created before any release installs into it (Helm's create_namespace would make it unlabeled).
+
+Each namespace enforces the strictest Pod Security level its rendered pods pass (tests/pod_security.py
+checks every pod the pinned charts render against it); `warn` at the same level makes Helm print a
+refusal when a Deployment's template would fail (`enforce` only refuses the pods, silently to Helm);
+`audit` at `restricted` records in the audit log whatever falls short of it. The version is pinned to
+the cluster's, so an upgrade does not tighten the checks under running pods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.addons_config import AddonsConfig
+from infra.gpu import NAMESPACE as GPU_NAMESPACE
+from infra.network_policies import KUBECOST_NAMESPACE, MONITORING_NAMESPACE, platform_policies
+from infra.training import KUEUE_NAMESPACE, TRAINER_NAMESPACE
+
+VOLCANO_NAMESPACE = "volcano-system"  # the volcano release's (infra/training.py)
+
+# namespace -> (level, why not stricter)
+POD_SECURITY: dict[str, tuple[str, str]] = {
+    MONITORING_NAMESPACE: (
+        "privileged",
+        "prometheus-node-exporter reads the host's /proc, /sys and / (hostPath) from the host's network "
+        "and PID namespaces: that is what node metrics are",
+    ),
+    GPU_NAMESPACE: (
+        "privileged",
+        "device plugins register with the kubelet through its socket directory (hostPath "
+        "/var/lib/kubelet/device-plugins); the NVIDIA MPS control daemon runs privileged in the host's PID "
+        "namespace; DCGM reads the kubelet's pod-resources socket (hostPath) and needs SYS_ADMIN for its "
+        "profiling metrics",
+    ),
+    KUBECOST_NAMESPACE: ("restricted", ""),
+    TRAINER_NAMESPACE: ("restricted", ""),
+    KUEUE_NAMESPACE: ("restricted", ""),
+    VOLCANO_NAMESPACE: (
+        "baseline",
+        "volcano's admission, controller and scheduler containers add Linux capabilities (chart defaults) "
+        "beyond the NET_BIND_SERVICE restricted allows",
+    ),
+}
+
+
+def pod_security_labels(namespace: str, kubernetes_version: str) -> dict[str, str]:
+    level = POD_SECURITY[namespace][0]
+    version = f"v{kubernetes_version}"
+    prefix = "pod-security.kubernetes.io"
+    return {
+        f"{prefix}/enforce": level, f"{prefix}/enforce-version": version,
+        f"{prefix}/warn": level, f"{prefix}/warn-version": version,
+        f"{prefix}/audit": "restricted", f"{prefix}/audit-version": version,
+    }  # fmt: skip
+
+
+def platform_namespaces(config: AddonsConfig) -> list[str]:
+    """The namespaces the enabled add-ons install into, besides kube-system (which EKS owns)."""
+    gpu = config.gpu
+    wanted = {
+        MONITORING_NAMESPACE: config.observability.enabled,
+        GPU_NAMESPACE: gpu.nvidia_device_plugin or gpu.dcgm_exporter or gpu.amd_device_plugin
+        or gpu.efa_device_plugin,
+        KUBECOST_NAMESPACE: config.kubecost.enabled and config.observability.enabled,
+        TRAINER_NAMESPACE: config.training.trainer,
+        KUEUE_NAMESPACE: config.training.gang_scheduler == "kueue",
+        VOLCANO_NAMESPACE: config.training.gang_scheduler == "volcano",
+    }
+    return [ns for ns, on in wanted.items() if on]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlatformNamespacesArgs:
+    names: Sequence[str]
+    kubernetes_version: str
+    # The API server calls webhooks from its ENIs in the VPC (infra/network_policies.py).
+    vpc_cidr: str
+    k8s_provider: k8s.Provider
+    depends_on: Sequence[pulumi.Resource] = ()
+
+
+class PlatformNamespaces(pulumi.ComponentResource):
+    namespaces: dict[str, k8s.core.v1.Namespace]
+
+    def __init__(self, name: str, args: PlatformNamespacesArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("mlops-eks:infra:PlatformNamespaces", name, None, opts)
+        base = pulumi.ResourceOptions(
+            parent=self, provider=args.k8s_provider, depends_on=list(args.depends_on)
+        )
+        self.namespaces = {}
+        for ns in args.names:
+            labels = {"name": ns, **pod_security_labels(ns, args.kubernetes_version)}
+            namespace = k8s.core.v1.Namespace(
+                f"{name}-{ns}", metadata={"name": ns, "labels": labels}, opts=base
+            )
+            self.namespaces[ns] = namespace
+            after = pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(depends_on=[namespace]))
+            for policy in platform_policies(ns, args.vpc_cidr):
+                k8s.networking.v1.NetworkPolicy(
+                    f"{name}-{ns}-{policy['metadata']['name']}",
+                    metadata=policy["metadata"],
+                    spec=policy["spec"],
+                    opts=after,
+                )
+        self.register_outputs({"namespaces": list(self.namespaces)})

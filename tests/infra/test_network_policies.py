@@ -1,0 +1,204 @@
+"""The flow matrix: which connections the platform's and the jobs' NetworkPolicies let through, evaluated
+with Kubernetes semantics (tests/netpol.py) over the policies the platform program registers and the
+workload stacks render, between pods labeled as the pinned charts render them (policy/helm_render.py)
+and the jobs' pods as workloads.render makes them."""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+
+import pytest
+from netpol import Endpoint, allowed
+
+from infra.network_policies import NAME_LABEL, POD_IDENTITY_AGENT
+from tests.infra.workload_pods import job_world, pod_endpoints, service_targets
+
+NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+NAMESPACE = "kubernetes:core/v1:Namespace"
+STACKS = ["dev", "prod"]
+S3_ADDRESS = "52.216.8.1"  # in S3's us-east-1 range (ip-ranges.json, service S3): via the gateway endpoint
+IMDS = "169.254.169.254"
+
+
+class World:
+    """Every pod, namespace and policy of one platform stack plus its workload stacks' jobs."""
+
+    def __init__(self, synth_stack: str, synth, rendered):
+        self.policies = [{"metadata": r.inputs["metadata"], "spec": r.inputs["spec"]}
+                         for r in synth.of_type(NETWORK_POLICY)]  # fmt: skip
+        self.namespaces = {}
+        for r in synth.of_type(NAMESPACE):
+            meta = r.inputs["metadata"]
+            self.namespaces[meta["name"]] = {NAME_LABEL: meta["name"], **meta["labels"]}
+        vpc = ipaddress.ip_network(synth.config.vpc_cidr)
+        self._ips = (str(ip) for ip in itertools.islice(vpc.hosts(), 256, None))
+        self.objects = rendered.all_objects
+        self.pods = pod_endpoints(self.objects, self._ips)
+        self.jobs = job_world(synth_stack, self._ips)
+        for ns, labels in self.jobs.namespaces.items():
+            self.namespaces.setdefault(ns, {NAME_LABEL: ns, **labels})
+        self.policies += self.jobs.policies
+        for ns in {p.namespace for p in [*self.pods, *self.jobs.pods]} - {None}:
+            self.namespaces.setdefault(ns, {NAME_LABEL: ns})
+        self.api_server = Endpoint("api-server", str(vpc[-6]))  # a control-plane ENI in a private subnet
+        self.s3 = Endpoint("s3", S3_ADDRESS)
+        self.pod_identity = Endpoint("pod-identity-agent", POD_IDENTITY_AGENT.split("/")[0])
+        self.imds = Endpoint("imds", IMDS)
+        self.other = Endpoint("default/curl", next(self._ips), "default", {"app": "curl"})
+        self.namespaces["default"] = {NAME_LABEL: "default"}
+
+    def pod(self, namespace: str, **labels: str) -> Endpoint:
+        found = [
+            p for p in self.pods
+            if p.namespace == namespace and all(p.labels.get(k) == v for k, v in labels.items())
+        ]  # fmt: skip
+        assert found, f"no rendered pod in {namespace} with {labels}"
+        return found[0]
+
+    def allows(self, src: Endpoint, dst: Endpoint, port: int, protocol: str = "TCP") -> bool:
+        return allowed(self.policies, src, dst, port, self.namespaces, protocol)
+
+
+@pytest.fixture(scope="module", params=STACKS)
+def world(request, dev, prod, rendered) -> World:
+    return World(request.param, {"dev": dev, "prod": prod}[request.param], rendered[request.param])
+
+
+def _monitoring(world: World) -> dict[str, Endpoint]:
+    return {
+        "alertmanager": world.pod("monitoring", **{"app.kubernetes.io/name": "alertmanager"}),
+        "prometheus": world.pod("monitoring", **{"app.kubernetes.io/name": "prometheus"}),
+        "grafana": world.pod("monitoring", **{"app.kubernetes.io/name": "grafana"}),
+        "kubecost": world.pod("kubecost", app="cost-analyzer"),
+    }
+
+
+def test_a_training_pod_reaches_no_monitoring_or_cost_service(world):
+    m = _monitoring(world)
+    for job in world.jobs.ranks:
+        rank = job[0]
+        denied = {
+            "alertmanager": (m["alertmanager"], 9093),
+            "prometheus": (m["prometheus"], 9090),
+            "grafana": (m["grafana"], 3000),
+            "kubecost frontend": (m["kubecost"], 9090),
+            "kubecost model": (m["kubecost"], 9003),
+        }
+        through = [name for name, (dst, port) in denied.items() if world.allows(rank, dst, port)]
+        assert through == [], f"{rank.name} reaches {through}"
+
+
+def test_a_training_pod_reaches_dns_s3_credentials_and_its_peers(world):
+    dns = world.pod("kube-system", **{"k8s-app": "kube-dns"})
+    assert world.jobs.ranks
+    for rank0, rank1 in world.jobs.ranks:
+        assert world.allows(rank0, dns, 53, "UDP") and world.allows(rank0, dns, 53, "TCP")
+        assert world.allows(rank0, world.s3, 443)
+        assert world.allows(rank0, world.pod_identity, 80)
+        # torchrun's rendezvous port, then NCCL/Gloo's ephemeral ones, both ways.
+        for port in (29400, 29500, 23456, 45123):
+            assert world.allows(rank0, rank1, port) and world.allows(rank1, rank0, port)
+
+
+def test_a_training_pod_reaches_no_private_address_but_its_own(world):
+    kueue_webhook = world.pod("kueue-system", **{"app.kubernetes.io/name": "kueue"})
+    for rank0, _ in world.jobs.ranks:
+        assert not world.allows(rank0, world.api_server, 443)  # the private endpoint: jobs never call it
+        assert not world.allows(rank0, kueue_webhook, 9443)
+        assert not world.allows(rank0, world.imds, 80)
+        assert not world.allows(rank0, world.other, 8080)
+        assert not world.allows(rank0, world.s3, 80)  # HTTPS only
+
+
+def test_jobs_are_isolated_from_each_other_and_from_other_namespaces(world):
+    ranks = [r for pair in world.jobs.ranks for r in pair]
+    for a, b in itertools.product(ranks, ranks):
+        if a.labels != b.labels:
+            assert not world.allows(a, b, 29500), f"{a.name} -> {b.name}"
+    for rank in ranks:
+        assert not world.allows(world.other, rank, 29500)
+
+
+def test_prometheus_scrapes_the_jobs_metrics_port_and_nothing_else_of_theirs(world):
+    prometheus = _monitoring(world)["prometheus"]
+    scraped = [r for pair in world.jobs.ranks for r in pair if "metrics" in r.ports]
+    assert scraped
+    for rank in scraped:
+        assert world.allows(prometheus, rank, rank.ports["metrics"])
+        assert not world.allows(prometheus, rank, 29500)
+
+
+def test_only_the_monitoring_namespace_and_kubecost_reach_prometheus_and_alertmanager(world):
+    m = _monitoring(world)
+    assert world.allows(m["grafana"], m["prometheus"], 9090)
+    assert world.allows(m["grafana"], m["alertmanager"], 9093)
+    assert world.allows(m["prometheus"], m["alertmanager"], 9093)
+    assert world.allows(m["kubecost"], m["prometheus"], 9090)
+    assert not world.allows(m["kubecost"], m["alertmanager"], 9093)
+    trainer = world.pod("kubeflow-system", **{"app.kubernetes.io/name": "kubeflow-trainer"})
+    for src in (world.other, trainer):
+        for name, port in (("alertmanager", 9093), ("prometheus", 9090), ("grafana", 3000),
+                           ("kubecost", 9090)):  # fmt: skip
+            assert not world.allows(src, m[name], port), f"{src.name} -> {name}"
+
+
+def test_the_api_server_reaches_every_webhook_and_aggregated_api_the_charts_install(world):
+    calls = [
+        (o["kind"], w["name"], w["clientConfig"]["service"])
+        for o in world.objects
+        if o["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+        for w in o.get("webhooks") or []
+        if "service" in w["clientConfig"]
+    ]
+    calls += [(o["kind"], o["metadata"]["name"], o["spec"]["service"]) for o in world.objects
+              if o["kind"] == "APIService" and (o.get("spec") or {}).get("service")]  # fmt: skip
+    assert len(calls) > 20
+    refused = []
+    for kind, name, service in calls:
+        targets = service_targets(world.objects, world.pods, service)
+        assert targets, f"{kind} {name}: no pod behind {service}"
+        refused += [f"{kind} {name} -> {pod.name}:{port}" for pod, port in targets
+                    if not world.allows(world.api_server, pod, port)]  # fmt: skip
+    assert refused == []
+
+
+def test_prometheus_scrapes_every_service_monitor_target_of_the_platform(world):
+    prometheus = _monitoring(world)["prometheus"]
+    checked, refused = 0, []
+    for monitor in (o for o in world.objects if o["kind"] == "ServiceMonitor"):
+        spec = monitor["spec"]
+        own = [monitor["metadata"]["namespace"]]
+        namespaces = (spec.get("namespaceSelector") or {}).get("matchNames") or own
+        services = [
+            o for o in world.objects
+            if o["kind"] == "Service" and o["metadata"].get("namespace") in namespaces
+            and all((o["metadata"].get("labels") or {}).get(k) == v
+                    for k, v in (spec["selector"].get("matchLabels") or {}).items())
+        ]  # fmt: skip
+        for service, endpoint in itertools.product(services, spec.get("endpoints") or []):
+            ref = {"namespace": service["metadata"]["namespace"], "name": service["metadata"]["name"],
+                   "portName": endpoint.get("port"), "targetPort": endpoint.get("targetPort")}  # fmt: skip
+            for pod, port in service_targets(world.objects, world.pods, ref):
+                checked += 1
+                if pod.namespace != "kube-system" and not world.allows(prometheus, pod, port):
+                    refused.append(f"{monitor['metadata']['name']} -> {pod.name}:{port}")
+    assert checked > 5
+    assert refused == []
+
+
+def test_every_namespace_the_platform_and_jobs_create_denies_by_default(world):
+    created = set(world.namespaces) - {"kube-system", "default"}
+    missing = created - _default_deny(world, "Ingress")
+    assert created and not missing, sorted(missing)
+    job_namespaces = set(world.jobs.namespaces)
+    assert job_namespaces and job_namespaces <= _default_deny(world, "Egress")
+
+
+def _default_deny(world: World, direction: str) -> set[str]:
+    """Namespaces with a policy that selects every pod for `direction` and allows nothing."""
+    return {
+        p["metadata"]["namespace"] for p in world.policies
+        if p["spec"]["podSelector"] == {} and direction in p["spec"]["policyTypes"]
+        and not p["spec"].get(direction.lower())
+    }  # fmt: skip

@@ -7,16 +7,28 @@ DEV_STAMP := $(VENV)/.installed-dev
 
 .PHONY: demo test lint bench clean
 
+# On Linux the default torch wheel bundles the CUDA libraries (several GB). For a CPU-only install:
+#   make demo TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# pip then also looks there and takes its `+cpu` build of the pinned torch (a local version satisfies
+# torch==X.Y.Z and sorts above it); every other package still comes from PyPI.
+TORCH_INDEX_URL ?=
+PIP_INSTALL := $(PY) -m pip install --progress-bar on $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL))
+
 $(VENV)/bin/python:
+	@echo "==> creating $(VENV) with $(PYTHON)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
+# What `make demo` and `make bench` run: the trainer (torch and its data/metrics packages) and the
+# `workloads run-local` CLI, which imports no Pulumi SDK.
 $(RUN_STAMP): pyproject.toml | $(VENV)/bin/python
-	$(PY) -m pip install --quiet -e ".[infra,train]"
+	@echo "==> installing the trainer's packages (torch is the big one)"
+	$(PIP_INSTALL) -e ".[train]"
 	touch $@
 
 $(DEV_STAMP): pyproject.toml $(RUN_STAMP)
-	$(PY) -m pip install --quiet -e ".[infra,train,policy,dev]"
+	@echo "==> installing the Pulumi SDKs, the policy pack and the test tools"
+	$(PIP_INSTALL) -e ".[infra,train,policy,dev]"
 	touch $@
 
 demo: $(RUN_STAMP)

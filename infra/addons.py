@@ -20,7 +20,12 @@ from infra.gpu import NAMESPACE as GPU_NAMESPACE
 from infra.gpu import GpuSoftware, GpuSoftwareArgs, device_plugins
 from infra.karpenter import NAMESPACE as KARPENTER_NAMESPACE
 from infra.karpenter import Karpenter, KarpenterArgs
-from infra.namespaces import PlatformNamespaces, PlatformNamespacesArgs, platform_namespaces
+from infra.namespaces import (
+    TRAINING_OPERATOR_V1_NAMESPACE,
+    PlatformNamespaces,
+    PlatformNamespacesArgs,
+    platform_namespaces,
+)
 from infra.observability import NAMESPACE as MONITORING_NAMESPACE
 from infra.observability import MetricsServer, MetricsServerArgs, Observability, ObservabilityArgs
 from infra.training import Training, TrainingArgs, queue_quotas
@@ -135,6 +140,18 @@ def install_addons(
             ],  # fmt: skip
         ),
     )
+    if config.training.training_operator_v1:
+        PlatformNamespaces(
+            "namespaces-training-operator-v1",
+            PlatformNamespacesArgs(
+                names=[TRAINING_OPERATOR_V1_NAMESPACE],
+                kubernetes_version=platform.config.kubernetes_version,
+                vpc_cidr=platform.config.vpc_cidr,
+                k8s_provider=provider,
+                depends_on=[training],
+                existing=True,
+            ),
+        )
     return {
         "grafana_admin_password": observability.grafana_admin_password if observability else None,
         "training_operators": training.operators,

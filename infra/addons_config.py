@@ -38,8 +38,35 @@ class AddonsInvalid(ValueError):
         super().__init__(f"{reason + '; ' if reason else ''}got {value!r}; allowed: {allowed}")
 
 
+def config_alias(name: str) -> str:
+    """camelCase, with binary units spelled as everywhere else in the project: diskSizeGiB, rootVolumeGiB."""
+    return re.sub(r"Gib(?=[A-Z]|$)", "GiB", to_camel(name))
+
+
+def refuse_lax_bools(model: type[BaseModel], data: Any) -> None:
+    """Pydantic's lax mode reads "yes", "on", "1" and "true" as True; in a stack file only a YAML boolean
+    is one, so `endpointPublicAccess: "yes"` is refused instead of opening the endpoint."""
+    if not isinstance(data, dict):
+        return
+    for name, field in model.model_fields.items():
+        if field.annotation not in (bool, bool | None):
+            continue
+        key = field.alias or name
+        value = data.get(key, data.get(name))
+        if value is not None and not isinstance(value, bool):
+            raise AddonsInvalid(key, value, "true or false (a YAML boolean, unquoted)")
+
+
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=config_alias, populate_by_name=True
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bools(cls, data: Any) -> Any:
+        refuse_lax_bools(cls, data)
+        return data
 
 
 def _names(kind: str, names: list[str]) -> None:

@@ -8,9 +8,11 @@ without the Pulumi runtime; `PlatformConfig.from_pulumi` reads the running stack
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import json
 import re
+import warnings
 from collections.abc import Mapping
 from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin
@@ -19,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, m
 from pydantic.alias_generators import to_camel
 
 from infra.accelerators import CATALOG, SYSTEM_INSTANCE_USD_PER_HOUR, Accelerator, NodeImage
-from infra.addons_config import AddonsConfig, AddonsInvalid
+from infra.addons_config import AddonsConfig, AddonsInvalid, config_alias, refuse_lax_bools
 from infra.cluster_rules import (
     DEFAULT_KUBERNETES_VERSION,
     EKS_STANDARD_SUPPORT_END,
@@ -37,6 +39,20 @@ PROJECT = "mlops-eks"
 REGION_KEY = "aws:region"
 # Keys of workload stacks (same project, other program): declared in Pulumi.yaml, never read here.
 WORKLOAD_KEYS = frozenset({"platformStack", "job"})
+# Namespaces a stack file may hold besides ours: the providers' and Pulumi's own settings. A key in any
+# other namespace (`mlopseks:natGateways`) would be read by nothing, so it is refused, not dropped.
+PROVIDER_NAMESPACES = frozenset({"aws", "kubernetes", "pulumi", "eks", "random"})
+# Keys Pulumi stores encrypted: a stack file holds them as `{secure: v1:...}` (`pulumi config set --secret`).
+SECRET_KEYS = ("grafanaAdminPassword", "alertReceiverSecret")
+# What an offline run (synth, tests) uses for a secret it cannot decrypt.
+SECRET_PLACEHOLDER = "offline-placeholder-for-an-encrypted-secret"
+# The system group runs CoreDNS, the controllers and add-ons; workloads run on Karpenter's nodes. A larger
+# group is a typo or a group used for workloads, and nothing scales it back (Karpenter never scales it).
+SYSTEM_MAX_NODES = 10
+# AWS tag limits (Tagging AWS resources, "Tag naming limits and requirements"): 50 tags per resource, of
+# which the platform and Karpenter add their own (stack, managed-by, Name, karpenter.sh/*, eks:*).
+MAX_USER_TAGS = 40
+_TAG_CHARS = re.compile(r"^[\w\s.:/=+\-@]*$")
 
 _REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d+$")
 _AMI_ID = re.compile(r"^ami-[0-9a-f]{8}([0-9a-f]{9})?$")
@@ -77,8 +93,14 @@ class _Model(BaseModel):
     """Frozen, unknown keys rejected, keys spelled in camelCase as in the stack files."""
 
     model_config = ConfigDict(
-        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True, strict=False
+        frozen=True, extra="forbid", alias_generator=config_alias, populate_by_name=True, strict=False
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bools(cls, data: Any) -> Any:
+        refuse_lax_bools(cls, data)
+        return data
 
 
 class SystemNodesConfig(_Model):
@@ -102,6 +124,14 @@ class SystemNodesConfig(_Model):
             raise _Invalid("instanceTypes", [], f"one or more of {allowed}")
         if self.min_size < 1:
             raise _Invalid("minSize", self.min_size, ">= 1", "system pods need at least one node")
+        if self.max_size > SYSTEM_MAX_NODES:
+            raise _Invalid(
+                "maxSize",
+                self.max_size,
+                f"<= {SYSTEM_MAX_NODES}",
+                reason="the system group runs only CoreDNS, controllers and add-ons (jobs run on Karpenter's "
+                "nodes), and nothing scales it",
+            )
         _check_sizes(self.min_size, self.max_size, self.desired_size)
         return self
 
@@ -140,7 +170,7 @@ class GpuPoolConfig(_Model):
     consolidate_after: str = "10m"
     # managed: the fixed number of nodes.
     size: int | None = None
-    # managed: the root volume (Karpenter nodes use addons.karpenter.rootVolumeGib).
+    # managed: the root volume (Karpenter nodes use addons.karpenter.rootVolumeGiB).
     disk_size_gib: int | None = Field(default=None, ge=20, le=16384)
     ami_id: str | None = None
     efa: bool = False
@@ -195,8 +225,8 @@ class GpuPoolConfig(_Model):
             if self.size is not None:
                 raise _Invalid("size", self.size, "unset for source karpenter (use gpuLimit)")
             if self.disk_size_gib is not None:
-                allowed = "unset for source karpenter (it uses addons.karpenter.rootVolumeGib)"
-                raise _Invalid("diskSizeGib", self.disk_size_gib, allowed)
+                allowed = "unset for source karpenter (it uses addons.karpenter.rootVolumeGiB)"
+                raise _Invalid("diskSizeGiB", self.disk_size_gib, allowed)
             if self.gpu_limit is None or not 1 <= self.gpu_limit <= 1024:
                 raise _Invalid("gpuLimit", self.gpu_limit, "1-1024 GPUs (the pool's cost ceiling)")
             if self.gpu_limit < self.gpus_per_node:
@@ -299,7 +329,7 @@ class PlatformConfig(_Model):
     addons: AddonsConfig = Field(default_factory=AddonsConfig)
     # Secret config (`pulumi config set --secret grafanaAdminPassword ...`); unset: one is generated.
     grafana_admin_password: SecretStr | None = None
-    # Secret config: the URL (webhook, Slack) or routing key (PagerDuty) of addons.observability.alertReceiver.
+    # Secret config: the URL (webhook, Slack) or routing key (PagerDuty) for observability.alertReceiver.
     alert_receiver_secret: SecretStr | None = None
 
     @model_validator(mode="after")
@@ -370,7 +400,22 @@ class PlatformConfig(_Model):
                 reason="Spot interruptions would take CoreDNS and the controllers down",
             )
         self._check_capacity()
+        self._check_tags()
         return self
+
+    def _check_tags(self) -> None:
+        if len(self.tags) > MAX_USER_TAGS:
+            count = f"{len(self.tags)} tags"
+            raise _Invalid("tags", count, f"at most {MAX_USER_TAGS}", "AWS allows 50 per resource")
+        for key, value in self.tags.items():
+            allowed = "letters, digits, spaces and _ . : / = + - @"
+            if key.lower().startswith("aws:"):
+                reserved = "AWS reserves the aws: prefix"
+                raise _Invalid(f"tags.{key}", key, "a key not starting with aws:", reserved)
+            if not 1 <= len(key) <= 128 or not _TAG_CHARS.match(key):
+                raise _Invalid(f"tags.{key}", key, f"1-128 characters: {allowed}", "not an AWS tag key")
+            if not isinstance(value, str) or len(value) > 256 or not _TAG_CHARS.match(value):
+                raise _Invalid(f"tags.{key}", value, f"a string of 0-256 characters: {allowed}")
 
     def _check_capacity(self) -> None:
         """What the GPU pools need from the add-ons: Karpenter for elastic pools, the vendor's device
@@ -506,8 +551,14 @@ class PlatformConfig(_Model):
         return list(ipaddress.IPv4Network(self.vpc_cidr).subnets(prefixlen_diff=3))
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> PlatformConfig:
-        """Build from a stack file's `config:` mapping (keys `aws:region`, `mlops-eks:<key>`)."""
+    def from_mapping(cls, values: Mapping[str, Any], *, decrypted: bool = False) -> PlatformConfig:
+        """Build from a stack file's `config:` mapping (keys `aws:region`, `mlops-eks:<key>`).
+        `decrypted`: secrets arrive decrypted (from the engine) rather than as the file's `{secure: ...}`."""
+        problems = namespace_problems(values)
+        problems += secret_problems(values, decrypted=decrypted)
+        if problems:
+            raise ConfigError(problems)
+        values = offline_secrets(values)
         ours = {
             k.split(":", 1)[1]: v
             for k, v in values.items()
@@ -531,9 +582,81 @@ class PlatformConfig(_Model):
             name = key.split(":", 1)[1] if key.startswith(f"{PROJECT}:") else None
             structured = name is not None and _is_structured(name)
             values[key] = _parse_structured(value) if structured and isinstance(value, str) else value
-        config = cls.from_mapping(values)
-        check_placeholders(values, offline=_under_mocks())
+            if name is not None and isinstance(value, str) and _is_bool(name) and value in _PULUMI_BOOLS:
+                values[key] = _PULUMI_BOOLS[value]  # the engine passes every scalar as a string
+        offline = _under_mocks()
+        for name in SECRET_KEYS:
+            key = f"{PROJECT}:{name}"
+            if isinstance(values.get(key), str) and (offline or runtime_config.is_config_secret(key)):
+                # Decrypted by the engine; offline the JSON of the file's `{secure: ...}` (or a plaintext the
+                # file check refused already).
+                values[key] = _parse_structured(values[key])
+        config = cls.from_mapping(values, decrypted=not offline)
+        check_placeholders(values, offline=offline)
         return config
+
+
+# Pulumi's Config.get_bool accepts exactly these (pulumi/config.py).
+_PULUMI_BOOLS = {"true": True, "True": True, "false": False, "False": False}
+
+
+def _is_bool(alias: str) -> bool:
+    return any(alias in (n, f.alias) and f.annotation is bool for n, f in PlatformConfig.model_fields.items())
+
+
+def known_keys() -> list[str]:
+    """Every key a stack file of this project may set in our namespace (platform and workload keys)."""
+    names = [f.alias or n for n, f in PlatformConfig.model_fields.items() if f.alias != REGION_KEY]
+    return [f"{PROJECT}:{n}" for n in [*names, *sorted(WORKLOAD_KEYS)]] + [REGION_KEY]
+
+
+def namespace_problems(values: Mapping[str, Any]) -> list[str]:
+    """Keys in a namespace no one reads (`mlopseks:natGateways`): Pulumi keeps them, the program never sees
+    them, so a typo silently gives the default. Refused with the closest known key."""
+    problems = []
+    for key in values:
+        namespace = key.split(":", 1)[0] if ":" in key else ""
+        if namespace == PROJECT or namespace in PROVIDER_NAMESPACES:
+            continue
+        close = difflib.get_close_matches(key, known_keys(), n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        problems.append(
+            f"{key}: unknown namespace {namespace or '(none)'!r}, read by nothing{hint}; allowed: "
+            f"{PROJECT}:<key> or a provider's namespace ({', '.join(sorted(PROVIDER_NAMESPACES))})"
+        )
+    return problems
+
+
+def secret_problems(values: Mapping[str, Any], *, decrypted: bool) -> list[str]:
+    """A secret written in plaintext into a stack file ends up in git; Pulumi writes `{secure: ...}`."""
+    problems = []
+    for name in SECRET_KEYS:
+        value = values.get(f"{PROJECT}:{name}")
+        if value is None or decrypted or _is_secure(value):
+            continue
+        problems.append(
+            f"{PROJECT}:{name}: a plaintext secret in the stack file (got {'*' * 8}); allowed: an "
+            f"encrypted value, set with `pulumi config set --secret {name} <value>` (the file then holds "
+            "{secure: ...})"
+        )
+    return problems
+
+
+def _is_secure(value: Any) -> bool:
+    return isinstance(value, Mapping) and set(value) == {"secure"} and isinstance(value["secure"], str)
+
+
+def offline_secrets(values: Mapping[str, Any]) -> dict[str, Any]:
+    """`{secure: v1:...}` can only be decrypted by the Pulumi engine: offline (synth, tests) the secret
+    becomes a placeholder, with a warning, so the rest of the stack is still checked and synthesized."""
+    out = dict(values)
+    for name in SECRET_KEYS:
+        key = f"{PROJECT}:{name}"
+        if _is_secure(out.get(key)):
+            message = f"{key}: encrypted; offline runs use a placeholder (pulumi up decrypts it)"
+            warnings.warn(message, stacklevel=3)
+            out[key] = SECRET_PLACEHOLDER
+    return out
 
 
 def _under_mocks() -> bool:
@@ -587,7 +710,10 @@ def _describe(err: Mapping[str, Any]) -> str:
         path.append(cause.field)
         message = str(cause)
     elif err["type"] == "extra_forbidden":
-        message = f"unknown key (got {err['input']!r}); allowed keys: {', '.join(_allowed_keys(path[:-1]))}"
+        allowed = _allowed_keys(path[:-1])
+        close = difflib.get_close_matches(str(path[-1]), allowed, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}? " if close else ""
+        message = f"unknown key (got {err['input']!r}); {hint}allowed keys: {', '.join(allowed)}"
     elif err["type"] == "missing":
         message = "required but not set"
     else:

@@ -22,6 +22,8 @@ from infra.network_policies import KUBECOST_NAMESPACE, MONITORING_NAMESPACE, pla
 from infra.training import KUEUE_NAMESPACE, TRAINER_NAMESPACE
 
 VOLCANO_NAMESPACE = "volcano-system"  # the volcano release's (infra/training.py)
+# Training Operator v1's standalone overlay creates it (manifests/overlays/standalone/namespace.yaml).
+TRAINING_OPERATOR_V1_NAMESPACE = "kubeflow"
 
 # namespace -> (level, why not stricter)
 POD_SECURITY: dict[str, tuple[str, str]] = {
@@ -44,6 +46,11 @@ POD_SECURITY: dict[str, tuple[str, str]] = {
         "baseline",
         "volcano's admission, controller and scheduler containers add Linux capabilities (chart defaults) "
         "beyond the NET_BIND_SERVICE restricted allows",
+    ),
+    TRAINING_OPERATOR_V1_NAMESPACE: (
+        "baseline",
+        "training-operator's Deployment sets neither runAsNonRoot, a seccomp profile nor drops capabilities "
+        "(kubeflow/trainer manifests/base/deployment.yaml at the pinned commit)",
     ),
 }
 
@@ -82,10 +89,13 @@ class PlatformNamespacesArgs:
     vpc_cidr: str
     k8s_provider: k8s.Provider
     depends_on: Sequence[pulumi.Resource] = ()
+    # The namespaces exist already (a manifest bundle in depends_on creates them): label them by a
+    # server-side apply patch instead of creating them.
+    existing: bool = False
 
 
 class PlatformNamespaces(pulumi.ComponentResource):
-    namespaces: dict[str, k8s.core.v1.Namespace]
+    namespaces: dict[str, k8s.core.v1.Namespace | k8s.core.v1.NamespacePatch]
 
     def __init__(self, name: str, args: PlatformNamespacesArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("mlops-eks:infra:PlatformNamespaces", name, None, opts)
@@ -95,9 +105,8 @@ class PlatformNamespaces(pulumi.ComponentResource):
         self.namespaces = {}
         for ns in args.names:
             labels = {"name": ns, **pod_security_labels(ns, args.kubernetes_version)}
-            namespace = k8s.core.v1.Namespace(
-                f"{name}-{ns}", metadata={"name": ns, "labels": labels}, opts=base
-            )
+            kind = k8s.core.v1.NamespacePatch if args.existing else k8s.core.v1.Namespace
+            namespace = kind(f"{name}-{ns}", metadata={"name": ns, "labels": labels}, opts=base)
             self.namespaces[ns] = namespace
             after = pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(depends_on=[namespace]))
             for policy in platform_policies(ns, args.vpc_cidr):

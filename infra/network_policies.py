@@ -62,6 +62,8 @@ API_SERVER_PORTS: dict[str, tuple[int, ...]] = {
     "kubeflow-system": (9443,),
     "kueue-system": (9443, 8082),
     "volcano-system": (8443,),
+    #   kubeflow: Training Operator v1's webhooks (Service training-operator, targetPort 9443)
+    "kubeflow": (9443,),
 }
 
 

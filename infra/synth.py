@@ -20,7 +20,7 @@ from google.protobuf import json_format
 from pulumi.runtime import mocks as runtime_mocks
 from pulumi.runtime import rpc
 
-from infra.config import PROJECT, PlatformConfig
+from infra.config import PROJECT, ConfigError, PlatformConfig
 
 ACCOUNT_ID = "123456789012"
 REPO = Path(__file__).resolve().parents[1]
@@ -166,16 +166,41 @@ def stack_config(stack: str, path: Path | None = None) -> dict[str, Any]:
     path = path or REPO / f"Pulumi.{stack}.yaml"
     if not path.exists():
         raise FileNotFoundError(f"no stack file {path}; stacks here: {', '.join(available_stacks())}")
-    return (yaml.safe_load(path.read_text()) or {}).get("config") or {}
+    return read_stack_file(path)
+
+
+def read_stack_file(path: Path) -> dict[str, Any]:
+    """The `config:` mapping of a stack file; ConfigError (file, line, what is wrong) if it is not YAML
+    or not shaped like a stack file."""
+    try:
+        document = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(
+            [f"{path.name}: not valid YAML{where}: {problem}; allowed: a mapping with a `config:` mapping"]
+        ) from None
+    config = (document or {}).get("config") if isinstance(document, dict | None) else document
+    if not isinstance(config, dict | None):
+        raise ConfigError(
+            [f"{path.name}: `config` is a {type(config).__name__}; allowed: a mapping of <namespace>:<key>"]
+        )
+    return config or {}
 
 
 def available_stacks() -> list[str]:
-    """Platform stacks only: a stack file that sets platformStack belongs to a workload stack."""
-    return sorted(
-        p.name[len("Pulumi.") : -len(".yaml")]
-        for p in REPO.glob("Pulumi.*.yaml")
-        if "mlops-eks:platformStack" not in (yaml.safe_load(p.read_text()) or {}).get("config", {})
-    )
+    """Platform stacks only: a stack file that sets platformStack belongs to a workload stack. An unreadable
+    file is listed too (its synth reports the problem), so one broken file does not hide the others."""
+    names = []
+    for p in REPO.glob("Pulumi.*.yaml"):
+        try:
+            workload = "mlops-eks:platformStack" in read_stack_file(p)
+        except ConfigError:
+            workload = False
+        if not workload:
+            names.append(p.name[len("Pulumi.") : -len(".yaml")])
+    return sorted(names)
 
 
 def synth(

@@ -27,6 +27,8 @@ def pod_monitor(namespace: str) -> dict[str, Any]:
         "spec": {
             "selector": {"matchExpressions": [{"key": POD_JOB_LABEL, "operator": "Exists"}]},
             "namespaceSelector": {"any": True},
+            # The operator relabels `__meta_kubernetes_pod_label_<l>` onto `sanitizeLabelName(l)` (every
+            # character outside [a-zA-Z0-9_] becomes "_"; prometheus-operator pkg/prometheus/promcfg.go).
             "podTargetLabels": [POD_JOB_LABEL, POD_ACCELERATOR_LABEL],
             "podMetricsEndpoints": [
                 {

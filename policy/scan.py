@@ -66,7 +66,7 @@ def synth_resources(stack: str) -> list[dict[str, Any]]:
 
 def rendered_objects(stack: str) -> list[dict[str, Any]]:
     """`python -m workloads render --stack <stack>`: the Kubernetes objects of a workload stack."""
-    p = _run([sys.executable, "-m", "workloads", "render", "--stack", stack])
+    p = _run([sys.executable, "-m", "workloads", "render", "--stack", stack, "--kubernetes-only"])
     if p.returncode != 0:
         raise RuntimeError(f"workloads render --stack {stack} failed ({p.returncode}):\n{p.stderr[-3000:]}")
     return [d for d in yaml.safe_load_all(p.stdout) if isinstance(d, dict)]

@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from trainer.token_store import claim_scratch
+
 # Dense fp16/bf16 tensor-core peak per GPU, FLOP/s (NVIDIA datasheets). MFU is reported only for these.
 PEAK_HALF_FLOPS = {"H100": 989e12, "A100": 312e12, "L4": 121e12, "V100": 125e12, "T4": 65e12}
 
@@ -56,6 +58,7 @@ class Exporter:
         self.server = None
         self.error = ""
         if local_rank == 0:
+            claim_scratch(self.dir)
             atexit.register(shutil.rmtree, self.dir, ignore_errors=True)
             from prometheus_client import CollectorRegistry, start_http_server
 

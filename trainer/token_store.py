@@ -64,6 +64,27 @@ def node_scratch_dir(purpose: str) -> Path:
     return Path(tempfile.gettempdir()) / f"trainer-{purpose}-{digest}"
 
 
+def claim_scratch(shared: Path) -> None:
+    """Mark `shared` as this process's (<name>.pid beside it, removed at exit) and remove the scratch
+    directories of the same purpose whose owner is gone: a container restarted after a SIGKILL keeps its
+    /tmp (an emptyDir), and with it the previous attempt's token files."""
+    purpose = shared.name.rsplit("-", 1)[0]
+    for pid_file in shared.parent.glob(f"{purpose}-*.pid"):
+        try:
+            os.kill(int(pid_file.read_text()), 0)
+            continue  # alive (or a reused pid: then the directory is kept, a leak, never a loss)
+        except ProcessLookupError:
+            pass
+        except (OSError, ValueError):
+            continue  # not ours to judge (another user's process) or being written
+        stale = pid_file.with_suffix("")
+        for path in [stale, *stale.parent.glob(f"{stale.name}.*")]:
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+    pid_file = shared.parent / f"{shared.name}.pid"
+    pid_file.write_text(str(os.getpid()))
+    atexit.register(lambda: pid_file.unlink(missing_ok=True))
+
+
 @dataclass
 class Prepared:
     spec: str
@@ -162,6 +183,7 @@ def prepare(
     local ranks wait for it. Every rank then memory-maps the files."""
     started = time.monotonic()
     if local_rank == 0:
+        claim_scratch(shared)
         staging = Path(tempfile.mkdtemp(prefix=f"{shared.name}.", dir=shared.parent))
         atexit.register(shutil.rmtree, shared, ignore_errors=True)  # open memory maps stay valid
         atexit.register(shutil.rmtree, staging, ignore_errors=True)
@@ -175,8 +197,9 @@ def prepare(
                 out=staging,
             )
         except Exception as err:
-            (shared.parent / f"{shared.name}.{FAILED}").write_text(str(err))
-            atexit.register(os.unlink, shared.parent / f"{shared.name}.{FAILED}")
+            failed = shared.parent / f"{shared.name}.{FAILED}"
+            failed.write_text(str(err))
+            atexit.register(lambda: failed.unlink(missing_ok=True))
             raise
         shutil.rmtree(shared, ignore_errors=True)  # a previous launch's, were a name ever reused
         staging.rename(shared)

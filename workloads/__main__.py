@@ -1,8 +1,9 @@
 """`python -m workloads render|run-local|status|logs --stack STACK`: a workload stack without the Pulumi CLI.
 
-render     prints the Kubernetes objects the stack creates, as YAML (platform facts from
-           --platform-outputs FILE, `pulumi stack output --json --show-secrets` of the platform stack,
-           or the example outputs shipped in workloads/examples/ for that platform stack)
+render     prints what the stack creates, as YAML: the Kubernetes objects, then the job's AWS resources
+           (IAM role, its policy, the Pod Identity association: documents with `awsResource:`); platform
+           facts from --platform-outputs FILE, `pulumi stack output --json --show-secrets` of the
+           platform stack, or the example outputs shipped in workloads/examples/ for that platform stack
 run-local  runs the job's program with torchrun on this machine's CPU (gloo), same trainer config
 status     the deployed job's state, read from the cluster: queued, waiting for a node, running (step,
            loss), failed (exit code, permanent or retryable) or succeeded (output location)
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import yaml
 
+from workloads.identity import aws_resources
 from workloads.platform import PlatformFacts, example_outputs_path, load_platform_outputs
 from workloads.render import render
 from workloads.spec import SpecError
@@ -63,6 +65,10 @@ def cmd_render(args: argparse.Namespace) -> int:
     facts, source = platform_facts(stack.platform_stack, args.platform_outputs)
     print(f"# stack {stack.name}: platform {stack.platform_stack}, facts from {source}", file=sys.stderr)
     print(to_yaml(render(stack.spec, facts, program_text=program_text(stack.spec))), end="")
+    aws = [] if args.kubernetes_only else aws_resources(stack.spec, facts)
+    if aws:
+        print("---\n# AWS resources (not Kubernetes objects): pulumi up creates them with the AWS provider")
+        print(to_yaml(aws), end="")
     return 0
 
 
@@ -115,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
         "--stack", required=True, help="workload stack, e.g. dev-zimdb (Pulumi.<stack>.yaml)"
     )
     render_p.add_argument("--platform-outputs", type=Path, help="platform stack outputs as JSON")
+    render_p.add_argument(
+        "--kubernetes-only", action="store_true",
+        help="only the Kubernetes objects (for kubectl or scanners), not the job's AWS IAM role, policy and "
+        "Pod Identity association",
+    )  # fmt: skip
     render_p.set_defaults(run=cmd_render)
     local_p = sub.add_parser("run-local", help="run the stack's job with torchrun on this CPU")
     local_p.add_argument("--stack", required=True, help="workload stack, e.g. dev-zimdb")

@@ -80,7 +80,11 @@ def training_runtime(spec: TrainingJobSpec, placement: Placement) -> dict[str, A
     like Trainer's `torch-distributed` plus what a TrainJob has no field for: the restart budget with
     ExitCode semantics, the TTL and the priority."""
     # Secure on its own, with or without the TrainJob's patches.
-    container = {"name": "node", "image": placement.image, "securityContext": pod.container_security()}
+    container: dict[str, Any] = {
+        "name": "node",
+        "image": placement.image,
+        "securityContext": pod.container_security(),
+    }
     if pod.ports(spec):  # TrainJob patches cannot add ports: the runtime declares them
         container["ports"] = pod.ports(spec)
     pod_spec: dict[str, Any] = _pod_security(placement) | {

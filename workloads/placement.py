@@ -14,7 +14,7 @@ from decimal import Decimal
 from infra.accelerators import Accelerator, InstanceType, accelerator
 from infra.pools import EFA_RESOURCE, AcceleratorPool, quantity
 from workloads.platform import PlatformFacts
-from workloads.spec import CONFIG_KEY, SpecError, TrainingJobSpec
+from workloads.spec import CONFIG_KEY, TRAINER_S3_KEYS, SpecError, TrainingJobSpec
 
 # Share of an instance's vCPUs and memory a job's pods ask for by default (split by their share of the
 # GPUs): the rest is the kubelet's reservation and the daemonsets (CNI, device plugin, DCGM exporter,
@@ -172,9 +172,27 @@ def _image(spec: TrainingJobSpec, platform: PlatformFacts, acc: Accelerator) -> 
     return f"{platform.ecr_repository_urls[repo]}:{spec.image_tag}"
 
 
+def _check_bucket(spec: TrainingJobSpec, platform: PlatformFacts) -> None:
+    """An s3:// URL in trainerConfig must be in the platform's bucket: the job's role reaches no other
+    (parse_spec checks the prefix, which needs no platform facts)."""
+    for section, keys in TRAINER_S3_KEYS:
+        values = spec.trainer_config.get(section)
+        for key in keys:
+            url = values.get(key) if isinstance(values, dict) else None
+            if isinstance(url, str) and url.startswith("s3://"):
+                bucket = url.removeprefix("s3://").partition("/")[0]
+                if bucket != platform.bucket_name:
+                    raise SpecError(
+                        f"{_key(f'trainerConfig.{section}.{key}')}: {url!r} is in bucket {bucket!r}; the "
+                        f"job's IAM role reads only s3://{platform.bucket_name}/jobs/{spec.name}/; allowed: "
+                        f"`{section}: {{s3: <path under jobs/{spec.name}/>}}` (copy the data there first)"
+                    )
+
+
 def place(spec: TrainingJobSpec, platform: PlatformFacts) -> Placement:
     """Validate `spec` against the platform; raise SpecError naming the key, or return the placement."""
     _check_platform_features(spec, platform)
+    _check_bucket(spec, platform)
     pool_name, pool = _choose_pool(spec, platform)
     acc = accelerator(spec.accelerator)
     types = tuple(t for t in (acc.instance(n) for n in pool.instance_types) if t.gpus >= spec.gpus_per_node)

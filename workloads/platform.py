@@ -13,9 +13,10 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from infra.pools import AcceleratorPool, DevicePlugin, QueueQuota
+from workloads.spec import SpecError
 
 EXAMPLES = Path(__file__).resolve().parent / "examples"
 
@@ -46,5 +47,25 @@ def example_outputs_path(platform_stack: str) -> Path:
     return EXAMPLES / f"platform-{platform_stack.rsplit('/', 1)[-1]}.json"
 
 
+class PlatformOutputsError(SpecError):
+    """A platform-outputs file that is not `pulumi stack output --json` of a platform stack."""
+
+
 def load_platform_outputs(path: Path) -> PlatformFacts:
-    return PlatformFacts.model_validate(json.loads(path.read_text()))
+    allowed = "allowed: `pulumi stack output --json --show-secrets -s <platform stack>` saved to a file"
+    try:
+        outputs = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise PlatformOutputsError(f"{path}: not valid JSON ({err}); {allowed}") from None
+    if not isinstance(outputs, dict):
+        raise PlatformOutputsError(f"{path}: got a JSON {type(outputs).__name__}, not an object; {allowed}")
+    try:
+        return PlatformFacts.model_validate(outputs)
+    except ValidationError as err:
+        problems = [
+            f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
+            + ("" if e["type"] == "missing" else f" (got {e.get('input')!r:.60})")
+            for e in err.errors()
+        ]
+        found = "; ".join(problems)
+        raise PlatformOutputsError(f"{path}: not a platform stack's outputs: {found}; {allowed}") from None

@@ -19,54 +19,14 @@ from pydantic import ValidationError
 
 from infra import pod_identity
 from workloads import jobs, pod
+from workloads.identity import role_description, s3_policy
 from workloads.platform import PlatformFacts
 from workloads.render import render
 from workloads.spec import SpecError, TrainingJobSpec, parse_spec
-from workloads.stacks import program_text
+from workloads.stacks import platform_stack_ref, program_text
 
 TRAINING_DASHBOARD_UID = "mlops-eks-training"  # infra/dashboards.py, variable `job`
 FACT_NAMES = tuple(PlatformFacts.model_fields)
-
-
-def s3_policy(bucket: str, prefix: str, region: str) -> dict[str, Any]:
-    """Least privilege: list only under the prefix, read/write/delete only objects below it, and use the
-    bucket's KMS key (the platform's, infra/keys.py) only through S3 for this bucket: S3 passes the bucket
-    ARN as encryption context when the bucket key is on (the object ARN for objects written before)."""
-    partition = pod_identity.partition_of(region)
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Sid": "ListJobPrefix",
-                "Effect": "Allow",
-                "Action": "s3:ListBucket",
-                "Resource": f"arn:aws:s3:::{bucket}",
-                "Condition": {"StringLike": {"s3:prefix": [prefix, f"{prefix}/*"]}},
-            },
-            {
-                "Sid": "ReadWriteJobObjects",
-                "Effect": "Allow",
-                # AbortMultipartUpload: checkpoints are multipart uploads; a preempted one must be abortable.
-                "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
-                "Resource": f"arn:aws:s3:::{bucket}/{prefix}/*",
-            },
-            {
-                "Sid": "BucketKeyThroughS3",
-                "Effect": "Allow",
-                "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
-                "Resource": f"arn:{partition}:kms:{region}:*:key/*",
-                "Condition": {
-                    "StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"},
-                    "StringLike": {
-                        "kms:EncryptionContext:aws:s3:arn": [
-                            f"arn:aws:s3:::{bucket}",
-                            f"arn:aws:s3:::{bucket}/{prefix}/*",
-                        ]
-                    },
-                },
-            },
-        ],
-    }
 
 
 def job_options(kind: str) -> pulumi.ResourceOptions:
@@ -110,7 +70,8 @@ def _k8s_resource(
 def _identity(
     spec: TrainingJobSpec, facts: PlatformFacts, after: list[pulumi.Resource]
 ) -> list[pulumi.Resource]:
-    """The job's IAM role and its Pod Identity association (only for jobs that use S3)."""
+    """The job's IAM role and its Pod Identity association (only for jobs that use S3); `render` prints
+    the same resources from workloads.identity.aws_resources."""
     if not spec.uses_s3:
         return []
     aws_provider = aws.Provider(f"{spec.name}-aws", region=facts.region)
@@ -136,7 +97,7 @@ def _identity(
                 )
             )
         ),
-        description=f"mlops-eks job {spec.name}: s3://{facts.bucket_name}/{pod.s3_prefix(spec)}/ only",
+        description=role_description(spec, facts),
         opts=opts,
     )
     policy = aws.iam.RolePolicy(
@@ -182,8 +143,8 @@ def logs_command(spec: TrainingJobSpec) -> str:
 
 def program() -> None:
     config = pulumi.Config()  # the project's namespace: mlops-eks:<key>
-    platform_stack = config.require("platformStack")
     try:
+        platform_stack = platform_stack_ref(config.require("platformStack"), pulumi.get_organization())
         spec = parse_spec(config.require_object("job"))
     except SpecError as err:
         raise pulumi.RunError(str(err)) from None

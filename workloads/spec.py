@@ -8,6 +8,7 @@ returns the facts rendering needs. Every error names the config key, the value a
 
 from __future__ import annotations
 
+import difflib
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
@@ -21,6 +22,8 @@ from trainer.config import ConfigError
 from trainer.config import build as build_trainer_config
 
 CONFIG_KEY = "mlops-eks:job"
+# trainerConfig keys that may hold an s3:// URL, which the job's role must be able to reach.
+TRAINER_S3_KEYS = (("data", ("source", "val_source")), ("checkpoint", ("dir",)), ("output", ("dir",)))
 
 DnsLabel = Annotated[str, StringConstraints(pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$", max_length=40)]
 Quantity = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti)$")]
@@ -65,6 +68,12 @@ class Storage(_Model):
             raise ValueError("set exactly one of `s3` (a path under the job's prefix) or `pvc`")
         if self.s3 is not None and self.path:
             raise ValueError("`path` is for volumes; put the S3 path in `s3`")
+        for key, value in (("s3", self.s3), ("path", self.path)):
+            if value and ".." in value.split("/"):
+                raise ValueError(
+                    f"`{key}` {value!r} climbs out with '..'; allowed: a path below the job's own prefix "
+                    "(s3://<platform bucket>/jobs/<name>/ for `s3`, the volume's root for `path`), no '..'"
+                )
         return self
 
 
@@ -184,6 +193,7 @@ class TrainingJobSpec(_Model):
                     f"{role}.pvc.storageClass: a new volume shared by {self.max_nodes} nodes needs a "
                     "ReadWriteMany class (e.g. EFS); EBS attaches to one node"
                 )
+        problems += self._foreign_s3_problems()
         for role, key in (("data", "source"), ("checkpoint", "dir"), ("output", "dir")):
             section = self.trainer_config.get(role)
             if getattr(self, role) is not None and isinstance(section, dict) and key in section:
@@ -199,6 +209,25 @@ class TrainingJobSpec(_Model):
                     f"elastic: nodes ({self.nodes}) must lie in [minNodes {self.elastic.min_nodes}, maxNodes "
                     f"{self.elastic.max_nodes}]"
                 )
+        return problems
+
+    def _foreign_s3_problems(self) -> list[str]:
+        """S3 URLs in trainerConfig the job's role cannot read: it reaches only its own prefix."""
+        problems = []
+        prefix = f"jobs/{self.name}/"
+        for section, keys in TRAINER_S3_KEYS:
+            values = self.trainer_config.get(section)
+            for key in keys:
+                url = values.get(key) if isinstance(values, dict) else None
+                if not isinstance(url, str) or not url.startswith("s3://"):
+                    continue
+                path = url.removeprefix("s3://").partition("/")[2]
+                if not path.startswith(prefix) or ".." in path.split("/"):
+                    problems.append(
+                        f"trainerConfig.{section}.{key}: {url!r} is outside the job's prefix; its IAM role "
+                        f"reads only s3://<platform bucket>/{prefix}; allowed: `{section}: {{s3: <path under "
+                        f"{prefix}>}}` (copy the data there first)"
+                    )
         return problems
 
     @property
@@ -273,8 +302,26 @@ def _error_lines(err: ValidationError) -> list[str]:
                 lines.append(f"{CONFIG_KEY}.{key}: {text}")
             continue
         value = "" if e["type"] == "missing" else f" (got {e.get('input')!r:.80})"
+        if e["type"] == "extra_forbidden":
+            allowed = _allowed_keys(e["loc"][:-1])
+            close = difflib.get_close_matches(str(e["loc"][-1]), allowed, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}? " if close else ""
+            msg = f"unknown key; {hint}allowed keys: {', '.join(allowed)}"
         lines.append(f"{CONFIG_KEY}.{loc}: {msg}{value}")
     return lines
+
+
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys the model at `loc` (a path of aliases) accepts."""
+    model: Any = TrainingJobSpec
+    for part in loc:
+        field = next((f for n, f in model.model_fields.items() if part in (n, f.alias)), None)
+        inner = [a for a in (getattr(field.annotation, "__args__", ()) or (field.annotation,))
+                 if isinstance(a, type) and issubclass(a, BaseModel)] if field else []  # fmt: skip
+        if not inner:
+            return []
+        model = inner[0]
+    return [f.alias or n for n, f in model.model_fields.items()]
 
 
 def parse_spec(raw: Any) -> TrainingJobSpec:

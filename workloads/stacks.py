@@ -3,16 +3,39 @@ and the tests: the same two keys `pulumi up` reads through pulumi.Config."""
 
 from __future__ import annotations
 
+import difflib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from infra.config import PROVIDER_NAMESPACES
 from workloads.spec import CONFIG_KEY, SpecError, TrainingJobSpec, parse_spec
 
 REPO = Path(__file__).resolve().parents[1]
 PLATFORM_KEY = "mlops-eks:platformStack"
+PROJECT = "mlops-eks"
+# The organization DIY backends (local, S3) use in fully qualified stack names.
+DIY_ORGANIZATION = "organization"
+_NAME_PART = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def platform_stack_ref(value: str, organization: str | None) -> str:
+    """mlops-eks:platformStack as a StackReference name. A bare stack name ("dev") is the platform stack
+    of this project in the workload stack's own organization (pulumi.get_organization(): the Pulumi
+    Cloud org, or "organization" on a DIY backend), so the committed stack files need no edit for either
+    backend; "org/project/stack" names another organization's or project's stack as it is."""
+    parts = value.split("/") if isinstance(value, str) else []
+    if len(parts) not in (1, 3) or not all(_NAME_PART.match(p) for p in parts):
+        raise SpecError(
+            f"{PLATFORM_KEY}: {value!r} is not a stack name; allowed: a stack of this project (e.g. dev) "
+            "or a fully qualified org/project/stack (e.g. acme/mlops-eks/dev)"
+        )
+    if len(parts) == 3:
+        return value
+    return f"{organization or DIY_ORGANIZATION}/{PROJECT}/{value}"
 
 
 @dataclass(frozen=True)
@@ -30,10 +53,51 @@ def workload_stacks(root: Path = REPO) -> list[str]:
     """Every stack file in `root` that sets mlops-eks:platformStack."""
     names = []
     for f in sorted(root.glob("Pulumi.*.yaml")):
-        config = (yaml.safe_load(f.read_text()) or {}).get("config") or {}
+        try:
+            config = read_config(f)
+        except SpecError:
+            config = {}  # a broken file is reported when its own stack is used, not for every other one
         if PLATFORM_KEY in config:
             names.append(f.name.removeprefix("Pulumi.").removesuffix(".yaml"))
     return names
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The `config:` mapping of a stack file, or SpecError naming the file, the line and what is wrong."""
+    try:
+        document = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise SpecError(
+            f"{path.name}: not valid YAML{where}: {problem}; allowed: a mapping with a `config:` mapping"
+        ) from None
+    config = (document or {}).get("config") if isinstance(document, dict | None) else document
+    if not isinstance(config, dict | None):
+        kind = type(config).__name__
+        raise SpecError(f"{path.name}: `config` is a {kind}; allowed: a mapping of <namespace>:<key>")
+    return config or {}
+
+
+# The keys a workload stack's program reads; any other key of ours, or one in an unknown namespace
+# (`mlopseks:job`), would be read by nothing.
+WORKLOAD_KEYS = (PLATFORM_KEY, CONFIG_KEY)
+
+
+def unknown_keys(config: dict[str, Any], path: Path) -> list[str]:
+    problems = []
+    for key in config:
+        namespace = key.split(":", 1)[0] if ":" in key else ""
+        if key in WORKLOAD_KEYS or namespace in PROVIDER_NAMESPACES:
+            continue
+        close = difflib.get_close_matches(key, WORKLOAD_KEYS, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        problems.append(
+            f"{path.name}: {key}: unknown key, read by nothing{hint}; allowed: {', '.join(WORKLOAD_KEYS)} "
+            f"or a provider's namespace ({', '.join(sorted(PROVIDER_NAMESPACES))})"
+        )
+    return problems
 
 
 def load_stack(stack: str, root: Path = REPO) -> WorkloadStack:
@@ -41,11 +105,13 @@ def load_stack(stack: str, root: Path = REPO) -> WorkloadStack:
     if not path.exists():
         found = ", ".join(workload_stacks(root)) or "none"
         raise SpecError(f"stack {stack!r}: no {path.name} in {root}; workload stacks here: {found}")
-    config: dict[str, Any] = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
+    config = read_config(path)
+    if problems := unknown_keys(config, path):
+        raise SpecError("\n".join(problems))
     if PLATFORM_KEY not in config:
         raise SpecError(
             f"{path.name}: {PLATFORM_KEY} is missing; a workload stack names its platform stack, "
-            "e.g. organization/mlops-eks/dev"
+            "e.g. dev (this project's stack in the same organization) or acme/mlops-eks/dev"
         )
     return WorkloadStack(stack, str(config[PLATFORM_KEY]), parse_spec(config.get(CONFIG_KEY)))
 

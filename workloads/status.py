@@ -323,7 +323,9 @@ def status(cluster: Cluster, spec: TrainingJobSpec) -> Report:
         lines = []
         for w in queued:
             wc = conditions(w)
-            cond = wc.get("QuotaReserved") or wc.get("Admitted") or {}
+            # Quota reserved but not admitted: admission checks (e.g. ProvisioningRequest) still pending.
+            step = "Admitted" if is_true(wc, "QuotaReserved") else "QuotaReserved"
+            cond = wc.get(step) or {}
             queue = (w.get("spec") or {}).get("queueName", "?")
             why = cond.get("message") or cond.get("reason") or "waiting for admission"
             lines.append(f"workload {w['metadata']['name']} in queue {queue}: {why}")

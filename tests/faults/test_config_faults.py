@@ -27,9 +27,9 @@ CASES = [
     ("gpu-limit-below-a-node", ("mlops-eks:gpuPools", 0, "gpuLimit"), 3, "mlops-eks:gpuPools[0].gpuLimit"),
     (
         "gpu-disk-negative",
-        ("mlops-eks:gpuPools", 0, "diskSizeGib"),
+        ("mlops-eks:gpuPools", 0, "diskSizeGiB"),
         -100,
-        "mlops-eks:gpuPools[0].diskSizeGib",
+        "mlops-eks:gpuPools[0].diskSizeGiB",
     ),
     (
         "gpu-capacity-eks-spelling",

@@ -87,7 +87,8 @@ def test_an_alert_receiver_needs_its_secret_and_names_the_key_that_holds_it():
             **BASE,
             "mlops-eks:addons": {"observability": {"alertReceiver": "pagerduty"}},
             "mlops-eks:alertReceiverSecret": "R0UTINGKEY",
-        }
+        },
+        decrypted=True,  # as the engine hands it over; a stack file holds {secure: ...}
     )
     assert config.addons.observability.alert_receiver == "pagerduty"
     assert "R0UTINGKEY" not in repr(config)

@@ -16,6 +16,7 @@ from tests.infra.workload_pods import job_world, pod_endpoints, service_targets
 
 NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
 NAMESPACE = "kubernetes:core/v1:Namespace"
+NAMESPACE_PATCH = "kubernetes:core/v1:NamespacePatch"  # labels a namespace a manifest bundle creates
 STACKS = ["dev", "prod"]
 S3_ADDRESS = "52.216.8.1"  # in S3's us-east-1 range (ip-ranges.json, service S3): via the gateway endpoint
 IMDS = "169.254.169.254"
@@ -28,7 +29,7 @@ class World:
         self.policies = [{"metadata": r.inputs["metadata"], "spec": r.inputs["spec"]}
                          for r in synth.of_type(NETWORK_POLICY)]  # fmt: skip
         self.namespaces = {}
-        for r in synth.of_type(NAMESPACE):
+        for r in [*synth.of_type(NAMESPACE), *synth.of_type(NAMESPACE_PATCH)]:
             meta = r.inputs["metadata"]
             self.namespaces[meta["name"]] = {NAME_LABEL: meta["name"], **meta["labels"]}
         vpc = ipaddress.ip_network(synth.config.vpc_cidr)
@@ -202,3 +203,61 @@ def _default_deny(world: World, direction: str) -> set[str]:
         if p["spec"]["podSelector"] == {} and direction in p["spec"]["policyTypes"]
         and not p["spec"].get(direction.lower())
     }  # fmt: skip
+
+
+def test_training_operator_v1s_own_namespace_is_labeled_and_isolated(dev):
+    """Its kustomize overlay creates `kubeflow` (not rendered offline): a patch labels it, and it gets the
+    platform policies with the webhook port of its Service training-operator (targetPort 9443)."""
+    (patch,) = [r for r in dev.of_type(NAMESPACE_PATCH) if r.inputs["metadata"]["name"] == "kubeflow"]
+    assert patch.inputs["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+    policies = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in dev.of_type(NETWORK_POLICY)
+                if r.inputs["metadata"]["namespace"] == "kubeflow"}  # fmt: skip
+    assert {"default-deny-ingress", "allow-same-namespace", "allow-api-server"} <= set(policies)
+    assert policies["allow-api-server"]["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 9443}]
+
+
+def test_the_vpc_cni_enforces_network_policies(stack):
+    """pulumi-eks turns `vpcCniOptions.enableNetworkPolicy` into the vpc-cni add-on's configuration value
+    {"enableNetworkPolicy": "true"} (nodejs/eks/addons/cni-addon.ts, mergeConfigurationValues); without
+    it the CNI ignores every NetworkPolicy."""
+    cluster = stack.one("eks:index:Cluster")
+    assert cluster.inputs["vpcCniOptions"]["enableNetworkPolicy"] is True
+    assert not cluster.inputs.get("useDefaultVpcCni")
+
+
+def _policy(pod_selector, types, **rules):
+    spec = {"podSelector": pod_selector, "policyTypes": types, **rules}
+    return {"metadata": {"namespace": "a"}, "spec": spec}
+
+
+def test_evaluator_follows_kubernetes_semantics():
+    """The evaluator itself, on the cases the Kubernetes NetworkPolicy documentation spells out."""
+    ns = {"a": {NAME_LABEL: "a"}, "b": {NAME_LABEL: "b", "team": "x"}}
+    web = Endpoint("a/web", "10.0.0.1", "a", {"app": "web"}, {"http": 8080})
+    db = Endpoint("a/db", "10.0.0.2", "a", {"app": "db"})
+    other = Endpoint("b/client", "10.0.1.1", "b", {"app": "client"})
+    outside = Endpoint("internet", "52.0.0.1")
+    assert allowed([], other, web, 8080, ns)  # nothing selects: not isolated
+    deny = _policy({}, ["Ingress"])
+    assert not allowed([deny], other, web, 8080, ns)
+    assert allowed([deny], web, outside, 443, ns)  # isolated for ingress only
+    # Policies add up; a peer's namespaceSelector and podSelector in one element are ANDed.
+    from_x = _policy({"matchLabels": {"app": "web"}}, ["Ingress"], ingress=[{"from": [
+        {"namespaceSelector": {"matchLabels": {"team": "x"}}, "podSelector": {"matchLabels": {"app": "nope"}}}
+    ]}])  # fmt: skip
+    assert not allowed([deny, from_x], other, web, 8080, ns)
+    named = _policy({"matchLabels": {"app": "web"}}, ["Ingress"], ingress=[{"from": [
+        {"namespaceSelector": {"matchLabels": {"team": "x"}}}], "ports": [{"port": "http"}]}])  # fmt: skip
+    assert allowed([deny, named], other, web, 8080, ns)
+    assert not allowed([deny, named], other, web, 9090, ns)
+    assert not allowed([deny, named], other, db, 8080, ns)
+    # podSelector alone: the policy's own namespace only.
+    same = _policy({}, ["Ingress"], ingress=[{"from": [{"podSelector": {}}]}])
+    assert allowed([same], db, web, 1, ns) and not allowed([same], other, web, 1, ns)
+    # Egress: ipBlock with except; both ends must allow.
+    public = {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8"]}}
+    out = _policy({}, ["Egress"], egress=[{"to": [public]}])
+    assert allowed([out], web, outside, 443, ns) and not allowed([out], web, db, 443, ns)
+    # policyTypes unset: Ingress, plus Egress only when the policy has egress rules.
+    implicit = {"metadata": {"namespace": "a"}, "spec": {"podSelector": {}}}
+    assert not allowed([implicit], other, web, 80, ns) and allowed([implicit], web, outside, 80, ns)

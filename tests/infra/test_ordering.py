@@ -152,3 +152,23 @@ def test_the_checks_catch_a_cluster_named_by_a_plain_string(graph):
     roles = {n.urn for n in graph if n.type == "aws:iam/role:Role"}
     detached = Node(entry.type, entry.name, "urn:detached", entry.inputs, entry.dependencies & roles, "")
     assert not depends_on([*graph, detached], detached, cluster.urn)
+
+
+def test_every_release_waits_for_its_labeled_namespace(graph):
+    """Releases do not create namespaces (Helm would make them without Pod Security labels): each one's
+    namespace is a Namespace of the stack, created first, or EKS's kube-system."""
+    namespaces = {n.inputs["metadata"]["name"]: n for n in graph if n.type == "kubernetes:core/v1:Namespace"}
+    releases = [n for n in graph if n.type == RELEASE]
+    assert releases and all(not n.inputs.get("createNamespace") for n in releases)
+    problems = []
+    for rel in releases:
+        ns = rel.inputs["namespace"]
+        if ns == "kube-system":
+            continue
+        if ns not in namespaces:
+            problems.append(f"{rel.name}: namespace {ns} is not created by the stack")
+        elif not depends_on(graph, rel, namespaces[ns].urn):
+            problems.append(f"{rel.name}: does not wait for namespace {ns}")
+        elif "pod-security.kubernetes.io/enforce" not in namespaces[ns].inputs["metadata"]["labels"]:
+            problems.append(f"{ns}: no Pod Security label")
+    assert problems == []

@@ -93,7 +93,7 @@ RESERVED_POOLS = [
     {"name": "amd-reserved", "accelerator": "amd-v520", "source": "managed", "size": 1,
      "instanceTypes": ["g4ad.xlarge"], "capacityTypes": ["spot"], "amiId": "ami-0123456789abcdef0"},
     {"name": "a100-reserved", "accelerator": "a100", "source": "managed", "size": 2,
-     "instanceTypes": ["p4d.24xlarge"], "capacityTypes": ["on-demand"], "diskSizeGib": 500, "efa": True},
+     "instanceTypes": ["p4d.24xlarge"], "capacityTypes": ["on-demand"], "diskSizeGiB": 500, "efa": True},
     {"name": "t4-reserved", "accelerator": "t4", "source": "managed", "size": 1},
 ]  # fmt: skip
 

@@ -14,6 +14,7 @@ import yaml
 from infra import training_metrics
 from infra.charts import CHARTS
 from infra.dashboards import training_dashboard
+from infra.gpu import JOB_LABEL
 from trainer import metrics
 from trainer.config import OutputConfig
 from workloads.platform import example_outputs_path, load_platform_outputs
@@ -76,6 +77,13 @@ def test_pod_monitor_selects_the_rendered_training_pods_on_the_trainers_port(sta
         (container,) = template["spec"]["containers"]
         ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
         assert ports == {training_metrics.METRICS_PORT_NAME: OutputConfig().metrics_port}
+
+
+def test_pod_label_reaches_the_series_as_the_label_the_dashboard_filters_by():
+    # prometheus-operator's sanitizeLabelName, applied to podTargetLabels (pkg/prometheus/promcfg.go)
+    copied = training_metrics.pod_monitor("monitoring")["spec"]["podTargetLabels"]
+    assert JOB_LABEL in {re.sub(r"[^a-zA-Z0-9_]", "_", label) for label in copied}
+    assert all(JOB_LABEL in t["expr"] for p in training_dashboard()["panels"] for t in p["targets"])
 
 
 def test_trainer_default_port_is_the_one_workloads_declare():

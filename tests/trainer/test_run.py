@@ -39,7 +39,7 @@ def _cfg(tmp_path, **overrides):
 
 
 def test_s3_outage_during_a_checkpoint_does_not_stop_the_run(tmp_path, s3, caplog, keep_sigterm_handler):
-    flaky = FlakyS3(s3, failures=2)  # both attempts of the step-10 payload upload fail
+    flaky = FlakyS3(s3, failures=2, prefix="ckpt/")  # both attempts of the step-10 payload upload fail
     with caplog.at_level(logging.WARNING, logger="trainer"):
         assert run(_cfg(tmp_path), s3_client=flaky) == 0
     latest = s3.get_object(Bucket="mlops", Key="ckpt/zimdb/latest")["Body"].read().decode()

@@ -1,6 +1,7 @@
 """Tokenize once per node and share: local rank 0 writes memory-mapped token files, the others map them."""
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -122,3 +123,20 @@ def test_a_local_rank_0_that_never_finishes_is_a_retryable_hung_peer(tmp_path):
     with pytest.raises(token_store.PeerTimeout, match="no tokenized data from local rank 0") as err:
         _prepare(DataConfig(), tmp_path / "shared", 1, tmp_path, wait_s=0.2)
     assert faults.verdict(err.value)[0] == faults.PEER_LOST >= 128
+
+
+def test_scratch_of_a_killed_attempt_is_removed_and_a_live_ones_kept(tmp_path):
+    pid_of = [sys.executable, "-c", "import os; print(os.getpid())"]
+    dead = subprocess.run(pid_of, capture_output=True, text=True, check=True)  # exited: its pid is free
+    for name, pid in (("trainer-data-aaaa", dead.stdout.strip()), ("trainer-data-bbbb", str(os.getpid()))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "train.tokens").write_bytes(b"\0" * 64)
+        (tmp_path / f"{name}.pid").write_text(pid)
+    (tmp_path / "trainer-data-aaaa.x1y2").mkdir()  # its half-written staging directory
+    token_store.claim_scratch(tmp_path / "trainer-data-cccc")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "trainer-data-bbbb",
+        "trainer-data-bbbb.pid",
+        "trainer-data-cccc.pid",
+    ]
+    assert (tmp_path / "trainer-data-cccc.pid").read_text() == str(os.getpid())

@@ -90,22 +90,25 @@ def start_and_wait_for_step(out: Path, step: int) -> subprocess.Popen:
 
 
 class FlakyS3:
-    """A moto S3 client whose uploads fail the first `failures` times (S3 unavailable)."""
+    """A moto S3 client whose uploads fail the first `failures` times (S3 unavailable); with `prefix`,
+    only uploads of keys under it count (the others, e.g. metrics, go through)."""
 
-    def __init__(self, client, failures):
-        self._client, self.failures, self.calls = client, failures, 0
+    def __init__(self, client, failures, prefix=""):
+        self._client, self.failures, self.calls, self.prefix = client, failures, 0, prefix
 
-    def _maybe_fail(self):
+    def _maybe_fail(self, key):
+        if not key.startswith(self.prefix):
+            return
         self.calls += 1
         if self.calls <= self.failures:
             raise EndpointConnectionError(endpoint_url="https://s3.us-east-1.amazonaws.com")
 
-    def upload_file(self, *args, **kwargs):
-        self._maybe_fail()
-        return self._client.upload_file(*args, **kwargs)
+    def upload_file(self, filename, bucket, key, *args, **kwargs):
+        self._maybe_fail(key)
+        return self._client.upload_file(filename, bucket, key, *args, **kwargs)
 
     def put_object(self, **kwargs):
-        self._maybe_fail()
+        self._maybe_fail(kwargs["Key"])
         return self._client.put_object(**kwargs)
 
     def __getattr__(self, name):

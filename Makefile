@@ -20,10 +20,11 @@ $(VENV)/bin/python:
 	$(PY) -m pip install --quiet --upgrade pip
 
 # What `make demo` and `make bench` run: the trainer (torch and its data/metrics packages) and the
-# `workloads run-local` CLI, which imports no Pulumi SDK.
+# `workloads run-local` CLI, which imports no Pulumi SDK. --no-compile: Python compiles the modules a run
+# imports when it imports them, instead of pip compiling all of torch's thousands up front.
 $(RUN_STAMP): pyproject.toml | $(VENV)/bin/python
 	@echo "==> installing the trainer's packages (torch is the big one)"
-	$(PIP_INSTALL) -e ".[train]"
+	$(PIP_INSTALL) --no-compile -e ".[train]"
 	touch $@
 
 $(DEV_STAMP): pyproject.toml $(RUN_STAMP)

@@ -587,10 +587,14 @@ class PlatformConfig(_Model):
         offline = _under_mocks()
         for name in SECRET_KEYS:
             key = f"{PROJECT}:{name}"
-            if isinstance(values.get(key), str) and (offline or runtime_config.is_config_secret(key)):
-                # Decrypted by the engine; offline the JSON of the file's `{secure: ...}` (or a plaintext the
-                # file check refused already).
-                values[key] = _parse_structured(values[key])
+            value = values.get(key)
+            if not isinstance(value, str):
+                continue
+            if offline:  # synth hands the file's {secure: ...} over as JSON; it stays encrypted
+                parsed = _parse_structured(value)
+                values[key] = parsed if _is_secure(parsed) else value
+            elif not runtime_config.is_config_secret(key):  # the engine decrypts only what the file encrypts
+                raise ConfigError(secret_problems({key: value}, decrypted=False))
         config = cls.from_mapping(values, decrypted=not offline)
         check_placeholders(values, offline=offline)
         return config
@@ -711,7 +715,9 @@ def _describe(err: Mapping[str, Any]) -> str:
         message = str(cause)
     elif err["type"] == "extra_forbidden":
         allowed = _allowed_keys(path[:-1])
-        close = difflib.get_close_matches(str(path[-1]), allowed, n=1, cutoff=0.6)
+        # At the top, a workload key's typo (platfromStack) makes the stack a platform stack: name it.
+        candidates = allowed + ([] if path[:-1] else sorted(WORKLOAD_KEYS))
+        close = difflib.get_close_matches(str(path[-1]), candidates, n=1, cutoff=0.6)
         hint = f"did you mean {close[0]}? " if close else ""
         message = f"unknown key (got {err['input']!r}); {hint}allowed keys: {', '.join(allowed)}"
     elif err["type"] == "missing":

@@ -55,6 +55,7 @@ HTTPS = 443
 #   kubeflow-system: Trainer's and JobSet's webhooks (targetPort webhook = 9443)
 #   kueue-system: Kueue's webhooks (9443) and its visibility APIService (8082)
 #   volcano-system: volcano-admission (basic.admission_port, 8443)
+#   kubeflow: Training Operator v1's webhooks (Service training-operator, targetPort 9443)
 # tests/infra/test_network_policies.py resolves every webhook and APIService of the rendered charts to
 # its pod port and checks that the API server gets through.
 API_SERVER_PORTS: dict[str, tuple[int, ...]] = {
@@ -62,7 +63,6 @@ API_SERVER_PORTS: dict[str, tuple[int, ...]] = {
     "kubeflow-system": (9443,),
     "kueue-system": (9443, 8082),
     "volcano-system": (8443,),
-    #   kubeflow: Training Operator v1's webhooks (Service training-operator, targetPort 9443)
     "kubeflow": (9443,),
 }
 

@@ -23,7 +23,7 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
 from trainer import checkpoint, data, faults, precision, token_store
-from trainer.config import JobConfig, TrainConfig
+from trainer.config import ConfigError, JobConfig, TrainConfig
 from trainer.dist import (
     DistEnv,
     StopFlag,
@@ -246,6 +246,13 @@ def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_clie
     output, local_out, metrics, ckpt = _open_sinks(cfg, env, workdir, s3_client)
     metrics.say(f"world size {env.world_size}, device {env.device}, checkpoints in {ckpt.storage.uri}")
     state = _resume_state(cfg, env, ckpt, metrics)
+    if state is not None and state["step"] > t.max_steps:
+        # Going on would train nothing and publish the checkpoint's model as this run's result.
+        raise ConfigError(
+            f"train.max_steps: {t.max_steps} is below the step of the checkpoint this run resumes "
+            f"({ckpt.location(state['step'])}, step {state['step']}); allowed: >= {state['step']} to go on "
+            "training, or --checkpoint.resume false (or another checkpoint.dir) for a new run"
+        )
     spec, encoder, loader, val = _prepare_data(cfg, env, workdir, state and state["tokenizer"], metrics)
 
     torch.manual_seed(t.seed)  # identical initial weights on every rank

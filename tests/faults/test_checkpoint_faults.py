@@ -488,21 +488,26 @@ def test_sigterm_steps_after_a_background_checkpoint_began_waits_for_it_instead_
     assert _latest(tmp_path).endswith(f"/{OLD}")
 
 
+@pytest.mark.parametrize("background", ["false", "true"], ids=["sync", "async"])
 def test_disk_full_at_a_checkpoint_says_so_and_training_goes_on(
-    tmp_path, monkeypatch, caplog, ledger, keep_sigterm_handler
+    tmp_path, monkeypatch, caplog, ledger, keep_sigterm_handler, background
 ):
-    real_write = shards.write
+    def onto_a_full_disk(real):
+        def write(env, model, optimizer, stage, *group):
+            if stage.name.startswith(f".stage-{OLD}"):
+                stage.mkdir(parents=True, exist_ok=True)
+                (stage / PAYLOAD).symlink_to("/dev/full")  # writes fail with ENOSPC, as on a full volume
+            return real(env, model, optimizer, stage, *group)
 
-    def full_at_step_10(env, model, optimizer, stage):
-        if stage.name.startswith(f".stage-{OLD}"):
-            stage.mkdir(parents=True, exist_ok=True)
-            (stage / PAYLOAD).symlink_to("/dev/full")  # writes fail with ENOSPC, as on a full volume
-        real_write(env, model, optimizer, stage)
+        return write
 
-    monkeypatch.setattr(shards, "write", full_at_step_10)
+    monkeypatch.setattr(shards, "write", onto_a_full_disk(shards.write))
+    monkeypatch.setattr(shards, "write_async", onto_a_full_disk(shards.write_async))
     with caplog.at_level(logging.WARNING, logger="trainer"):
-        code = run(job(20, str(tmp_path / "ckpt"), str(tmp_path / "out")))
-    entry = ledger("whole run", "disk-full-at-checkpoint", error=caplog.text, names="disk full")
+        code = run(
+            job(20, str(tmp_path / "ckpt"), str(tmp_path / "out"), **{"checkpoint.async_save": background})
+        )
+    entry = ledger("whole run", f"disk-full-at-checkpoint-{background}", error=caplog.text, names="disk full")
     assert code == 0 and entry.clear, caplog.text
     assert [r["step"] for r in _events(tmp_path / "out", "checkpoint")] == [20]
 

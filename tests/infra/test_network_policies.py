@@ -8,10 +8,13 @@ from __future__ import annotations
 import ipaddress
 import itertools
 
+import kubernetes_validate
 import pytest
 from netpol import Endpoint, allowed
 
-from infra.network_policies import NAME_LABEL, POD_IDENTITY_AGENT
+from infra.network_policies import NAME_LABEL, POD_IDENTITY_AGENT, job_policies, platform_policies
+from infra.training import volcano_values
+from policy.helm_render import HelmRelease, installed, objects, render, validation_version
 from tests.infra.workload_pods import job_world, pod_endpoints, service_targets
 
 NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
@@ -32,6 +35,7 @@ class World:
         for r in [*synth.of_type(NAMESPACE), *synth.of_type(NAMESPACE_PATCH)]:
             meta = r.inputs["metadata"]
             self.namespaces[meta["name"]] = {NAME_LABEL: meta["name"], **meta["labels"]}
+        self.kubernetes_version = synth.config.kubernetes_version
         vpc = ipaddress.ip_network(synth.config.vpc_cidr)
         self._ips = (str(ip) for ip in itertools.islice(vpc.hosts(), 256, None))
         self.objects = rendered.all_objects
@@ -261,3 +265,35 @@ def test_evaluator_follows_kubernetes_semantics():
     # policyTypes unset: Ingress, plus Egress only when the policy has egress rules.
     implicit = {"metadata": {"namespace": "a"}, "spec": {"podSelector": {}}}
     assert not allowed([implicit], other, web, 80, ns) and allowed([implicit], web, outside, 80, ns)
+
+
+def test_every_policy_is_a_valid_network_policy(world):
+    """kubernetes-validate (strict: an unknown field would be dropped by the API server)."""
+    version = validation_version(world.kubernetes_version)
+    for policy in world.policies:
+        obj = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", **policy}
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_a_job_in_a_shared_namespace_isolates_only_its_own_pods():
+    policies = job_policies("j", "team", {"mlops-eks.io/job": "j"}, 9464, default_deny=False)
+    assert [(p["metadata"]["name"], p["spec"]["podSelector"]) for p in policies] == [
+        ("j-training", {"matchLabels": {"mlops-eks.io/job": "j"}})
+    ]
+
+
+def test_the_api_server_reaches_volcanos_admission_webhooks():
+    """Neither committed stack picks volcano: render it alone at the pinned version, with its policies."""
+    release = HelmRelease("volcano", "volcano", "1.15.1", "volcano-system", volcano_values())
+    objs = installed(release, objects(render(release, "1.35")), set())
+    ips = (f"10.0.9.{i}" for i in range(1, 255))
+    pods = pod_endpoints(objs, ips)
+    policies = platform_policies("volcano-system", "10.0.0.0/16")
+    namespaces = {ns: {NAME_LABEL: ns} for ns in ("volcano-system", "other")}
+    api_server = Endpoint("api-server", "10.0.200.5")
+    calls = [w["clientConfig"]["service"] for o in objs if o["kind"].endswith("WebhookConfiguration")
+             for w in o.get("webhooks") or []]  # fmt: skip
+    targets = [t for call in calls for t in service_targets(objs, pods, call)]
+    assert calls and len(targets) == len(calls)
+    assert all(allowed(policies, api_server, pod, port, namespaces) for pod, port in targets)
+    assert not allowed(policies, Endpoint("x", "10.0.9.250", "other", {}), targets[0][0], 8080, namespaces)

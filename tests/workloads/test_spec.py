@@ -34,7 +34,7 @@ def test_unknown_key_and_bad_values_are_all_reported_with_their_values():
     msg = _error({**BASE, "name": "Zimdb", "gpusPerNode": 0, "gpus": 4})
     assert "mlops-eks:job.name:" in msg and "(got 'Zimdb')" in msg
     assert "mlops-eks:job.gpusPerNode: Input should be greater than or equal to 1 (got 0)" in msg
-    assert "mlops-eks:job.gpus: Extra inputs are not permitted" in msg
+    assert "mlops-eks:job.gpus: unknown key; allowed keys: name, namespace" in msg
 
 
 def test_not_an_object_is_rejected():

@@ -277,3 +277,26 @@ def test_kubeconfig_from_platform_outputs(kube, tmp_path, capsys, monkeypatch):
     code = main(["status", "--stack", "dev-zimdb", "--platform-outputs", str(outputs)])
     assert code == 0
     assert capsys.readouterr().out.startswith("zimdb: succeeded")
+
+
+def test_every_trainer_exit_code_has_a_meaning():
+    from trainer import faults
+    from workloads.status import EXIT_MEANINGS
+
+    codes = [faults.INVALID, faults.STOPPED, faults.STORAGE_UNAVAILABLE, faults.NO_GPU, faults.PEER_LOST,
+             faults.RENDEZVOUS_TIMEOUT]  # fmt: skip
+    assert all(EXIT_MEANINGS.get(code) for code in codes), EXIT_MEANINGS
+
+
+def test_quota_reserved_but_not_admitted_shows_the_admission_check(kube, tmp_path, capsys):
+    deploy(kube)
+    waiting = "The workload has not all checks ready: capacity: Pending"
+    kube.add(WORKLOADS, {
+        "metadata": {"name": "trainjob-zimdb-1", "ownerReferences": [{"name": "zimdb", "uid": "uid-1"}]},
+        "spec": {"queueName": "gpu"},
+        "status": {"conditions": [cond("QuotaReserved", "True", "QuotaReserved", "Quota reserved in gpu"),
+                                  cond("Admitted", "False", "NoChecks", waiting)]},
+    })  # fmt: skip
+    code, out, _ = run(tmp_path, capsys, "status")
+    assert code == 0
+    assert f"workload trainjob-zimdb-1 in queue gpu: {waiting}" in out

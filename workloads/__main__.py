@@ -15,14 +15,18 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from workloads.identity import aws_resources
 from workloads.platform import PlatformFacts, example_outputs_path, load_platform_outputs
 from workloads.render import render
-from workloads.spec import SpecError
+from workloads.spec import SpecError, TrainingJobSpec
 from workloads.stacks import REPO, load_stack, program_text
+
+if TYPE_CHECKING:
+    from workloads.status import Cluster
 
 
 class _Dumper(yaml.SafeDumper):
@@ -78,7 +82,8 @@ def cmd_run_local(args: argparse.Namespace) -> int:
     return run_local(load_stack(args.stack), nproc=args.nproc, out=args.out, overrides=args.overrides)
 
 
-def _cluster(args: argparse.Namespace) -> tuple[object, object]:
+def _cluster(args: argparse.Namespace) -> tuple[Cluster, TrainingJobSpec]:
+    # Imported here: the kubernetes client is in the infra extra, which `make demo` does not install.
     from workloads.status import Cluster, api_client
 
     stack = load_stack(args.stack)
@@ -89,7 +94,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from workloads.status import status
 
     cluster, spec = _cluster(args)
-    report = status(cluster, spec)  # type: ignore[arg-type]
+    report = status(cluster, spec)
     print(report.text())
     return report.code
 
@@ -98,7 +103,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from workloads.logs import logs
 
     cluster, spec = _cluster(args)
-    return logs(cluster, spec, follow=args.follow, tail=args.tail, out=sys.stdout)  # type: ignore[arg-type]
+    return logs(cluster, spec, follow=args.follow, tail=args.tail, out=sys.stdout)
 
 
 def _cluster_args(p: argparse.ArgumentParser) -> None:

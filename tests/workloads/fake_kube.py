@@ -28,6 +28,7 @@ class FakeKube:
         self.requests: list[str] = []
         self.streamed: list[str] = []  # pods whose log was streamed (follow)
         self.follow_delay = 0.0
+        self.answer_all: int | None = None  # e.g. 401: every request refused, as with expired credentials
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -63,6 +64,8 @@ class FakeKube:
         return path
 
     def handle(self, req: BaseHTTPRequestHandler) -> None:
+        if self.answer_all is not None:
+            return self._status(req, self.answer_all)
         url = urlparse(req.path)
         path, query = unquote(url.path), parse_qs(url.query)
         if "/proxy/" in path:

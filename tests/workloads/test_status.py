@@ -300,3 +300,13 @@ def test_quota_reserved_but_not_admitted_shows_the_admission_check(kube, tmp_pat
     code, out, _ = run(tmp_path, capsys, "status")
     assert code == 0
     assert f"workload trainjob-zimdb-1 in queue gpu: {waiting}" in out
+
+
+@pytest.mark.parametrize(
+    ("answer", "code", "says"), [(401, 2, "refused the request (401"), (503, 200, "answered 503")]
+)
+def test_refused_or_failing_api_server(kube, tmp_path, capsys, answer, code, says):
+    kube.answer_all = answer
+    exit_code, _, err = run(tmp_path, capsys, "status")
+    assert exit_code == code
+    assert says in err

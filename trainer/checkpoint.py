@@ -382,8 +382,9 @@ class CheckpointManager:
             needed = shards.files_needed(env, model, optimizer, metadata)
         except Exception as err:  # intact, but written for other model settings: no retry cures that
             raise ConfigError(
-                f"checkpoint {store.uri}/{name} was written for a different model ({err}); resume it with "
-                "the model settings it was written with, or pass --checkpoint.resume false for a new run"
+                f"checkpoint {store.uri}/{name} was written for a different model: this model does not "
+                f"match it ({err}); resume it with the model settings it was written with, or pass "
+                "--checkpoint.resume false for a new run"
             ) from None
         for file in sorted(needed):
             self._fetch(store, name, file, manifest, into)

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
-import yaml
 from google.protobuf import json_format
 from pulumi.runtime import mocks as runtime_mocks
 from pulumi.runtime import rpc
 
+from infra import stack_files
 from infra.config import PROJECT, ConfigError, PlatformConfig
 
 ACCOUNT_ID = "123456789012"
@@ -173,20 +173,9 @@ def read_stack_file(path: Path) -> dict[str, Any]:
     """The `config:` mapping of a stack file; ConfigError (file, line, what is wrong) if it is not YAML
     or not shaped like a stack file."""
     try:
-        document = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ConfigError(
-            [f"{path.name}: not valid YAML{where}: {problem}; allowed: a mapping with a `config:` mapping"]
-        ) from None
-    config = (document or {}).get("config") if isinstance(document, dict | None) else document
-    if not isinstance(config, dict | None):
-        raise ConfigError(
-            [f"{path.name}: `config` is a {type(config).__name__}; allowed: a mapping of <namespace>:<key>"]
-        )
-    return config or {}
+        return stack_files.read_config(path)
+    except stack_files.StackFileError as err:
+        raise ConfigError([str(err)]) from None
 
 
 def available_stacks() -> list[str]:

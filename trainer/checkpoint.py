@@ -80,6 +80,11 @@ def _step_of(name: str) -> int | None:
     return int(digits) if prefix == "step" and digits.isdigit() else None
 
 
+def _step_key(name: str) -> int:
+    """Sort key for names already known to be checkpoints (`step-N`)."""
+    return _step_of(name) or 0
+
+
 def _is_run(name: str) -> bool:
     return name.startswith("run-") and "/" not in name
 
@@ -127,14 +132,7 @@ class CheckpointManager:
     # -- where things are -------------------------------------------------------------------------------
 
     def _run_storage(self, run: str) -> Storage:
-        if not run:
-            return self.storage
-        if isinstance(self.storage, LocalStorage):
-            return LocalStorage(self.storage.root / run)
-        child = copy.copy(self.storage)  # same client and retry settings, one level down
-        child.prefix = f"{child.prefix}/{run}".strip("/")
-        child.uri = f"{self.storage.uri}/{run}"
-        return child
+        return self.storage.child(run) if run else self.storage
 
     @property
     def run_storage(self) -> Storage:
@@ -227,7 +225,7 @@ class CheckpointManager:
             run = max(runs, default="")  # run ids sort by start time; "" is the flat layout
         names = sorted(
             (n for n in self._list(self._run_storage(run)) if _step_of(n) is not None),
-            key=_step_of,
+            key=_step_key,
             reverse=True,
         )
         if name and name not in names:
@@ -332,7 +330,7 @@ class CheckpointManager:
         return {**state, "checkpoint": name}
 
     def restore(
-        self, env: DistEnv, state: dict[str, Any], model: nn.Module, optimizer: Optimizer
+        self, env: DistEnv, state: dict[str, Any] | None, model: nn.Module, optimizer: Optimizer
     ) -> dict[str, Any] | None:
         """Every rank: load the model and optimizer shards of `state`'s checkpoint, each rank fetching and
         verifying the files it reads. A corrupt shard makes every rank move to the run's previous
@@ -341,7 +339,11 @@ class CheckpointManager:
             name = state["checkpoint"]
             into = self.workdir / f"load-{name}"
             try:
-                status = (self._fetch_shards(env, name, model, optimizer, into), None, None)
+                status: tuple[Path | None, str | None, str | None] = (
+                    self._fetch_shards(env, name, model, optimizer, into),
+                    None,
+                    None,
+                )
             except CheckpointRefused as err:
                 status = (None, str(err), None)
             except CheckpointUnavailable as err:
@@ -352,7 +354,7 @@ class CheckpointManager:
                 if unavailable:
                     raise CheckpointUnavailable(unavailable[0])
                 refused = [r for r, _ in statuses if r]
-                if not refused:
+                if not refused and status[0] is not None:
                     shards.read(env, model, optimizer, status[0])
                     if state["world_size"] == env.world_size:
                         shards.set_rng_state(state["rng"][env.rank])
@@ -374,7 +376,9 @@ class CheckpointManager:
             state = self._next_fallback(env)
         return None
 
-    def _fetch_shards(self, env: DistEnv, name: str, model: nn.Module, optimizer: Optimizer, into: Path):
+    def _fetch_shards(
+        self, env: DistEnv, name: str, model: nn.Module, optimizer: Optimizer, into: Path
+    ) -> Path:
         store = self.run_storage
         manifest = self._manifest(store, name)
         metadata = self._fetch(store, name, shards.METADATA, manifest, into)
@@ -574,7 +578,7 @@ class CheckpointManager:
             names = store.list_dirs()
             upto = [n for n in names if (_step_of(n) or newest + 1) <= newest]
             complete = [n for n in upto if store.get_bytes(f"{n}/{MANIFEST}") is not None]
-            kept = set(sorted(complete, key=_step_of)[-self.keep :]) | {checkpoint_name(newest)}
+            kept = set(sorted(complete, key=_step_key)[-self.keep :]) | {checkpoint_name(newest)}
             staged = {n: _step_of(n.removeprefix(".stage-").split("-rank")[0]) for n in names}
             stale = [n for n, s in staged.items() if n.startswith(".stage-") and (s or 0) < newest]
             for n in [n for n in upto if n not in kept] + stale:

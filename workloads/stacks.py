@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from infra import stack_files
 from infra.config import PROVIDER_NAMESPACES
 from workloads.spec import CONFIG_KEY, SpecError, TrainingJobSpec, parse_spec
 
@@ -65,19 +64,9 @@ def workload_stacks(root: Path = REPO) -> list[str]:
 def read_config(path: Path) -> dict[str, Any]:
     """The `config:` mapping of a stack file, or SpecError naming the file, the line and what is wrong."""
     try:
-        document = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise SpecError(
-            f"{path.name}: not valid YAML{where}: {problem}; allowed: a mapping with a `config:` mapping"
-        ) from None
-    config = (document or {}).get("config") if isinstance(document, dict | None) else document
-    if not isinstance(config, dict | None):
-        kind = type(config).__name__
-        raise SpecError(f"{path.name}: `config` is a {kind}; allowed: a mapping of <namespace>:<key>")
-    return config or {}
+        return stack_files.read_config(path)
+    except stack_files.StackFileError as err:
+        raise SpecError(str(err)) from None
 
 
 # The keys a workload stack's program reads; any other key of ours, or one in an unknown namespace

@@ -9,7 +9,6 @@ import json
 import logging
 import re
 import signal
-import threading
 import time
 from pathlib import Path
 
@@ -472,13 +471,25 @@ def test_sigterm_steps_after_a_background_checkpoint_began_waits_for_it_instead_
         time.sleep(3)
         return real_write(self, *args)
 
-    def save_then_sigterm_soon(self, *args, **kwargs):
+    steps_after_save: list[int] = []
+    real_zero_grad = torch.optim.Optimizer.zero_grad
+
+    def save_and_count(self, *args, **kwargs):
         saved = real_save(self, *args, **kwargs)
-        threading.Timer(0.3, signal.raise_signal, args=(signal.SIGTERM,)).start()
+        steps_after_save.append(0)
         return saved
 
+    def zero_grad_then_sigterm(self, *args, **kwargs):
+        # Counted in training steps, not seconds: a fast machine would reach the next interval save first.
+        if steps_after_save:
+            steps_after_save[0] += 1
+            if steps_after_save[0] == 3:
+                signal.raise_signal(signal.SIGTERM)
+        return real_zero_grad(self, *args, **kwargs)
+
     monkeypatch.setattr(CheckpointManager, "_write", slow_write)
-    monkeypatch.setattr(CheckpointManager, "save", save_then_sigterm_soon)
+    monkeypatch.setattr(CheckpointManager, "save", save_and_count)
+    monkeypatch.setattr(torch.optim.Optimizer, "zero_grad", zero_grad_then_sigterm)
     code = run(job(1000, str(tmp_path / "ckpt"), str(tmp_path / "out")))
     out = capsys.readouterr().out
     stopped = re.search(r"SIGTERM at step (\d+) during a background checkpoint", out)

@@ -9,6 +9,7 @@ Check current prices with `aws pricing get-products --service-code AmazonEC2` be
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Literal
@@ -32,6 +33,32 @@ SYSTEM_INSTANCE_USD_PER_HOUR = MappingProxyType(
         "t3.large": 0.0832,
     }
 )
+
+
+# What a node can allocate to pods is its capacity less the kubelet's reservations and the platform's
+# per-node DaemonSets. The EKS AL2023 AMI (nodeadm) reserves CPU by the GKE-style ladder and memory as
+# 11 MiB per pod + 255 MiB, with eviction-hard memory.available=100Mi (awslabs/amazon-eks-ami,
+# nodeadm/internal/kubelet/config.go: getCPUMillicoresToReserve, getMemoryMebibytesToReserve).
+# MAX_PODS_ASSUMED: the EKS max-pods calculator's ceiling for instances above 30 vCPUs; assuming it for
+# every size over-reserves a little on small instances (by at most 11 MiB x 140), never under-reserves.
+MAX_PODS_ASSUMED = 250
+EVICTION_HARD_MIB = 100
+# Requests of the DaemonSets on every GPU node (aws-node, kube-proxy, eks-pod-identity-agent, EBS CSI node,
+# the GPU and EFA device plugins, DCGM and node exporters, the log agent): their chart defaults sum to well
+# below this; stated conservatively so an estimate that fits here fits the real node.
+DAEMONSET_CPU_MILLI = 1000
+DAEMONSET_MEMORY_MIB = 2048
+
+
+def _kube_reserved_cpu_milli(vcpus: int) -> Decimal:
+    """6% of the first core, 1% of the second, 0.5% of the next two, 0.25% of the rest."""
+    ladder = ((1, Decimal(60)), (1, Decimal(10)), (2, Decimal(5)), (vcpus, Decimal("2.5")))
+    left, total = vcpus, Decimal(0)
+    for cores, milli in ladder:
+        used = min(left, cores)
+        total += used * milli
+        left -= used
+    return total
 
 
 class NodeImage(StrEnum):
@@ -59,6 +86,18 @@ class InstanceType:
     @property
     def family(self) -> str:
         return self.name.split(".", 1)[0]
+
+    @property
+    def allocatable_cpu(self) -> Decimal:
+        """vCPUs left for a job's pod: capacity less kube-reserved and the platform's DaemonSets."""
+        reserved = _kube_reserved_cpu_milli(self.vcpus) + DAEMONSET_CPU_MILLI
+        return Decimal(self.vcpus) - reserved / 1000
+
+    @property
+    def allocatable_memory(self) -> Decimal:
+        """Bytes left for a job's pod: capacity less kube-reserved, eviction-hard and the DaemonSets."""
+        reserved_mib = 11 * MAX_PODS_ASSUMED + 255 + EVICTION_HARD_MIB + DAEMONSET_MEMORY_MIB
+        return Decimal(self.memory_gib) * 2**30 - reserved_mib * 2**20
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -31,6 +31,10 @@ COMMANDS = {
     "trainer": ([*PY, "trainer", "--help"], "usage: python -m trainer"),
     "trainer.launch": ([*PY, "trainer.launch", "--help"], "usage: "),
     "trainer.bench": ([*PY, "trainer.bench", "--help"], "usage: python -m trainer.bench"),
+    "trainer.checkpoint_bench": (
+        [*PY, "trainer.checkpoint_bench", "--help"],
+        "usage: python -m trainer.checkpoint_bench",
+    ),
 }
 
 

@@ -64,6 +64,14 @@ FORMAT = 2
 TRAIN_STATE = "train_state.pt"
 MANIFEST = "manifest.json"
 POINTER = "latest"
+# What DCP's load planner raises when the model does not match a checkpoint (torch 2.13,
+# torch/distributed/checkpoint/default_planner.py create_default_local_load_plan and
+# planner_helpers.py _create_read_items): a parameter missing, a shape differing, a tensor stored as bytes.
+_MODEL_MISMATCH = (
+    "Missing key in checkpoint state_dict",
+    "Size mismatch between saved",
+    "Invalid checkpoint metadata",
+)
 
 
 def checkpoint_name(step: int) -> str:
@@ -268,9 +276,12 @@ class CheckpointManager:
             manifest = json.loads(raw)
             files = manifest["files"]
             complete, version = manifest.get("complete"), manifest.get("format")
-            assert isinstance(files, dict)
-        except (ValueError, KeyError, TypeError, AssertionError) as err:
+        except (ValueError, KeyError, TypeError) as err:
             raise CheckpointRefused(f"checkpoint {where}: unreadable {MANIFEST} ({err})") from None
+        if not isinstance(files, dict):
+            raise CheckpointRefused(
+                f"checkpoint {where}: unreadable {MANIFEST} (files is a {type(files).__name__}, not a map)"
+            )
         if not complete:
             raise CheckpointRefused(f"checkpoint {where}: manifest does not mark it complete")
         if version != FORMAT:
@@ -384,7 +395,10 @@ class CheckpointManager:
         metadata = self._fetch(store, name, shards.METADATA, manifest, into)
         try:
             needed = shards.files_needed(env, model, optimizer, metadata)
-        except Exception as err:  # intact, but written for other model settings: no retry cures that
+        except (RuntimeError, ValueError) as err:
+            if not any(m in str(err) for m in _MODEL_MISMATCH):
+                raise  # a bug or an I/O fault, not a verdict on the checkpoint
+            # Intact, but written for other model settings: no retry cures that.
             raise ConfigError(
                 f"checkpoint {store.uri}/{name} was written for a different model: this model does not "
                 f"match it ({err}); resume it with the model settings it was written with, or pass "

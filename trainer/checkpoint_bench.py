@@ -9,6 +9,7 @@ layers with its AdamW state into a local directory.
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -139,6 +140,10 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--worker"]:
         _worker(Path(argv[1]), argv[2])
         return 0
+    # Parsed before any work, so `--help` (and a typo) answers at once instead of starting torchrun runs.
+    argparse.ArgumentParser(
+        prog="python -m trainer.checkpoint_bench", description=__doc__.split("\n\n")[0]
+    ).parse_args(argv)
     table = rows()
     width = max(len(r[0]) for r in table)
     for label, value, note in table:

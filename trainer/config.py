@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
+import inspect
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -325,13 +326,14 @@ def build(values: dict[str, Any]) -> JobConfig:
         for key in raw:
             if key not in types:
                 raise ConfigError(f"unknown key {name}.{key}: allowed {', '.join(sorted(types))}")
-    try:
-        for name, cls in SECTIONS.items():
-            types = _field_types(cls)
-            raw = values.get(name, {})
-            sections[name] = cls(**{k: _coerce(f"{name}.{k}", v, types[k]) for k, v in raw.items()})
-    except TypeError as err:  # a dataclass refusing its arguments: report it as a config error
-        raise ConfigError(str(err)) from None
+    for name, cls in SECTIONS.items():
+        types = _field_types(cls)
+        kwargs = {k: _coerce(f"{name}.{k}", v, types[k]) for k, v in values.get(name, {}).items()}
+        try:
+            inspect.signature(cls).bind(**kwargs)
+        except TypeError as err:  # arguments that do not fit; a TypeError of __post_init__ is a bug
+            raise ConfigError(f"config section {name!r}: {err}") from None
+        sections[name] = cls(**kwargs)
     return JobConfig(**sections)
 
 

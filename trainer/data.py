@@ -155,7 +155,13 @@ def _hf_columns(name: str, text_field: str, label_field: str) -> tuple[Columns, 
     import datasets  # checked by DataConfig: the option fails early with a pip hint when missing
 
     ds = datasets.load_dataset(name)
-    val_split = "validation" if "validation" in ds else "test"
+    splits = list(ds)
+    val_split = next((s for s in ("validation", "test") if s in ds), None)
+    if "train" not in ds or val_split is None:
+        raise DataError(
+            f"hf:{name} has splits {splits}: the trainer needs a 'train' split and a 'validation' or "
+            "'test' split; convert the dataset to files and use data.source / data.val_source"
+        )
 
     def columns(split: str) -> Columns:
         table = ds[split].data  # datasets.table.Table: a memory-mapped pyarrow.Table in `.table`

@@ -241,9 +241,17 @@ def _prepare_data(cfg: JobConfig, env: DistEnv, workdir: Path, tokenizer_spec: s
 
 
 def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_client: Any) -> int:
-    t = cfg.train
     workdir = Path(tempfile.mkdtemp(prefix="trainer-"))
-    output, local_out, metrics, ckpt = _open_sinks(cfg, env, workdir, s3_client)
+    sinks = _open_sinks(cfg, env, workdir, s3_client)
+    try:
+        return _train_with(cfg, env, stop, started, workdir, sinks)
+    finally:
+        sinks[2].close()  # whichever way the run ends, its metrics port is free for the next one
+
+
+def _train_with(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, workdir: Path, sinks) -> int:
+    t = cfg.train
+    output, local_out, metrics, ckpt = sinks
     metrics.say(f"world size {env.world_size}, device {env.device}, checkpoints in {ckpt.storage.uri}")
     state = _resume_state(cfg, env, ckpt, metrics)
     if state is not None and state["step"] > t.max_steps:
@@ -292,7 +300,7 @@ def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_clie
         for done in ckpt.completed():
             metrics.record("checkpoint", done, path=ckpt.location(done))
 
-    def save(at_step: int, blocking: bool = True) -> None:
+    def save(at_step: int, blocking: bool = True) -> bool | None:
         extra = {
             "step": at_step,
             "epoch": epoch,
@@ -302,10 +310,11 @@ def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_clie
             "scaler": scaler.state_dict(),
             "config": cfg.to_dict(),
         }
-        ckpt.save(env, at_step, model, optimizer, extra, blocking=blocking)  # every rank writes its shard
+        saved = ckpt.save(env, at_step, model, optimizer, extra, blocking=blocking)  # every rank writes
         record_checkpoints()
         metrics.upload(output)  # an interrupted attempt's metrics reach S3 too
         barrier(env)  # nobody exits (and makes torchrun kill rank 0) before the write is finished
+        return saved
 
     batches = _micro_batches(loader, epoch, position)
     samples_per_step = t.batch_size * t.grad_accum_steps * env.world_size
@@ -372,13 +381,20 @@ def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_clie
                 last_eval = evaluate(model, val, env, dtype)
                 metrics.record("eval", step, **last_eval)
             if step % cfg.checkpoint.every_steps == 0 or step == t.max_steps:
-                save(step, blocking=step == t.max_steps or not cfg.checkpoint.async_save)
+                saved = save(step, blocking=step == t.max_steps or not cfg.checkpoint.async_save)
                 if stop.agreed(env):  # SIGTERM during that save: it is the resume point, no second save
                     ckpt.wait()
                     record_checkpoints()
                     metrics.say(f"SIGTERM during the checkpoint at step {step}: exiting {faults.STOPPED}")
                     metrics.close()
                     return faults.STOPPED
+                if step == t.max_steps and saved is False:
+                    # An interval checkpoint that fails is skipped (the next one follows); the final one
+                    # is the run's result: exiting 0 would report an older checkpoint as the outcome.
+                    raise faults.Retryable(
+                        f"the final checkpoint {ckpt.location(step)} was NOT written (the error is logged "
+                        f"above); latest is still {ckpt.latest_name() or 'nothing'}"
+                    )
 
     if not last_eval:  # resumed at the last step: report the model as it stands
         last_eval = evaluate(model, val, env, dtype)

@@ -77,9 +77,10 @@ class Exporter:
         tmp.replace(target)  # atomic: a scrape never reads half a file
 
     def close(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
+        server, self.server = self.server, None  # idempotent: the trainer closes on every way out
+        if server is not None:
+            server.shutdown()
+            server.server_close()
 
 
 class _SharedFilesCollector:

@@ -198,15 +198,24 @@ class S3Storage(Storage):
     def delete_dir(self, name: str) -> None:
         base = self._key(name) + "/"
 
-        def delete() -> None:
+        def delete() -> list[dict]:
+            refused = []
             for page in self.client.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket, Prefix=base
             ):
                 objects = [{"Key": o["Key"]} for o in page.get("Contents", [])]
                 if objects:
-                    self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": objects})
+                    # Per-key failures (AccessDenied, SlowDown...) come back in `Errors` with HTTP 200.
+                    done = self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": objects})
+                    refused += done.get("Errors", [])
+            return refused
 
-        self._retry(f"delete s3://{self.bucket}/{base}", delete)
+        refused = self._retry(f"delete s3://{self.bucket}/{base}", delete)
+        if refused:
+            named = ", ".join(f"{e.get('Key')} ({e.get('Code')}: {e.get('Message')})" for e in refused[:5])
+            more = f" and {len(refused) - 5} more" if len(refused) > 5 else ""
+            where = f"s3://{self.bucket}/{base}"
+            raise OSError(f"S3 did not delete {len(refused)} object(s) of {where}: {named}{more}")
 
 
 def _is_not_found(err: BaseException) -> bool:

@@ -27,7 +27,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from trainer import faults
-from trainer.config import DataConfig
+from trainer.config import ConfigError, DataConfig
 from trainer.data import Columns, DataError, Splits, TextEncoder, TokenDataset, check_labels, load_columns
 from trainer.data import train_tokenizer as _train_tokenizer
 
@@ -156,12 +156,32 @@ def build(
     (out / READY).write_text(json.dumps(meta))
 
 
+def _failure_code(err: Exception) -> int:
+    """The exit code rank 0 leaves with (as trainer/__main__.py decides it): 2, retryable 128+, or 1."""
+    if isinstance(err, ConfigError):
+        return faults.INVALID
+    found = faults.verdict(err)
+    return found[0] if found is not None else 1
+
+
+def _peer_failure(code: int, message: str) -> Exception:
+    """What a waiting rank raises for rank 0's failure: the same category, so the same exit code (an S3
+    outage on rank 0 must not make its peers fail the job for good)."""
+    if code == faults.INVALID:
+        return DataError(message)
+    if code >= 128:
+        err = faults.Retryable(message)
+        err.exit_code = code
+        return err
+    return RuntimeError(message)  # a bug on rank 0: its traceback is in rank 0's log
+
+
 def _wait(shared: Path, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while not (shared / READY).exists():
         if (shared.parent / f"{shared.name}.{FAILED}").exists():
-            message = (shared.parent / f"{shared.name}.{FAILED}").read_text()
-            raise DataError(f"local rank 0 could not prepare the data: {message}")
+            code, _, message = (shared.parent / f"{shared.name}.{FAILED}").read_text().partition("\n")
+            raise _peer_failure(int(code), f"local rank 0 could not prepare the data: {message}")
         if time.monotonic() > deadline:
             raise PeerTimeout(f"no tokenized data from local rank 0 in {shared} after {timeout_s:.0f} s")
         time.sleep(0.05)
@@ -198,7 +218,7 @@ def prepare(
             )
         except Exception as err:
             failed = shared.parent / f"{shared.name}.{FAILED}"
-            failed.write_text(str(err))
+            failed.write_text(f"{_failure_code(err)}\n{err}")
             atexit.register(lambda: failed.unlink(missing_ok=True))
             raise
         shutil.rmtree(shared, ignore_errors=True)  # a previous launch's, were a name ever reused

@@ -210,14 +210,17 @@ def place(spec: TrainingJobSpec, platform: PlatformFacts) -> Placement:
     largest = max(types, key=lambda t: t.vcpus)
     # A pod's default share of an instance follows its share of the GPUs (packed pods all fit).
     share = DEFAULT_SHARE * spec.gpus_per_node / smallest.gpus
-    cpu = spec.cpu_per_node or max(1, int(smallest.vcpus * share))
-    memory = spec.memory_gib_per_node or max(1, int(smallest.memory_gib * share))
-    if cpu > largest.vcpus or memory >= largest.memory_gib:
+    cpu = spec.cpu_per_node or max(1, int(smallest.allocatable_cpu * Decimal(share)))
+    memory = spec.memory_gib_per_node or max(1, int(smallest.allocatable_memory * Decimal(share) / 2**30))
+    # What the node can allocate (infra.accelerators: kubelet reservations and DaemonSets), not its size.
+    cpu_free, memory_free = largest.allocatable_cpu, largest.allocatable_memory
+    if Decimal(str(cpu)) > cpu_free or Decimal(memory) * 2**30 > memory_free:
         raise SpecError(
-            f"{_key('cpuPerNode' if cpu > largest.vcpus else 'memoryGiBPerNode')}: "
+            f"{_key('cpuPerNode' if Decimal(str(cpu)) > cpu_free else 'memoryGiBPerNode')}: "
             f"{cpu:g} vCPU / {memory} GiB does not fit the largest {pool_name} instance type with "
-            f"{spec.gpus_per_node} GPUs ({largest.name}: {largest.vcpus} vCPU, "
-            f"{largest.memory_gib} GiB); allowed: below that, less the node's reservations"
+            f"{spec.gpus_per_node} GPUs ({largest.name}: {largest.vcpus} vCPU, {largest.memory_gib} GiB); "
+            f"allowed: at most {cpu_free:g} vCPU / {memory_free / 2**30:.1f} GiB, what it can allocate "
+            "after the kubelet's reservations and the platform's DaemonSets"
         )
     shm = spec.shm_gib or max(1, memory // 4)
     if shm >= memory:

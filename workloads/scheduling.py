@@ -170,8 +170,9 @@ def _node_problems(t: PodTemplate, pool: AcceleratorPool, platform: PlatformFact
                 if taint.effect != "PreferNoSchedule" and not tolerated(t.tolerations, taint):
                     found.append(f"taint {taint.key}={taint.value}:{taint.effect} not tolerated")
             capacity = {
-                "cpu": Decimal(instance.vcpus),
-                "memory": Decimal(instance.memory_gib) * 2**30,
+                # Allocatable, not capacity: the kubelet's reservations and the DaemonSets come first.
+                "cpu": instance.allocatable_cpu,
+                "memory": instance.allocatable_memory,
                 pool.resource_name: Decimal(instance.gpus),
                 EFA_RESOURCE: Decimal(instance.efa_interfaces if pool.efa else 0),
             }
@@ -197,7 +198,7 @@ def pods_per_node(t: PodTemplate, pool: AcceleratorPool) -> int:
     for it in pool.instance_types:
         instance = CATALOG[pool.accelerator].instance(it)
         capacity = {
-            "cpu": instance.vcpus, "memory": instance.memory_gib * 2**30,
+            "cpu": instance.allocatable_cpu, "memory": instance.allocatable_memory,
             pool.resource_name: instance.gpus, EFA_RESOURCE: instance.efa_interfaces,
         }  # fmt: skip
         fits = [

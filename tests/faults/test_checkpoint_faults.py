@@ -338,6 +338,7 @@ TINY = {
     "checkpoint.every_steps": 10,
     "checkpoint.retry_backoff_s": 0,
     "checkpoint.upload_retries": 2,
+    "output.metrics_port": 0,  # off: in-process runs would contend for the default port
 }
 
 

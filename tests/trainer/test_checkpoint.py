@@ -177,6 +177,41 @@ def test_damaged_latest_checkpoint_is_refused_loudly_and_the_previous_one_used(
     assert message in caplog.text
 
 
+def test_a_manifest_whose_files_are_not_a_map_is_refused_naming_why(local, tmp_path, caplog):
+    save(local, 10)
+    save(local, 20)
+    path = local.run_storage.root / checkpoint_name(20) / MANIFEST
+    path.write_text(json.dumps({**json.loads(path.read_text()), "files": ["__0_0.distcp"]}))
+    with caplog.at_level(logging.ERROR, logger="trainer"):
+        state, _ = resume(CheckpointManager(local.storage, workdir=tmp_path))
+    assert state["step"] == 10
+    assert "unreadable manifest.json (files is a list, not a map)" in caplog.text
+
+
+def test_a_model_that_does_not_match_the_checkpoint_is_a_config_error(local, tmp_path):
+    save(local, 10)
+    bigger = Trainee()
+    bigger.model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 2))
+    bigger.optimizer = torch.optim.AdamW(bigger.model.parameters())
+    ckpt = CheckpointManager(local.storage, workdir=tmp_path)
+    state = ckpt.begin(ONE, resume=True)
+    with pytest.raises(ConfigError, match=r"different model.*Size mismatch between saved torch.Size"):
+        ckpt.restore(ONE, state, bigger.model, bigger.optimizer)
+
+
+def test_an_unexpected_error_planning_the_load_is_not_called_a_model_mismatch(local, tmp_path, monkeypatch):
+    save(local, 10)
+
+    def broken(*args):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(shards, "files_needed", broken)
+    ckpt = CheckpointManager(local.storage, workdir=tmp_path)
+    trainee = Trainee(-1)
+    with pytest.raises(OSError, match="Input/output error"):
+        ckpt.restore(ONE, ckpt.begin(ONE, resume=True), trainee.model, trainee.optimizer)
+
+
 def test_no_good_checkpoint_means_a_new_run_from_step_0(local, tmp_path):
     save(local, 10)
     (local.run_storage.root / checkpoint_name(10) / SHARD).write_bytes(b"garbage")
@@ -262,6 +297,36 @@ def test_s3_round_trip_under_the_run_prefix_with_keep_last_k(s3, tmp_path):
     assert keys == ["runs/zimdb/latest"] + [f"{run}/{checkpoint_name(s)}/{f}" for s in (2, 3) for f in files]
     state, loaded = resume(_s3_manager(s3, tmp_path))
     assert state["step"] == 3 and loaded.step_of_weights() == 3.0
+
+
+class _RefusesOneDelete:
+    """S3 answering delete_objects with a per-key error (HTTP 200, `Errors`) for the keys holding `part`."""
+
+    def __init__(self, client, part):
+        self._client, self.part = client, part
+
+    def delete_objects(self, Bucket, Delete):
+        keep = [o for o in Delete["Objects"] if self.part in o["Key"]]
+        rest = [o for o in Delete["Objects"] if o not in keep]
+        done = self._client.delete_objects(Bucket=Bucket, Delete={"Objects": rest}) if rest else {}
+        errors = [{"Key": o["Key"], "Code": "AccessDenied", "Message": "Access Denied"} for o in keep]
+        return {**done, "Errors": errors}
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+
+def test_s3_objects_that_pruning_could_not_delete_are_named_in_a_warning(s3, tmp_path, caplog):
+    ckpt = _s3_manager(_RefusesOneDelete(s3, f"{checkpoint_name(1)}/{SHARD}"), tmp_path)
+    ckpt.begin(ONE, resume=True)
+    with caplog.at_level(logging.WARNING, logger="trainer"):
+        for step in (1, 2, 3):
+            assert save(ckpt, step)  # a failed prune never fails the checkpoint
+    left = f"runs/zimdb/{ckpt.run}/{checkpoint_name(1)}/{SHARD}"
+    assert f"could not prune old checkpoints in s3://mlops/runs/zimdb/{ckpt.run}" in caplog.text
+    assert f"S3 did not delete 1 object(s) of s3://mlops/runs/zimdb/{ckpt.run}/step-000000001/" in caplog.text
+    assert f"{left} (AccessDenied: Access Denied)" in caplog.text
+    assert left in {o["Key"] for o in s3.list_objects_v2(Bucket="mlops")["Contents"]}
 
 
 def test_s3_transient_failure_is_retried_and_the_checkpoint_completes(s3, tmp_path, caplog):

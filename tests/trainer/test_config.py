@@ -85,6 +85,16 @@ def test_bad_config_file_content_is_refused(values, message):
     assert message in str(err.value)
 
 
+def test_a_type_error_inside_a_section_check_is_a_bug_not_a_config_error(monkeypatch):
+    def broken_check(self):
+        raise TypeError("unsupported operand type(s) for +: 'int' and 'NoneType'")
+
+    monkeypatch.setattr(config.TrainConfig, "__post_init__", broken_check)
+    with pytest.raises(TypeError, match="unsupported operand") as err:
+        config.build({"train": {"lr": 0.01}})
+    assert not isinstance(err.value, ConfigError)
+
+
 def test_invalid_yaml_file_is_a_config_error(tmp_path):
     f = tmp_path / "job.yaml"
     f.write_text("train: [unclosed\n")

@@ -1,4 +1,5 @@
 import json
+import re
 import sys
 import types
 
@@ -176,3 +177,14 @@ def test_hf_dataset_is_read_from_its_arrow_table_in_aligned_batches(tmp_path, mo
     assert train.examples() == expected and val.examples() == expected
     with pytest.raises(data.DataError, match=r"hf:imdb\[train\]: no column 'review'"):
         data._hf_columns("imdb", "review", "label")
+
+
+@pytest.mark.parametrize("names", [["validation", "test"], ["train", "unsupervised"]])
+def test_hf_dataset_without_train_or_validation_split_is_a_data_error_listing_splits(monkeypatch, names):
+    split = types.SimpleNamespace(data=types.SimpleNamespace(table=pa.table({"text": ["a"], "label": [0]})))
+    fake = types.ModuleType("datasets")
+    fake.load_dataset = lambda name: dict.fromkeys(names, split)
+    monkeypatch.setitem(sys.modules, "datasets", fake)
+    expected = f"hf:imdb has splits {names}: the trainer needs a 'train' split"
+    with pytest.raises(data.DataError, match=re.escape(expected)):
+        data._hf_columns("imdb", "text", "label")

@@ -13,6 +13,7 @@ from trainer_runs import REPO, launch_cmd, run_env, trainer_args
 
 from trainer import metrics as m
 from trainer.config import from_args
+from trainer.data import DataError
 from trainer.loop import run
 from trainer.storage import S3Storage
 
@@ -122,6 +123,19 @@ def test_interrupted_attempt_metrics_reach_s3(tmp_path, s3, monkeypatch):
     rows = [json.loads(line) for line in history.splitlines()]
     assert [r["step"] for r in rows if r["event"] == "train"] == [5, 10]
     assert rows[-1]["event"] == "checkpoint" and rows[-1]["step"] == 12
+
+
+def test_a_run_that_fails_frees_its_metrics_port_for_the_next_run(tmp_path, monkeypatch):
+    def data_refused(*args):
+        raise DataError("no rows")
+
+    monkeypatch.setattr("trainer.loop._prepare_data", data_refused)
+    port = _free_port()
+    cfg = from_args(trainer_args(tmp_path, **{"output.metrics_port": port}))
+    with pytest.raises(DataError):
+        run(cfg)  # the exporter was serving `port` by then
+    with socket.socket() as s:
+        s.bind(("", port))  # the port the next run in this process (or on this node) serves
 
 
 def test_two_process_torchrun_serves_one_endpoint_over_loopback(tmp_path):

@@ -11,6 +11,7 @@ import pytest
 import torch
 from trainer_runs import FlakyS3, assert_same_weights, trainer_args
 
+from trainer import faults
 from trainer.config import from_args
 from trainer.loop import run
 
@@ -52,6 +53,24 @@ def test_s3_outage_during_a_checkpoint_does_not_stop_the_run(tmp_path, s3, caplo
     summary = json.loads(s3.get_object(Bucket="mlops", Key="runs/zimdb/summary.json")["Body"].read())
     assert summary["steps"] == 30 and summary["model"] == "s3://mlops/runs/zimdb/model.pt"
     assert {"runs/zimdb/model.pt", "runs/zimdb/metrics.jsonl", "runs/zimdb/config.json"} <= keys
+
+
+class _FinalCheckpointDown(FlakyS3):
+    """S3 fails every upload of the step-30 checkpoint (the last one of a 30-step run)."""
+
+    def _maybe_fail(self, key):
+        if "/step-000000030/" in key:
+            super()._maybe_fail("")
+
+
+def test_failed_final_checkpoint_is_a_retryable_exit_not_success(tmp_path, s3, keep_sigterm_handler):
+    down = _FinalCheckpointDown(s3, failures=10**6)
+    final = r"final checkpoint s3://mlops/ckpt/zimdb/run-.*/step-000000030 was NOT written"
+    with pytest.raises(faults.Retryable, match=final) as err:
+        run(_cfg(tmp_path), s3_client=down)
+    assert faults.verdict(err.value)[0] == faults.STORAGE_UNAVAILABLE
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket="mlops")["Contents"]}
+    assert "runs/zimdb/summary.json" not in keys  # no result published that points at step 20
 
 
 def test_run_that_finds_its_final_checkpoint_only_rewrites_outputs(

@@ -71,6 +71,22 @@ def test_data_error_on_rank_0_reaches_the_waiting_ranks(tmp_path):
         _prepare(cfg, tmp_path / "shared", 1, tmp_path, wait_s=5)
 
 
+def test_an_s3_outage_on_rank_0_is_retryable_on_the_waiting_ranks_too(tmp_path, monkeypatch):
+    from botocore.exceptions import EndpointConnectionError
+
+    def s3_down(cfg, workdir):
+        raise EndpointConnectionError(endpoint_url="https://s3.us-east-1.amazonaws.com/data")
+
+    monkeypatch.setattr(token_store, "load_columns", s3_down)
+    cfg = DataConfig(source="s3://bucket/data.jsonl")
+    with pytest.raises(EndpointConnectionError) as on_rank_0:
+        _prepare(cfg, tmp_path / "shared", 0, tmp_path)
+    with pytest.raises(faults.Retryable, match="local rank 0 could not prepare the data: .*s3") as waiting:
+        _prepare(cfg, tmp_path / "shared", 1, tmp_path, wait_s=5)
+    rank_0_code = faults.verdict(on_rank_0.value)[0]
+    assert faults.verdict(waiting.value)[0] == rank_0_code == faults.STORAGE_UNAVAILABLE
+
+
 def test_node_scratch_dir_is_shared_by_one_launch_only(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "abc")

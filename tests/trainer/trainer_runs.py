@@ -29,6 +29,7 @@ TINY = {
     "train.eval_every": 1000,
     "train.max_steps": 300,
     "checkpoint.every_steps": 1000,
+    "output.metrics_port": 0,  # off: in-process and parallel runs would contend for the default port
 }
 
 

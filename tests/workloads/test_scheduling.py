@@ -81,7 +81,7 @@ def test_prod_a100_fails_on_a_queue_without_efa_and_with_1024gi():
     others = tuple(q for q in platform.queue_quotas if q.name != "research")
     (line,) = unschedulable(simulate(objects, with_changes(platform, queue_quotas=(old, *others))))
     assert "resource vpc.amazonaws.com/efa unavailable in kueue queue research" in line
-    assert "memory 1728Gi for the gang > queue research's nominal quota 1024Gi" in line
+    assert "memory 1720Gi for the gang > queue research's nominal quota 1024Gi" in line
 
 
 def test_placement_refuses_a_job_its_queue_can_never_admit_with_the_numbers():
@@ -92,7 +92,7 @@ def test_placement_refuses_a_job_its_queue_can_never_admit_with_the_numbers():
     with pytest.raises(SpecError) as e:
         place(loaded.spec, with_changes(platform, queue_quotas=(small,)))
     assert str(e.value).startswith(
-        "mlops-eks:job.queue: 'research' would never admit this job: memory 2 x 864Gi = 1728Gi > "
+        "mlops-eks:job.queue: 'research' would never admit this job: memory 2 x 860Gi = 1720Gi > "
         "nominal quota 1024Gi; allowed: a job within the queue's quota"
     )
 

@@ -69,6 +69,12 @@ CHARTS: MappingProxyType[str, Chart] = MappingProxyType(
     }
 )
 
+# The default image of Kubeflow Trainer 2.3.0's torch-distributed runtime (its manifests'
+# runtimes/torch_distributed.yaml; a tag published on Docker Hub with digest sha256:db80a41f...): the runtime
+# object keeps upstream's default, and every TrainJob of ours sets its own (spec.trainer.image), the
+# CUDA 12.6 build of docker/cuda/Dockerfile. Change it with the kubeflow-trainer pin.
+TRAINER_TORCH_RUNTIME_IMAGE = "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"
+
 # Training Operator v1 (PyTorchJob, MPIJob) has no Helm chart: its standalone kustomize overlay, at the
 # commit of tag v1.9.2 (a tag can be moved; a commit cannot). The repository is kubeflow/trainer now
 # (formerly kubeflow/training-operator); the overlay's image is pinned by tag inside it (v1-3f15cb8).

@@ -34,14 +34,11 @@ from infra.cluster_rules import (
 from infra.environment import DEFAULT_ENVIRONMENT, Environment
 from infra.placeholders import placeholder_problems
 from infra.pools import EKS_CAPACITY_TYPE, CapacityType, EksCapacityType, Source
+from infra.stack_files import PROJECT, PROVIDER_NAMESPACES
 
-PROJECT = "mlops-eks"
 REGION_KEY = "aws:region"
 # Keys of workload stacks (same project, other program): declared in Pulumi.yaml, never read here.
 WORKLOAD_KEYS = frozenset({"platformStack", "job"})
-# Namespaces a stack file may hold besides ours: the providers' and Pulumi's own settings. A key in any
-# other namespace (`mlopseks:natGateways`) would be read by nothing, so it is refused, not dropped.
-PROVIDER_NAMESPACES = frozenset({"aws", "kubernetes", "pulumi", "eks", "random"})
 # Keys Pulumi stores encrypted: a stack file holds them as `{secure: v1:...}` (`pulumi config set --secret`).
 SECRET_KEYS = ("grafanaAdminPassword", "alertReceiverSecret")
 # What an offline run (synth, tests) uses for a secret it cannot decrypt.
@@ -719,13 +716,22 @@ def _describe(err: Mapping[str, Any]) -> str:
         candidates = allowed + ([] if path[:-1] else sorted(WORKLOAD_KEYS))
         close = difflib.get_close_matches(str(path[-1]), candidates, n=1, cutoff=0.6)
         hint = f"did you mean {close[0]}? " if close else ""
-        message = f"unknown key (got {err['input']!r}); {hint}allowed keys: {', '.join(allowed)}"
+        secret = close and close[0] in SECRET_KEYS
+        message = f"unknown key (got {_shown(err, path, secret)}); {hint}allowed keys: {', '.join(allowed)}"
     elif err["type"] == "missing":
         message = "required but not set"
     else:
-        message = f"{err['msg']} (got {err['input']!r})"
+        message = f"{err['msg']} (got {_shown(err, path)})"
     key = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
     return f"{key if key.startswith('aws:') else f'{PROJECT}:{key}'}: {message}"
+
+
+def _shown(err: Mapping[str, Any], path: list[Any], secret: bool = False) -> str:
+    """The offending value, masked under a secret key (or a key that looks like a misspelt one): error
+    messages reach terminals and CI logs."""
+    if secret or any(p in SECRET_KEYS for p in path):
+        return "*" * 8
+    return repr(err["input"])
 
 
 def _allowed_keys(path: list[str | int]) -> list[str]:

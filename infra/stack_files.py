@@ -8,6 +8,11 @@ from typing import Any
 
 import yaml
 
+PROJECT = "mlops-eks"
+# Namespaces a stack file may hold besides the project's: the providers' and Pulumi's own settings. A key
+# in any other namespace (`mlopseks:natGateways`) would be read by nothing, so it is refused, not dropped.
+PROVIDER_NAMESPACES = frozenset({"aws", "kubernetes", "pulumi", "eks", "random"})
+
 
 class StackFileError(ValueError):
     """A stack file that is not YAML or not shaped like a stack file; the message names the file (and

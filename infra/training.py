@@ -19,14 +19,14 @@ import yaml
 
 from infra.accelerators import CATALOG
 from infra.addons_config import TeamQueue, TrainingConfig
-from infra.charts import TRAINING_OPERATOR_V1_KUSTOMIZE, release
+from infra.charts import TRAINER_TORCH_RUNTIME_IMAGE, TRAINING_OPERATOR_V1_KUSTOMIZE, release
 from infra.manifests import custom_resource
 from infra.pools import EFA_RESOURCE, QueueQuota, quantity
 
 TRAINER_NAMESPACE = "kubeflow-system"
 TORCH_RUNTIME = "torch-distributed"
-# The upstream runtime's default image; every TrainJob of ours sets its own (spec.trainer.image).
-TORCH_RUNTIME_IMAGE = "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"
+# The upstream runtime's default image (pinned in infra/charts.py); every TrainJob sets its own.
+TORCH_RUNTIME_IMAGE = TRAINER_TORCH_RUNTIME_IMAGE
 CPU_FLAVOR = "cpu"
 # EFA interfaces are not tied to an accelerator's nodes (the GPU flavor pins the node): a flavor of its own.
 EFA_FLAVOR = "efa"

@@ -168,6 +168,26 @@ def policy_document(value: Any) -> Mapping[str, Any] | None:
     return value if isinstance(value, Mapping) else None
 
 
+# How the Pulumi engine passes a value not known until apply (pulumi/sdk/python/lib/pulumi/runtime/rpc.py
+# UNKNOWN): a preview's policy document may be this; it is judged at `up`, not refused here.
+UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+
+
+def unparsable_policy(value: Any) -> str | None:
+    """Why a policy given as a string is not a JSON object (None when it is one, or is not a string):
+    policy_document() reads such a document as no statements, which no check may take as a pass."""
+    if not isinstance(value, str) or value == UNKNOWN:
+        return None
+    try:
+        doc = json.loads(value)
+    except json.JSONDecodeError as err:
+        return f"policy document is not valid JSON ({err.msg} at {err.pos}): its statements cannot be checked"
+    if not isinstance(doc, Mapping):
+        kind = type(doc).__name__
+        return f"policy document is a JSON {kind}, not an object: its statements cannot be checked"
+    return None
+
+
 def statements(doc: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
     if doc is None:
         return []

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from policy.core import Rule, as_list, dig, policy_document, statements
+from policy.core import Rule, as_list, dig, policy_document, statements, unparsable_policy
 
 ROLE = "aws:iam/role:Role"
 POLICY_TYPES = (
@@ -64,6 +64,8 @@ def check_no_star_on_star(type_: str, inputs: Mapping[str, Any]) -> Iterator[str
         if isinstance(arn, str) and ADMIN_POLICY_ARN.match(arn):
             yield f"attaches {arn}"
     for doc in _documents(type_, inputs):
+        if bad := unparsable_policy(doc):
+            yield bad
         for s in statements(policy_document(doc)):
             if s.get("Effect") != "Allow" or not _every_resource(s):
                 continue
@@ -132,6 +134,8 @@ def _is_irsa(s: Mapping[str, Any]) -> bool:
 
 
 def check_pod_role_trust(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
+    if bad := unparsable_policy(dig(inputs, "assumeRolePolicy")):
+        yield f"assumeRolePolicy: {bad}"
     allows = [
         s for s in statements(policy_document(dig(inputs, "assumeRolePolicy"))) if s.get("Effect") == "Allow"
     ]

@@ -392,8 +392,8 @@ def _train_with(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, wo
                     # An interval checkpoint that fails is skipped (the next one follows); the final one
                     # is the run's result: exiting 0 would report an older checkpoint as the outcome.
                     raise faults.Retryable(
-                        f"the final checkpoint {ckpt.location(step)} was NOT written (the error is logged "
-                        f"above); latest is still {ckpt.latest_name() or 'nothing'}"
+                        f"the final checkpoint {ckpt.location(step)} failed and was NOT written (the reason "
+                        f"is logged above); latest is still {ckpt.latest_name() or 'nothing'}"
                     )
 
     if not last_eval:  # resumed at the last step: report the model as it stands

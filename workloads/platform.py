@@ -51,14 +51,25 @@ class PlatformOutputsError(SpecError):
     """A platform-outputs file that is not `pulumi stack output --json` of a platform stack."""
 
 
-def load_platform_outputs(path: Path) -> PlatformFacts:
-    allowed = "allowed: `pulumi stack output --json --show-secrets -s <platform stack>` saved to a file"
+_ALLOWED = "allowed: `pulumi stack output --json --show-secrets -s <platform stack>` saved to a file"
+
+
+def read_platform_outputs(path: Path) -> dict:
+    """The outputs file as a JSON object, or a PlatformOutputsError naming the file."""
     try:
         outputs = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise PlatformOutputsError(f"{path}: not valid JSON ({err}); {allowed}") from None
+    except OSError as err:
+        raise PlatformOutputsError(f"{path}: cannot read it ({err.strerror}); {_ALLOWED}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise PlatformOutputsError(f"{path}: not valid JSON ({err}); {_ALLOWED}") from None
     if not isinstance(outputs, dict):
-        raise PlatformOutputsError(f"{path}: got a JSON {type(outputs).__name__}, not an object; {allowed}")
+        raise PlatformOutputsError(f"{path}: got a JSON {type(outputs).__name__}, not an object; {_ALLOWED}")
+    return outputs
+
+
+def load_platform_outputs(path: Path) -> PlatformFacts:
+    allowed = _ALLOWED
+    outputs = read_platform_outputs(path)
     try:
         return PlatformFacts.model_validate(outputs)
     except ValidationError as err:

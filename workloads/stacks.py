@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from infra import stack_files
-from infra.config import PROVIDER_NAMESPACES
+from infra.stack_files import PROJECT, PROVIDER_NAMESPACES
 from workloads.spec import CONFIG_KEY, SpecError, TrainingJobSpec, parse_spec
 
 REPO = Path(__file__).resolve().parents[1]
-PLATFORM_KEY = "mlops-eks:platformStack"
-PROJECT = "mlops-eks"
+PLATFORM_KEY = f"{PROJECT}:platformStack"
 # The organization DIY backends (local, S3) use in fully qualified stack names.
 DIY_ORGANIZATION = "organization"
 _NAME_PART = re.compile(r"^[A-Za-z0-9_.-]+$")

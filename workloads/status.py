@@ -19,6 +19,7 @@ from typing import Any
 
 from trainer import faults
 from workloads import pod as pod_mod
+from workloads.platform import read_platform_outputs
 from workloads.spec import TrainingJobSpec
 
 NOT_FOUND = 3  # the job object does not exist (not deployed, or deleted after its TTL)
@@ -67,7 +68,7 @@ def api_client(kubeconfig: Path | None, platform_outputs: Path | None) -> Any:
                 )
             client = config.new_client_from_config(config_file=str(path))
         else:
-            outputs = json.loads(platform_outputs.read_text())
+            outputs = read_platform_outputs(platform_outputs)  # a SpecError: exit 2 naming the file
             raw = outputs.get("kubeconfig")
             if not raw:
                 raise ClusterError(f"{platform_outputs}: no `kubeconfig` output (use --show-secrets)", 2)

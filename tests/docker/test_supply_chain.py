@@ -77,6 +77,26 @@ def test_efa_tarball_signed_by_the_pinned_key_passes(dockerfiles, aws_signed):
 
 
 @needs_gpg
+def test_only_the_primary_keys_fingerprint_is_compared_not_its_subkeys(dockerfiles, tmp_path):
+    # A signing subkey adds an `fpr` record of its own after the `sub` record (gpg --with-colons).
+    home, workdir = tmp_path / "aws", tmp_path / "build"
+    workdir.mkdir()
+    fingerprint = _key(home, "AWS EFA test key")
+    subkey = ["--passphrase", "", "--quick-add-key", fingerprint, "ed25519", "sign", "never"]
+    subprocess.run(["gpg", "--batch", "--homedir", str(home), *subkey], check=True)
+    _publish(home, workdir, b"installer")
+    result = _build_step(_verification(dockerfiles), workdir, fingerprint)
+    assert result.returncode == 0, result.stderr
+    # The subkey's fingerprint pinned instead is refused: the pin names the primary key.
+    listing = subprocess.run(["gpg", "--batch", "--homedir", str(home), "--with-colons", "--fingerprint"],
+                             check=True, capture_output=True, text=True).stdout.splitlines()  # fmt: skip
+    fprs = [line.split(":")[9] for line in listing if line.startswith("fpr")]
+    assert len(fprs) == 2 and fprs[0] == fingerprint
+    result = _build_step(_verification(dockerfiles), workdir, fprs[1])
+    assert result.returncode != 0 and f"expected {fprs[1]}" in result.stderr
+
+
+@needs_gpg
 def test_a_tampered_efa_tarball_fails_the_build(dockerfiles, aws_signed):
     _, workdir, fingerprint = aws_signed
     (workdir / EFA_TARBALL).write_bytes(b"installer with a backdoor")

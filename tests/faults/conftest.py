@@ -17,7 +17,7 @@ import pytest
 class Entry:
     category: str
     case: str
-    rejected: bool  # refused (or, for outages, survived) as the issue requires
+    rejected: bool  # refused (or, for outages, survived)
     clear: bool  # the message names the key / file and what is allowed or what was wrong
     created: int  # resources registered (config) or checkpoints damaged (storage) despite the fault
 

@@ -11,7 +11,7 @@ import yaml
 
 from infra.accelerators import CATALOG
 from infra.addons_config import AddonsConfig
-from infra.charts import CHARTS
+from infra.charts import CHARTS, TRAINER_TORCH_RUNTIME_IMAGE
 from infra.config import GpuPoolConfig
 from infra.cost import cost_analyzer_values
 from infra.gpu import (
@@ -194,6 +194,16 @@ def test_trainer_chart_installs_no_runtimes_of_its_own_and_bundles_jobset():
     assert values["runtimes"]["torchDistributed"]["enabled"] is False
     assert values["jobset"]["install"] is True
     assert torch_distributed_runtime()["metadata"]["name"] == "torch-distributed"
+
+
+def test_torch_runtime_keeps_the_image_of_the_pinned_trainers_runtime():
+    version = CHARTS["kubeflow-trainer"].version
+    runtime = f"kubeflow-trainer-{version}-torch-distributed-runtime.yaml"
+    upstream = (SHARED / "upstream" / runtime).read_text()
+    (image,) = {line.split("image:", 1)[1].strip() for line in upstream.splitlines() if "image:" in line}
+    containers = torch_distributed_runtime()["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]
+    node = containers["spec"]["template"]["spec"]["containers"][0]
+    assert node["image"] == TRAINER_TORCH_RUNTIME_IMAGE == image
 
 
 def test_kueue_flavors_pin_pods_to_the_accelerators_nodes():

@@ -270,6 +270,7 @@ def test_evaluator_follows_kubernetes_semantics():
 def test_every_policy_is_a_valid_network_policy(world):
     """kubernetes-validate (strict: an unknown field would be dropped by the API server)."""
     version = validation_version(world.kubernetes_version)
+    assert world.policies, "the program rendered no NetworkPolicy"
     for policy in world.policies:
         obj = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", **policy}
         kubernetes_validate.validate(obj, version, strict=True)

@@ -23,6 +23,14 @@ def error_of(values: dict) -> str:
     return str(e.value)
 
 
+@pytest.mark.parametrize("key", ["grafanaAdminPassword", "alertReceiverSecret", "grafanaAdminPasword"])
+def test_a_refused_secret_value_is_masked_in_the_message(key):
+    with pytest.raises(ConfigError) as e:
+        PlatformConfig.from_mapping({**BASE, f"mlops-eks:{key}": ["hunter2-do-not-print"]}, decrypted=True)
+    assert f"mlops-eks:{key}: " in str(e.value) and "(got ********)" in str(e.value)
+    assert "hunter2" not in str(e.value)
+
+
 def test_dev_and_prod_stack_files_load():
     dev = PlatformConfig.from_mapping(stack_config("dev"))
     prod = PlatformConfig.from_mapping(stack_config("prod"))

@@ -97,3 +97,13 @@ def test_idle_cost_counts_control_plane_nat_system_nodes_and_gpu_minimums():
     lines = dict(idle_cost_lines(PlatformConfig.from_mapping(warm)))
     assert lines["GPU pool t4-reserved (1 x g4dn.12xlarge)"] == pytest.approx(3.912)
     assert lines["GPU pool t4 (0 x g4dn.12xlarge)"] == 0
+
+
+def test_an_invoke_the_offline_mock_does_not_know_is_an_error_naming_it():
+    import pulumi
+
+    from infra.synth import PlatformMocks
+
+    unknown = pulumi.runtime.MockCallArgs(token="aws:ec2/getVpc:getVpc", args={}, provider="")
+    with pytest.raises(NotImplementedError, match="no answer for invoke aws:ec2/getVpc:getVpc"):
+        PlatformMocks("us-east-1").call(unknown)

@@ -98,9 +98,26 @@ def test_config_refuses_every_endpoint_the_policies_refuse(environment, cidrs):
         PlatformConfig.from_mapping(_platform(environment, cidrs))
 
 
-def test_config_accepts_the_endpoints_the_policies_accept():
-    PlatformConfig.from_mapping(_platform("prod", ["100.64.7.0/25", "100.64.7.128/25"]))  # one /24
-    PlatformConfig.from_mapping(_platform("dev", ["100.64.0.0/17", "100.64.128.0/17"]))  # one /16
+@pytest.mark.parametrize(
+    ("environment", "cidrs"),
+    [("prod", ["100.64.7.0/25", "100.64.7.128/25"]), ("dev", ["100.64.0.0/17", "100.64.128.0/17"])],
+    ids=["prod-one-/24", "dev-one-/16"],
+)
+def test_config_accepts_the_endpoints_the_policies_accept(environment, cidrs):
+    cluster = {
+        "endpointPrivateAccess": True,
+        "endpointPublicAccess": True,
+        "publicAccessCidrs": cidrs,
+        "version": "1.35",
+    }
+    endpoint_rules = [r for r in RULES if r.name.startswith("eks-") and "endpoint" in r.name]
+    assert endpoint_rules
+    found = evaluate(
+        [Resource(type=EKS, name="c", inputs=cluster)], endpoint_rules, prod=environment == "prod"
+    )
+    assert found == [], f"the endpoint policies refuse {cidrs} in {environment}: {found}"
+    config = PlatformConfig.from_mapping(_platform(environment, cidrs))
+    assert config.public_access_cidrs == cidrs
 
 
 @pytest.mark.parametrize(

@@ -595,3 +595,14 @@ def test_prod_endpoint_admits_the_deployer_or_a_deployer_inside_the_vpc(type_, i
     pulumi runs inside the VPC (the program tags the cluster then)."""
     found = RULE["eks-prod-endpoint-deployer-only"].violations(type_, inputs, prod=True)
     assert (found == []) is allowed, found
+
+
+@pytest.mark.parametrize("document", ["{not json", '["Statement"]'])
+def test_a_policy_document_that_is_not_a_json_object_is_a_finding_not_a_pass(document):
+    # Read as "no statements", such a document would pass every statement check unseen.
+    for type_, inputs, rule in (
+        ("aws:iam/policy:Policy", {"policy": document}, "iam-no-star-on-star"),
+        ("aws:iam/role:Role", {"assumeRolePolicy": document}, "iam-pod-role-trust-scoped"),
+    ):
+        (message,) = RULE[rule].violations(type_, inputs)
+        assert "policy document is" in message and "cannot be checked" in message

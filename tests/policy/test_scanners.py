@@ -1,6 +1,7 @@
 """checkov over the rendered Kubernetes objects (platform CustomResources, every workload stack, and the
 pod templates inside training CRDs) and over docker/, in one checkov run. (hadolint over docker/ runs in
-tests/docker with the image issue's config; `make lint` runs both through `python -m policy.scan`.)"""
+tests/docker with the hadolint config (docker/.hadolint.yaml); `make lint` runs both through
+`python -m policy.scan`.)"""
 
 from __future__ import annotations
 
@@ -87,3 +88,15 @@ def test_skip_scopes_do_not_cover_services():
             continue
         for resource in ("Deployment.monitoring.grafana", "DaemonSet.kube-system.nvidia-device-plugin"):
             assert not re.match(s["applies_to"], resource), (s["check"], resource)
+
+
+def test_helm_objects_fails_on_objects_the_kubernetes_schema_rejects(monkeypatch):
+    from policy import helm_render, scan
+
+    bad = "kube-prometheus-stack: Deployment/grafana: 'replicas' is not of type 'integer'"
+    rendered = helm_render.Rendered(kube_version="1.35", releases=[], invalid=[bad])
+    monkeypatch.setattr(helm_render, "render_platform", lambda resources, version: rendered)
+    cluster = {"type": "eks:index:Cluster", "name": "c", "inputs": {"version": "1.35"}}
+    with pytest.raises(RuntimeError, match="the Kubernetes schema rejects") as e:
+        scan.helm_objects([cluster])
+    assert bad in str(e.value)

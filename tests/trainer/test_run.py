@@ -65,7 +65,7 @@ class _FinalCheckpointDown(FlakyS3):
 
 def test_failed_final_checkpoint_is_a_retryable_exit_not_success(tmp_path, s3, keep_sigterm_handler):
     down = _FinalCheckpointDown(s3, failures=10**6)
-    final = r"final checkpoint s3://mlops/ckpt/zimdb/run-.*/step-000000030 was NOT written"
+    final = r"final checkpoint s3://mlops/ckpt/zimdb/run-.*/step-000000030 failed and was NOT written"
     with pytest.raises(faults.Retryable, match=final) as err:
         run(_cfg(tmp_path), s3_client=down)
     assert faults.verdict(err.value)[0] == faults.STORAGE_UNAVAILABLE

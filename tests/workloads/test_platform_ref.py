@@ -58,6 +58,8 @@ def test_program_references_the_platform_in_its_own_organization(dev_outputs):
 
 
 def test_committed_workload_stacks_name_their_platform_without_an_organization():
-    for stack in workload_stacks():
+    stacks = workload_stacks()
+    assert stacks, "no committed workload stack found"
+    for stack in stacks:
         config = yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text())["config"]
         assert "/" not in config[PLATFORM_KEY], f"Pulumi.{stack}.yaml: {config[PLATFORM_KEY]}"

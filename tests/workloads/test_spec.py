@@ -88,7 +88,8 @@ def test_more_pods_than_the_pool_holds_counting_pods_packed_per_instance(dev_pla
     )
     assert "allowed: 1-8" in _error({**BASE, "gpusPerNode": 1, "nodes": 9}, dev_platform)
     four_pods = place(parse_spec({**BASE, "gpusPerNode": 1, "nodes": 4}), dev_platform)
-    assert (four_pods.cpu, four_pods.memory_gib) == (9, 36)  # a quarter of 3/4 of a g4dn.12xlarge
+    # A quarter of 3/4 of what a g4dn.12xlarge can allocate (46.81 vCPU, 186.97 GiB).
+    assert (four_pods.cpu, four_pods.memory_gib) == (8, 35)
 
 
 def test_spot_intolerant_job_on_a_spot_only_accelerator(dev_platform):
@@ -101,6 +102,17 @@ def test_cpu_beyond_the_largest_fitting_instance(dev_platform):
     msg = _error({**BASE, "cpuPerNode": 64}, dev_platform)
     assert msg.startswith("mlops-eks:job.cpuPerNode: 64 vCPU")
     assert "g4dn.12xlarge: 48 vCPU, 192 GiB" in msg
+
+
+def test_requests_the_instance_has_but_the_node_cannot_allocate_are_refused(dev_platform):
+    # 48 vCPU / 190 GiB is below a g4dn.12xlarge's size, but the kubelet's reservations (190m CPU,
+    # 11 x 250 + 255 MiB, eviction 100Mi) and the DaemonSets (1 vCPU, 2 GiB) come first.
+    msg = _error({**BASE, "cpuPerNode": 48, "memoryGiBPerNode": 190}, dev_platform)
+    assert msg.startswith("mlops-eks:job.cpuPerNode: 48 vCPU / 190 GiB does not fit")
+    assert "allowed: at most 46.81 vCPU / 187.0 GiB" in msg
+    msg = _error({**BASE, "cpuPerNode": 40, "memoryGiBPerNode": 190}, dev_platform)
+    assert msg.startswith("mlops-eks:job.memoryGiBPerNode: 40 vCPU / 190 GiB does not fit")
+    assert place(parse_spec({**BASE, "cpuPerNode": 46, "memoryGiBPerNode": 186}), dev_platform).cpu == 46
 
 
 def test_queue_without_a_gang_scheduler_and_unknown_kueue_queue(dev_platform, prod_platform):
@@ -130,4 +142,4 @@ def test_image_from_the_platform_ecr_repository_of_the_vendor(dev_platform):
     t4 = place(parse_spec(BASE), dev_platform)
     assert t4.image.endswith("/mlops-eks/dev/cuda:0.1.0")
     assert [t.name for t in t4.instance_types] == ["g4dn.12xlarge"]
-    assert (t4.cpu, t4.memory_gib, t4.shm_gib) == (36, 144, 36)
+    assert (t4.cpu, t4.memory_gib, t4.shm_gib) == (35, 140, 35)

@@ -269,6 +269,18 @@ def test_missing_kubeconfig_is_a_config_error(tmp_path, capsys, monkeypatch):
     assert "no kubeconfig at" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("content", "says"), [(None, "cannot read it"), ("{not json", "not valid JSON"),
+                                              ("[]", "got a JSON list, not an object")])  # fmt: skip
+def test_unreadable_platform_outputs_exit_2_naming_the_file(tmp_path, capsys, monkeypatch, content, says):
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    outputs = tmp_path / "outputs.json"
+    if content is not None:
+        outputs.write_text(content)
+    code = main(["status", "--stack", "dev-zimdb", "--platform-outputs", str(outputs)])
+    assert code == 2
+    assert f"error: {outputs}: {says}" in capsys.readouterr().err
+
+
 def test_kubeconfig_from_platform_outputs(kube, tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("KUBECONFIG", raising=False)
     outputs = tmp_path / "outputs.json"

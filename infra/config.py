@@ -716,7 +716,7 @@ def _describe(err: Mapping[str, Any]) -> str:
         candidates = allowed + ([] if path[:-1] else sorted(WORKLOAD_KEYS))
         close = difflib.get_close_matches(str(path[-1]), candidates, n=1, cutoff=0.6)
         hint = f"did you mean {close[0]}? " if close else ""
-        secret = close and close[0] in SECRET_KEYS
+        secret = bool(close) and close[0] in SECRET_KEYS
         message = f"unknown key (got {_shown(err, path, secret)}); {hint}allowed keys: {', '.join(allowed)}"
     elif err["type"] == "missing":
         message = "required but not set"

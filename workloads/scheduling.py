@@ -197,12 +197,12 @@ def pods_per_node(t: PodTemplate, pool: AcceleratorPool) -> int:
     best = 0
     for it in pool.instance_types:
         instance = CATALOG[pool.accelerator].instance(it)
-        capacity = {
+        capacity: dict[str, Decimal] = {
             "cpu": instance.allocatable_cpu, "memory": instance.allocatable_memory,
-            pool.resource_name: instance.gpus, EFA_RESOURCE: instance.efa_interfaces,
+            pool.resource_name: Decimal(instance.gpus), EFA_RESOURCE: Decimal(instance.efa_interfaces),
         }  # fmt: skip
         fits = [
-            int(Decimal(capacity[r]) // quantity(v)) for r, v in t.requests.items()
+            int(capacity[r] // quantity(v)) for r, v in t.requests.items()
             if r in capacity and quantity(v) > 0
         ]  # fmt: skip
         best = max(best, min(fits, default=1))

@@ -81,8 +81,8 @@ def _platform(environment: str, cidrs: list[str]) -> dict:
     return config
 
 
-@pytest.mark.parametrize(("environment", "cidrs"), ENDPOINT_REFUSALS)
-def test_config_refuses_every_endpoint_the_policies_refuse(environment, cidrs):
+def _endpoint_findings(environment: str, cidrs: list[str]) -> list:
+    """What the endpoint policies report for a cluster with a public endpoint open to `cidrs`."""
     cluster = {
         "endpointPrivateAccess": True,
         "endpointPublicAccess": True,
@@ -90,10 +90,15 @@ def test_config_refuses_every_endpoint_the_policies_refuse(environment, cidrs):
         "version": "1.35",
     }
     endpoint_rules = [r for r in RULES if r.name.startswith("eks-") and "endpoint" in r.name]
-    found = evaluate(
+    assert endpoint_rules
+    return evaluate(
         [Resource(type=EKS, name="c", inputs=cluster)], endpoint_rules, prod=environment == "prod"
     )
-    assert found, f"no endpoint policy refuses {cidrs} in {environment}"
+
+
+@pytest.mark.parametrize(("environment", "cidrs"), ENDPOINT_REFUSALS)
+def test_config_refuses_every_endpoint_the_policies_refuse(environment, cidrs):
+    assert _endpoint_findings(environment, cidrs), f"no endpoint policy refuses {cidrs} in {environment}"
     with pytest.raises(ConfigError, match="publicAccessCidrs"):
         PlatformConfig.from_mapping(_platform(environment, cidrs))
 
@@ -104,17 +109,7 @@ def test_config_refuses_every_endpoint_the_policies_refuse(environment, cidrs):
     ids=["prod-one-/24", "dev-one-/16"],
 )
 def test_config_accepts_the_endpoints_the_policies_accept(environment, cidrs):
-    cluster = {
-        "endpointPrivateAccess": True,
-        "endpointPublicAccess": True,
-        "publicAccessCidrs": cidrs,
-        "version": "1.35",
-    }
-    endpoint_rules = [r for r in RULES if r.name.startswith("eks-") and "endpoint" in r.name]
-    assert endpoint_rules
-    found = evaluate(
-        [Resource(type=EKS, name="c", inputs=cluster)], endpoint_rules, prod=environment == "prod"
-    )
+    found = _endpoint_findings(environment, cidrs)
     assert found == [], f"the endpoint policies refuse {cidrs} in {environment}: {found}"
     config = PlatformConfig.from_mapping(_platform(environment, cidrs))
     assert config.public_access_cidrs == cidrs

@@ -14,9 +14,9 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from infra.config import ConfigError
-from infra.idle_cost import idle_cost_report
-from infra.synth import available_stacks, stack_config, synth
+from infra.config.platform import ConfigError
+from infra.tools.idle_cost import idle_cost_report
+from infra.tools.synth import available_stacks, stack_config, synth
 
 
 def main(argv: list[str] | None = None) -> int:

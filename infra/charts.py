@@ -105,7 +105,7 @@ def release(
         version=chart.version,
         repository_opts=RepositoryOptsArgs(repo=chart.repository) if chart.repository else None,
         namespace=namespace,
-        # Namespaces are created with Pod Security labels and NetworkPolicies (infra/namespaces.py):
+        # Namespaces are created with Pod Security labels and NetworkPolicies (infra/addons/namespaces.py):
         # a release into one that does not exist fails instead of creating it unlabeled.
         create_namespace=False,
         values=values,

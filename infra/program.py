@@ -14,15 +14,21 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
-from infra.addons import install_addons
-from infra.cluster import Cluster, ClusterArgs, ManagedAddons, ManagedAddonsArgs
-from infra.config import ConfigError, GpuPoolConfig, PlatformConfig
-from infra.keys import StackKey, StackKeyArgs
-from infra.network import Network, NetworkArgs
-from infra.nodegroups import SYSTEM_AMI_TYPE, SYSTEM_LABELS, NodePool, NodePoolArgs, gpu_pool_scheduling
-from infra.pod_identity import partition_of
-from infra.pools import AcceleratorPool, PoolTaint
-from infra.storage import Storage, StorageArgs, bucket_prefix
+from infra.addons.install import install_addons
+from infra.config.platform import ConfigError, GpuPoolConfig, PlatformConfig
+from infra.contract import AcceleratorPool, PoolTaint
+from infra.platform.cluster import Cluster, ClusterArgs, ManagedAddons, ManagedAddonsArgs
+from infra.platform.keys import StackKey, StackKeyArgs
+from infra.platform.network import Network, NetworkArgs
+from infra.platform.node_groups import (
+    SYSTEM_AMI_TYPE,
+    SYSTEM_LABELS,
+    NodePool,
+    NodePoolArgs,
+    gpu_pool_scheduling,
+)
+from infra.platform.pod_identity import partition_of
+from infra.platform.storage import Storage, StorageArgs, bucket_prefix
 
 
 @dataclass

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import yaml
 
-from infra.environment import is_prod
+from infra.config.environment import is_prod
 
 Level = Literal["mandatory", "advisory"]
 Severity = Literal["low", "medium", "high", "critical"]
@@ -98,7 +98,7 @@ def stack_config(stack: str) -> dict[str, Any]:
 
 def stack_is_prod(stack: str) -> bool:
     """Offline (scan, tests): whether a committed stack is prod, by the rule the program and the pack
-    use (infra/environment.py: its config's mlops-eks:environment, prod when unset)."""
+    use (infra/config/environment.py: its config's mlops-eks:environment, prod when unset)."""
     return is_prod(stack_config(stack))
 
 

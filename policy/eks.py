@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from infra.accelerators import ACCELERATOR_LABEL, CATALOG, Accelerator
-from infra.cluster_rules import (
+from infra.config.cluster_rules import (
     DEPLOY_FROM_VPC_TAG,
     MINIMUM_KUBERNETES_VERSION,
     PRIVATE_ONLY_REASON,
@@ -26,7 +26,8 @@ EC2_NODE_CLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
 NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
 
 LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
-# Oldest Kubernetes minor the platform supports (infra/cluster_rules.py, shared with the config checks).
+# Oldest Kubernetes minor the platform supports (infra/config/cluster_rules.py, shared with the config
+# checks).
 MINIMUM_VERSION = MINIMUM_KUBERNETES_VERSION
 OPEN_CIDRS = ("0.0.0.0/0", "::/0")
 
@@ -179,7 +180,7 @@ def check_gpu_taint(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
 def check_gpu_min_zero(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
     """Elastic GPU capacity is Karpenter's and must return to zero; a managed GPU group is reserved
     capacity of a fixed size, because nothing scales managed groups (Karpenter ignores them and no
-    cluster-autoscaler runs): one at minSize 0 < maxSize never gets a node (infra/pools.py)."""
+    cluster-autoscaler runs): one at minSize 0 < maxSize never gets a node (infra/contract.py)."""
     if type_ == NODE_POOL:
         limits = dig(inputs, "spec", "limits", default={}) or {}
         if any(a.resource_name in limits for a in CATALOG.values()):

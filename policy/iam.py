@@ -156,7 +156,7 @@ RULES = (
         description="No IAM policy, inline or attached to a role, user or group, allows every action (or "
         "every IAM action) on every resource, nor attaches AdministratorAccess or IAMFullAccess.",
         remediation="List the actions the principal needs and scope Resource to ARNs (see the Karpenter "
-        "reference policy in infra/karpenter.py for the pattern).",
+        "reference policy in infra/addons/karpenter/controller.py for the pattern).",
         level="mandatory",
         severity="critical",
         types=(*POLICY_TYPES, ROLE, *ATTACHMENTS),

@@ -17,7 +17,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from infra.environment import is_prod
+from infra.config.environment import is_prod
 from policy import eks, iam, k8s, placeholders, storage
 from policy.core import Resource, Rule, StackRule, in_scope
 
@@ -29,7 +29,7 @@ STACK_RULES: tuple[StackRule, ...] = storage.STACK_RULES
 def _prod(stack_tags: Mapping[str, str]) -> bool:
     """The engine hands the pack the stack's config in PULUMI_CONFIG (pulumi/pulumi
     sdk/go/common/resource/plugin/analyzer_plugin.go, constructEnv), the same config the program reads:
-    prod unless it says `mlops-eks:environment: dev` (infra/environment.py). Stack tags and the stack
+    prod unless it says `mlops-eks:environment: dev` (infra/config/environment.py). Stack tags and the stack
     name do not take part, so the program and the pack cannot disagree."""
     return is_prod(pulumi.runtime.get_config_env())
 

@@ -1,4 +1,4 @@
-"""Documentation placeholders (infra/placeholders.py) in any planned resource: the example account in
+"""Documentation placeholders (infra/config/placeholders.py) in any planned resource: the example account in
 an access entry or trust, a TEST-NET CIDR on the endpoint or a security group, the example AMI id.
 Mandatory under the engine; offline (`infra synth`, policy.scan, tests) the committed example stacks
 carry them on purpose, so there the finding is advisory."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from infra.placeholders import placeholder_problems
+from infra.config.placeholders import placeholder_problems
 from policy.core import Rule
 
 

@@ -219,7 +219,7 @@ STACK_RULES = (
         name="s3-bucket-guardrails-present",
         description="Every S3 bucket has a public access block, default encryption, versioning and a "
         "TLS-only bucket policy.",
-        remediation="Create the four companion resources for the bucket (see infra/storage.py).",
+        remediation="Create the four companion resources for the bucket (see infra/platform/storage.py).",
         level="mandatory",
         severity="high",
         check=check_bucket_companions,

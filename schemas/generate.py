@@ -1,7 +1,7 @@
 """Write the JSON schemas of the stack files' values, generated from the config models, so editors
 complete and check keys (README "Editing stack files"):
 
-  schemas/platform-stack.schema.json   Pulumi.<platform stack>.yaml: infra.config.PlatformConfig
+  schemas/platform-stack.schema.json   Pulumi.<platform stack>.yaml: infra.config.platform.PlatformConfig
   schemas/workload-stack.schema.json   Pulumi.<workload stack>.yaml: platformStack, TrainingJobSpec
 
 `python schemas/generate.py` rewrites them; `--check` exits 1 when a committed file differs (a test runs it).
@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from infra.config import PROJECT, REGION_KEY, WORKLOAD_KEYS, PlatformConfig
+from infra.config.platform import PROJECT, REGION_KEY, WORKLOAD_KEYS, PlatformConfig
 from workloads.spec import TrainingJobSpec
 from workloads.stacks import PLATFORM_KEY
 
@@ -85,7 +85,7 @@ def platform_schema() -> dict[str, Any]:
         schema = {k: v for k, v in schema.items() if k != "title"}
         values[key] = stack_value(schema, docs.get(alias, "the AWS provider's region, e.g. us-east-1"))
     required = [REGION_KEY if a == REGION_KEY else f"{PROJECT}:{a}" for a in model.get("required", [])]
-    title = "mlops-eks platform stack file (Pulumi.<stack>.yaml); generated from infra/config.py"
+    title = "mlops-eks platform stack file (Pulumi.<stack>.yaml); generated from infra/config/platform.py"
     return file_schema(title, values, required, model.get("$defs", {}))
 
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from infra.synth import available_stacks, stack_config, synth
+from infra.tools.synth import available_stacks, stack_config, synth
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "workloads" / "examples"
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from infra.addons_config import AddonsConfig
-from infra.config import PlatformConfig
+from infra.config.addons import AddonsConfig
+from infra.config.platform import PlatformConfig
 from workloads.spec import TrainingJobSpec
 
 REPO = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from infra import pod_identity
+from infra.platform import pod_identity
 from workloads import pod
 from workloads.platform import PlatformFacts
 from workloads.spec import TrainingJobSpec
@@ -19,8 +19,8 @@ ACCOUNT = "<deployer-account-id>"
 
 def s3_policy(bucket: str, prefix: str, region: str) -> dict[str, Any]:
     """Least privilege: list only under the prefix, read/write/delete only objects below it, and use the
-    bucket's KMS key (the platform's, infra/keys.py) only through S3 for this bucket: S3 passes the bucket
-    ARN as encryption context when the bucket key is on (the object ARN for objects written before)."""
+    bucket's KMS key (the platform's, infra/platform/keys.py) only through S3 for this bucket: S3 passes the
+    bucket ARN as encryption context when the bucket key is on (the object ARN for objects written before)."""
     partition = pod_identity.partition_of(region)
     return {
         "Version": "2012-10-17",

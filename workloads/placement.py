@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from infra.accelerators import Accelerator, InstanceType, accelerator
-from infra.pools import EFA_RESOURCE, AcceleratorPool, quantity
+from infra.contract import EFA_RESOURCE, AcceleratorPool, quantity
 from workloads.platform import PlatformFacts
 from workloads.spec import CONFIG_KEY, TRAINER_S3_KEYS, SpecError, TrainingJobSpec
 

@@ -1,6 +1,6 @@
 """What a workload stack needs to know about its platform stack: the platform's exports, typed.
 
-The pool, device-plugin and queue models are the platform's own (infra.pools, pure data), so both sides
+The pool, device-plugin and queue models are the platform's own (infra.contract, pure data), so both sides
 of the StackReference read one contract. The same model reads a live StackReference's outputs
 (workloads.program), a `--platform-outputs` JSON file, or the example outputs shipped beside this module
 (`examples/platform-<stack>.json`, generated from the platform program under mocks by
@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from infra.pools import AcceleratorPool, DevicePlugin, QueueQuota
+from infra.contract import AcceleratorPool, DevicePlugin, QueueQuota
 from workloads.spec import SpecError
 
 EXAMPLES = Path(__file__).resolve().parent / "examples"
@@ -29,7 +29,7 @@ class PlatformFacts(BaseModel):
     region: str
     bucket_name: str
     ecr_repository_urls: dict[str, str]
-    # Every GPU node source, with its device plugins and queues: the scheduling contract (infra.pools).
+    # Every GPU node source, with its device plugins and queues: the scheduling contract (infra.contract).
     accelerator_pools: dict[str, AcceleratorPool]
     device_plugins: tuple[DevicePlugin, ...] = ()
     queue_quotas: tuple[QueueQuota, ...] = ()

@@ -12,7 +12,7 @@ import posixpath
 from typing import Any
 
 from infra.accelerators import ACCELERATOR_LABEL
-from infra.training_metrics import METRICS_PORT, METRICS_PORT_NAME
+from infra.addons.monitoring.training_metrics import METRICS_PORT, METRICS_PORT_NAME
 from workloads.placement import Placement
 from workloads.spec import Storage, TrainingJobSpec
 
@@ -116,7 +116,8 @@ def command(spec: TrainingJobSpec) -> list[str]:
 
 
 def ports(spec: TrainingJobSpec) -> list[dict[str, Any]]:
-    """The trainer's Prometheus endpoint, named for the platform's PodMonitor (infra/training_metrics.py)."""
+    """The trainer's Prometheus endpoint, named for the platform's PodMonitor
+    (infra/addons/monitoring/training_metrics.py)."""
     if not spec.program.runs_trainer:
         return []
     port = int(spec.trainer_config.get("output", {}).get("metrics_port", METRICS_PORT))

@@ -17,7 +17,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 from pydantic import ValidationError
 
-from infra import pod_identity
+from infra.platform import pod_identity
 from workloads import jobs, pod
 from workloads.identity import role_description, s3_policy
 from workloads.platform import PlatformFacts
@@ -25,7 +25,7 @@ from workloads.render import render
 from workloads.spec import SpecError, TrainingJobSpec, parse_spec
 from workloads.stacks import platform_stack_ref, program_text
 
-TRAINING_DASHBOARD_UID = "mlops-eks-training"  # infra/dashboards.py, variable `job`
+TRAINING_DASHBOARD_UID = "mlops-eks-training"  # infra/addons/monitoring/dashboards.py, variable `job`
 FACT_NAMES = tuple(PlatformFacts.model_fields)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from infra.network_policies import job_policies
+from infra.addons.network_policies import job_policies
 from workloads import jobs, pod
 from workloads.placement import Placement, place
 from workloads.platform import PlatformFacts
@@ -142,7 +142,7 @@ def volume_claims(spec: TrainingJobSpec) -> list[dict[str, Any]]:
 
 def network_policies(spec: TrainingJobSpec) -> list[dict[str, Any]]:
     """Default-deny in the job's own namespace; the job's pods reach only what a run needs
-    (infra/network_policies.py). In a shared namespace its owner sets the namespace's default."""
+    (infra/addons/network_policies.py). In a shared namespace its owner sets the namespace's default."""
     ports = pod.ports(spec)
     metrics = ports[0]["containerPort"] if ports else None
     selector = {pod.JOB_LABEL: spec.name}

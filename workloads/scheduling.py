@@ -1,7 +1,7 @@
 """Would the pods of a rendered workload ever run? A scheduling simulation against the platform's contract.
 
 For every pod template of the rendered job (a TrainJob with its TrainingRuntime and runtime patches, or a
-PyTorchJob's replicas) it looks for a node source (infra.pools.AcceleratorPool) that can host the pods:
+PyTorchJob's replicas) it looks for a node source (infra.contract.AcceleratorPool) that can host the pods:
 the node selector and required node affinity against the labels a node of the pool carries, the
 tolerations against its taints (Kubernetes' matching rules), each pod's requests against one instance,
 a device plugin serving that node for every extended resource, and enough nodes in the source for the
@@ -19,7 +19,7 @@ from fractions import Fraction
 from typing import Any
 
 from infra.accelerators import CATALOG
-from infra.pools import EFA_RESOURCE, AcceleratorPool, Toleration, quantity, tolerated
+from infra.contract import EFA_RESOURCE, AcceleratorPool, Toleration, quantity, tolerated
 from workloads.platform import PlatformFacts
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infra import stack_files
-from infra.stack_files import PROJECT, PROVIDER_NAMESPACES
+from infra.config import stack_files
+from infra.config.stack_files import PROJECT, PROVIDER_NAMESPACES
 from workloads.spec import CONFIG_KEY, SpecError, TrainingJobSpec, parse_spec
 
 REPO = Path(__file__).resolve().parents[1]

@@ -89,7 +89,7 @@ def test_dockerignore_keeps_secrets_and_the_environment_out(dockerignore):
         ".git/config",
         "Pulumi.dev.yaml",
         "tests/conftest.py",
-        "infra/config.py",
+        "infra/config/platform.py",
     ]:
         assert dockerignore_excludes(dockerignore, path), path
     assert dockerignore_excludes(dockerignore, "trainer/__pycache__/loop.cpython-311.pyc")

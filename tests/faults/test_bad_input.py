@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from infra import synth as infra_synth
 from infra.__main__ import main as infra_main
-from infra.config import SECRET_PLACEHOLDER, ConfigError, PlatformConfig
+from infra.config.platform import SECRET_PLACEHOLDER, ConfigError, PlatformConfig
+from infra.tools import synth as infra_synth
 from tests.trainer.trainer_runs import trainer_args
 from workloads.__main__ import main as workloads_main
 from workloads.placement import place
@@ -124,7 +124,7 @@ def test_an_encrypted_grafana_password_synthesizes_offline_as_a_placeholder_with
 ENGINE = """
 import json, sys
 import pulumi.runtime
-from infra.config import ConfigError, PlatformConfig
+from infra.config.platform import ConfigError, PlatformConfig
 values = {"aws:region": "us-east-1", "mlops-eks:environment": "dev",
           "mlops-eks:endpointPublicAccess": "true", "mlops-eks:publicAccessCidrs": json.dumps(["8.8.8.0/24"]),
           "mlops-eks:grafanaAdminPassword": "12345"}

@@ -9,7 +9,7 @@ import json
 import pulumi
 import pytest
 
-from infra.synth import PlatformMocks, RecordingMonitor, install_mocks, stack_config
+from infra.tools.synth import PlatformMocks, RecordingMonitor, install_mocks, stack_config
 
 DELETE = object()
 # (case, path into the config mapping, bad value, the key the message must name)

@@ -10,7 +10,7 @@ import pulumi
 import pytest
 import yaml
 
-from infra.synth import REPO, install_mocks
+from infra.tools.synth import REPO, install_mocks
 from workloads.platform import example_outputs_path
 
 BASE_JOB = yaml.safe_load((REPO / "Pulumi.dev-zimdb.yaml").read_text())["config"]["mlops-eks:job"]

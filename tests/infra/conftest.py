@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from infra.config import PlatformConfig
-from infra.synth import Registered, stack_config, synth
+from infra.config.platform import PlatformConfig
+from infra.tools.synth import Registered, stack_config, synth
 
 
 @dataclass

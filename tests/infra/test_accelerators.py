@@ -14,7 +14,7 @@ from infra.accelerators import (
     NodeImage,
     accelerator,
 )
-from infra.nodegroups import SYSTEM_AMI_TYPE
+from infra.platform.node_groups import SYSTEM_AMI_TYPE
 
 _session = botocore.session.get_session()
 EC2_INSTANCE_TYPES = set(_session.get_service_model("ec2").shape_for("InstanceType").enum)

@@ -9,12 +9,12 @@ import pulumi_kubernetes as k8s
 import pytest
 
 from infra.accelerators import CATALOG
-from infra.addons_config import AddonsConfig
-from infra.config import GpuPoolConfig
-from infra.gpu import GpuSoftware, GpuSoftwareArgs
-from infra.karpenter import Karpenter, KarpenterArgs
-from infra.observability import Observability, ObservabilityArgs
-from infra.training import Training, TrainingArgs
+from infra.addons.gpu import GpuSoftware, GpuSoftwareArgs
+from infra.addons.karpenter.controller import Karpenter, KarpenterArgs
+from infra.addons.monitoring.kube_prometheus import Observability, ObservabilityArgs
+from infra.addons.training import Training, TrainingArgs
+from infra.config.addons import AddonsConfig
+from infra.config.platform import GpuPoolConfig
 
 GPU_POOLS = [
     GpuPoolConfig.model_validate(

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.config import ConfigError, PlatformConfig
+from infra.config.platform import ConfigError, PlatformConfig
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = {"aws:region": "us-east-1"}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.karpenter_iam import INTERRUPTION_EVENTS, controller_policies, interruption_queue_policy
+from infra.addons.karpenter.iam import INTERRUPTION_EVENTS, controller_policies, interruption_queue_policy
 
 REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "upstream" / "karpenter-1.14-cloudformation.yaml"
 FACTS = {

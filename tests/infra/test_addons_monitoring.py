@@ -5,9 +5,9 @@ from __future__ import annotations
 import promql_parser
 import pytest
 
-from infra.alerts import prometheus_rules
-from infra.dashboards import DASHBOARDS
-from infra.gpu import JOB_LABEL
+from infra.addons.gpu import JOB_LABEL
+from infra.addons.monitoring.alerts import prometheus_rules
+from infra.addons.monitoring.dashboards import DASHBOARDS
 
 RULES = [rule for spec in prometheus_rules().values() for group in spec["groups"] for rule in group["rules"]]
 

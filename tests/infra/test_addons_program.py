@@ -17,8 +17,8 @@ REPO = Path(__file__).resolve().parents[2]
 _DEPENDENCIES = """
 import json
 import pulumi
-from infra import synth
-from infra.config import PlatformConfig
+from infra.tools import synth
+from infra.config.platform import PlatformConfig
 from infra.program import program
 
 class DependencyMonitor(synth.RecordingMonitor):

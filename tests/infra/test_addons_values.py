@@ -10,20 +10,17 @@ import pytest
 import yaml
 
 from infra.accelerators import CATALOG
-from infra.addons_config import AddonsConfig
-from infra.charts import CHARTS, TRAINER_TORCH_RUNTIME_IMAGE
-from infra.config import GpuPoolConfig
-from infra.cost import cost_analyzer_values
-from infra.gpu import (
+from infra.addons.cost import cost_analyzer_values
+from infra.addons.gpu import (
     amd_device_plugin_values,
     dcgm_exporter_values,
     efa_device_plugin_values,
     nvidia_device_plugin_values,
 )
-from infra.karpenter import karpenter_values
-from infra.karpenter_pools import NodeClassFacts, cpu_node_pool, ec2_node_class, gpu_node_pool
-from infra.observability import kube_prometheus_stack_values, metrics_server_values
-from infra.training import (
+from infra.addons.karpenter.controller import karpenter_values
+from infra.addons.karpenter.node_pools import NodeClassFacts, cpu_node_pool, ec2_node_class, gpu_node_pool
+from infra.addons.monitoring.kube_prometheus import kube_prometheus_stack_values, metrics_server_values
+from infra.addons.training import (
     kueue_objects,
     kueue_values,
     torch_distributed_runtime,
@@ -31,6 +28,9 @@ from infra.training import (
     volcano_queues,
     volcano_values,
 )
+from infra.charts import CHARTS, TRAINER_TORCH_RUNTIME_IMAGE
+from infra.config.addons import AddonsConfig
+from infra.config.platform import GpuPoolConfig
 
 GPU_POOLS = [
     GpuPoolConfig.model_validate(p)
@@ -186,7 +186,8 @@ def test_kubecost_reads_our_prometheus_instead_of_bundling_one():
     assert values["serviceMonitor"]["enabled"] and values["prometheusRule"]["enabled"]
     # The cost model's CLUSTER_ID; the bundled server it belongs to is not deployed.
     assert values["prometheus"]["server"]["global"]["external_labels"] == {"cluster_id": "mlops-eks-dev"}
-    assert CHARTS["cost-analyzer"].version == "2.8.7"  # 2.9.x `fail`s without the agent (infra/cost.py)
+    # 2.9.x `fail`s without the agent (infra/addons/cost.py)
+    assert CHARTS["cost-analyzer"].version == "2.8.7"
 
 
 def test_trainer_chart_installs_no_runtimes_of_its_own_and_bundles_jobset():

@@ -9,9 +9,9 @@ import asyncio
 import pytest
 import yaml
 
-from infra.pools import EFA_RESOURCE, AcceleratorPool, DevicePlugin, PoolTaint, Toleration
-from infra.synth import RecordingMonitor, stack_config, synth
-from infra.training import KUEUE_FRAMEWORKS
+from infra.addons.training import KUEUE_FRAMEWORKS
+from infra.contract import EFA_RESOURCE, AcceleratorPool, DevicePlugin, PoolTaint, Toleration
+from infra.tools.synth import RecordingMonitor, stack_config, synth
 from policy import helm_render
 
 RELEASE = "kubernetes:helm.sh/v3:Release"

@@ -130,8 +130,8 @@ def test_a_values_schema_violation_fails(tmp_path):
 
 
 def test_kubecost_refuses_a_prometheus_retention_shorter_than_its_etl_window():
-    """The chart's own prometheusRetentionCheck, fed our Prometheus's retention (infra/cost.py)."""
-    from infra.cost import cost_analyzer_values
+    """The chart's own prometheusRetentionCheck, fed our Prometheus's retention (infra/addons/cost.py)."""
+    from infra.addons.cost import cost_analyzer_values
 
     values = cost_analyzer_values(cluster_name="c", prometheus_retention="2d")
     release = HelmRelease("kubecost", "cost-analyzer", "2.8.7", "kubecost", values)
@@ -143,7 +143,7 @@ def test_kubecost_refuses_a_prometheus_retention_shorter_than_its_etl_window():
 def test_kubecost_reads_our_prometheus_where_gpu_metrics_keep_workload_labels(rendered, dev, prod, stack):
     """GPU cost allocation: GPU counts from the NVIDIA device plugin, utilisation from DCGM series that
     keep the workload's namespace/pod labels (honorLabels), all read from the platform's Prometheus."""
-    from infra.observability import PROMETHEUS_URL
+    from infra.addons.monitoring.kube_prometheus import PROMETHEUS_URL
 
     kubecost = rendered[stack].objects["kubecost"]
     config_values = [v for o in kubecost if o["kind"] == "ConfigMap" for v in (o.get("data") or {}).values()]

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.addons_config import ObservabilityConfig
-from infra.observability import RECEIVER_SECRET_FILE, kube_prometheus_stack_values
-from infra.synth import RecordingMonitor, stack_config, synth
+from infra.addons.monitoring.kube_prometheus import RECEIVER_SECRET_FILE, kube_prometheus_stack_values
+from infra.config.addons import ObservabilityConfig
+from infra.tools.synth import RecordingMonitor, stack_config, synth
 from policy import helm_render
 from policy.helm_render import HelmRelease
 

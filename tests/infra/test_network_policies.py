@@ -12,8 +12,8 @@ import kubernetes_validate
 import pytest
 from netpol import Endpoint, allowed
 
-from infra.network_policies import NAME_LABEL, POD_IDENTITY_AGENT, job_policies, platform_policies
-from infra.training import volcano_values
+from infra.addons.network_policies import NAME_LABEL, POD_IDENTITY_AGENT, job_policies, platform_policies
+from infra.addons.training import volcano_values
 from policy.helm_render import HelmRelease, installed, objects, render, validation_version
 from tests.infra.workload_pods import job_world, pod_endpoints, service_targets
 

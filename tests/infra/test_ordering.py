@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.synth import RecordingMonitor, stack_config, synth
+from infra.tools.synth import RecordingMonitor, stack_config, synth
 
 HELM = Path(__file__).resolve().parents[3] / "shared" / "upstream" / "helm"
 CLUSTER = "eks:index:Cluster"

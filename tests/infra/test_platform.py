@@ -11,10 +11,10 @@ import kubernetes_validate
 import pulumi
 import pytest
 
-from infra.cluster import LOG_TYPES
+from infra.platform.cluster import LOG_TYPES
+from infra.platform.storage import IMAGE_FLAVOURS
 from infra.program import program
-from infra.storage import IMAGE_FLAVOURS
-from infra.synth import PlatformMocks, RecordingMonitor, install_mocks, stack_config, synth
+from infra.tools.synth import PlatformMocks, RecordingMonitor, install_mocks, stack_config, synth
 
 EKS_AMI_TYPES = set(botocore.session.get_session().get_service_model("eks").shape_for("AMITypes").enum)
 CONTRACT_EXPORTS = {
@@ -350,7 +350,7 @@ def test_subnets_go_to_the_configured_availability_zones():
 
 
 def test_old_versions_expire_under_the_prefix_jobs_write_to():
-    from infra.storage import JOBS_PREFIX
+    from infra.platform.storage import JOBS_PREFIX
     from workloads.pod import s3_prefix
     from workloads.spec import TrainingJobSpec
 

@@ -9,8 +9,8 @@ import pulumi
 import pytest
 import yaml
 
-from infra.config import REGION_KEY, ConfigError, PlatformConfig
-from infra.synth import stack_config
+from infra.config.platform import REGION_KEY, ConfigError, PlatformConfig
+from infra.tools.synth import stack_config
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = {REGION_KEY: "us-east-1"}
@@ -345,7 +345,7 @@ def test_pulumi_yaml_documents_every_key_with_the_models_default():
 
 
 def test_kubernetes_version_defaults_to_the_newest_minor_validated_with_the_add_ons():
-    from infra.cluster_rules import EKS_STANDARD_SUPPORT_END
+    from infra.config.cluster_rules import EKS_STANDARD_SUPPORT_END
 
     newest = max(EKS_STANDARD_SUPPORT_END, key=lambda v: int(v.split(".")[1]))
     assert PlatformConfig.from_mapping(DEV).kubernetes_version == newest == "1.35"

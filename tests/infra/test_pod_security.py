@@ -8,8 +8,8 @@ from collections import defaultdict
 import pytest
 from pod_security import LEVELS, baseline_violations, pod_spec, restricted_violations, strictest_level
 
-from infra.namespaces import POD_SECURITY, VOLCANO_NAMESPACE, pod_security_labels
-from infra.training import volcano_values
+from infra.addons.namespaces import POD_SECURITY, VOLCANO_NAMESPACE, pod_security_labels
+from infra.addons.training import volcano_values
 from policy.helm_render import HelmRelease, objects, render
 
 NAMESPACE = "kubernetes:core/v1:Namespace"

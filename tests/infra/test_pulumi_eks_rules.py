@@ -1,6 +1,6 @@
-"""pulumi-eks's own input checks (infra/pulumi_eks_rules.py) on what dev and prod pass to it: under mocks
-the component registers only itself, so these rules are the only offline evidence that the provider
-accepts our eks.Cluster and eks.ManagedNodeGroup inputs."""
+"""pulumi-eks's own input checks (infra/platform/pulumi_eks_rules.py) on what dev and prod pass to it:
+under mocks the component registers only itself, so these rules are the only offline evidence that the
+provider accepts our eks.Cluster and eks.ManagedNodeGroup inputs."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pulumi
 import pytest
 
-from infra import pulumi_eks_rules as rules
-from infra.synth import PlatformMocks, RecordingMonitor, install_mocks, stack_config, synth
+from infra.platform import pulumi_eks_rules as rules
+from infra.tools.synth import PlatformMocks, RecordingMonitor, install_mocks, stack_config, synth
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = "[resource cluster-node]"

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from infra import pod_identity
-from infra.config import ConfigError, PlatformConfig
-from infra.storage import principal_patterns
-from infra.synth import ACCOUNT_ID, stack_config
+from infra.config.platform import ConfigError, PlatformConfig
+from infra.platform import pod_identity
+from infra.platform.storage import principal_patterns
+from infra.tools.synth import ACCOUNT_ID, stack_config
 
 ROLE = "aws:iam/role:Role"
 ATTACHMENT = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"

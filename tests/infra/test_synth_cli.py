@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.config import PlatformConfig
-from infra.idle_cost import idle_cost_lines
-from infra.synth import stack_config
+from infra.config.platform import PlatformConfig
+from infra.tools.idle_cost import idle_cost_lines
+from infra.tools.synth import stack_config
 
 REPO = Path(__file__).resolve().parents[2]
 EXPECTED_TYPES = {
@@ -102,7 +102,7 @@ def test_idle_cost_counts_control_plane_nat_system_nodes_and_gpu_minimums():
 def test_an_invoke_the_offline_mock_does_not_know_is_an_error_naming_it():
     import pulumi
 
-    from infra.synth import PlatformMocks
+    from infra.tools.synth import PlatformMocks
 
     unknown = pulumi.runtime.MockCallArgs(token="aws:ec2/getVpc:getVpc", args={}, provider="")
     with pytest.raises(NotImplementedError, match="no answer for invoke aws:ec2/getVpc:getVpc"):

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra import training_metrics
+from infra.addons.gpu import JOB_LABEL
+from infra.addons.monitoring import training_metrics
+from infra.addons.monitoring.dashboards import training_dashboard
 from infra.charts import CHARTS
-from infra.dashboards import training_dashboard
-from infra.gpu import JOB_LABEL
 from trainer import metrics
 from trainer.config import OutputConfig
 from workloads.platform import example_outputs_path, load_platform_outputs

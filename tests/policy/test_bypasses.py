@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from infra.config import ConfigError, PlatformConfig, check_placeholders
-from infra.environment import ENVIRONMENT_KEY, environment_of
+from infra.config.environment import ENVIRONMENT_KEY, environment_of
+from infra.config.platform import ConfigError, PlatformConfig, check_placeholders
 from policy import pack
 from policy.core import Resource, evaluate, stack_config, stack_is_prod
 from policy.pack import RULES
@@ -157,7 +157,7 @@ def test_placeholders_are_detected_under_an_engine_not_under_mocks(monkeypatch):
     from pulumi.runtime import settings
     from pulumi.runtime.mocks import MockMonitor
 
-    from infra.config import _under_mocks
+    from infra.config.platform import _under_mocks
 
     monkeypatch.setattr(settings.SETTINGS, "monitor", MockMonitor(None))
     assert _under_mocks()

@@ -591,8 +591,8 @@ PRIVATE_ONLY = {**GOOD_EKS_CLUSTER, "endpointPublicAccess": False, "publicAccess
     ],
 )
 def test_prod_endpoint_admits_the_deployer_or_a_deployer_inside_the_vpc(type_, inputs, allowed):
-    """The same rule as the config's (infra/cluster_rules.py): narrow public CIDRs, or private-only when
-    pulumi runs inside the VPC (the program tags the cluster then)."""
+    """The same rule as the config's (infra/config/cluster_rules.py): narrow public CIDRs, or private-only
+    when pulumi runs inside the VPC (the program tags the cluster then)."""
     found = RULE["eks-prod-endpoint-deployer-only"].violations(type_, inputs, prod=True)
     assert (found == []) is allowed, found
 

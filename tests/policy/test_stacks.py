@@ -213,7 +213,7 @@ class _PlatformOutputs(pulumi.runtime.Mocks):
 
 def test_workload_programs_pass_every_policy(workload_objects):
     """The workload program's own AWS resources too (the job's Pod Identity role, its S3 policy)."""
-    from infra.synth import install_mocks
+    from infra.tools.synth import install_mocks
     from workloads.platform import example_outputs_path
     from workloads.program import program
 

@@ -16,7 +16,7 @@ from cel_rules import CRD_DIR, CrdRules, RuleError
 from google.protobuf import json_format
 from pulumi.runtime import mocks as runtime_mocks
 
-from infra.synth import install_mocks, stack_config, synth
+from infra.tools.synth import install_mocks, stack_config, synth
 from workloads import jobs
 from workloads.__main__ import platform_facts
 from workloads.render import render

@@ -79,7 +79,7 @@ def test_job_role_reaches_only_the_job_prefix_from_its_service_account(deployed)
         "aws:RequestTag/kubernetes-namespace": "zimdb",
         "aws:RequestTag/kubernetes-service-account": "zimdb",
     }
-    # Under the cluster's role path, which the platform's bucket policy admits (infra/storage.py).
+    # Under the cluster's role path, which the platform's bucket policy admits (infra/platform/storage.py).
     assert role.inputs["path"] == "/mlops-eks/mlops-eks-dev/"
     kms = next(s for s in statements if s["Sid"] == "BucketKeyThroughS3")
     assert kms["Action"] == ["kms:Decrypt", "kms:GenerateDataKey"]

@@ -7,7 +7,7 @@ import pytest
 from kubeflow_trainer_api.models import TrainerV1alpha1TrainingRuntime, TrainerV1alpha1TrainJob
 
 from infra.accelerators import CATALOG
-from infra.cluster_rules import DEFAULT_KUBERNETES_VERSION
+from infra.config.cluster_rules import DEFAULT_KUBERNETES_VERSION
 from workloads.platform import example_outputs_path, load_platform_outputs
 from workloads.render import render
 from workloads.spec import parse_spec
@@ -270,9 +270,9 @@ def test_elastic_pytorchjob_has_only_workers_and_an_elastic_policy(dev_platform)
 @pytest.mark.parametrize("platform_stack", ["dev", "prod"])
 def test_example_platform_outputs_are_what_the_platform_stack_files_export(platform_stack):
     # The pools `render` reads when no --platform-outputs is given are the real stack's, not invented ones.
-    from infra.config import PlatformConfig
+    from infra.config.platform import PlatformConfig
     from infra.program import accelerator_pools
-    from infra.synth import stack_config
+    from infra.tools.synth import stack_config
 
     example = load_platform_outputs(example_outputs_path(platform_stack))
     config = PlatformConfig.from_mapping(stack_config(platform_stack))

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from infra.pools import AcceleratorPool, PoolTaint, Toleration, tolerated
+from infra.contract import AcceleratorPool, PoolTaint, Toleration, tolerated
 from workloads.placement import place
 from workloads.platform import PlatformFacts, example_outputs_path, load_platform_outputs
 from workloads.render import render
@@ -51,7 +51,7 @@ def test_every_pod_of_every_committed_workload_stack_finds_a_node_source(stack):
 @pytest.mark.parametrize("platform_stack", ["dev", "prod"])
 def test_example_platform_outputs_are_the_platform_programs_exports(platform_stack):
     """Regenerate with `.venv/bin/python scripts/platform_examples.py` when the platform changes."""
-    from infra.synth import stack_config, synth
+    from infra.tools.synth import stack_config, synth
 
     _, _, exports = synth(platform_stack, stack_config(platform_stack))
     assert json.loads(example_outputs_path(platform_stack).read_text()) == json.loads(json.dumps(exports))

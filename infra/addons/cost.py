@@ -22,8 +22,8 @@ What the chart needs to work on our Prometheus (read from its templates at 2.8.7
 GPU cost allocation: the cost model counts a node's GPUs from its `nvidia.com/gpu` capacity (the NVIDIA
 device plugin) and prices them per instance type; per-container GPU utilisation comes from DCGM
 (DCGM_FI_DEV_GPU_UTIL with the workload's namespace/pod/container labels, which survive only because the
-DCGM ServiceMonitor honours the exporter's labels: infra/gpu.py). AMD GPUs (`amd.com/gpu`) are not priced
-by Kubecost 2.8; their nodes are costed as ordinary instances.
+DCGM ServiceMonitor honours the exporter's labels: infra/addons/gpu.py). AMD GPUs (`amd.com/gpu`)
+are not priced by Kubecost 2.8; their nodes are costed as ordinary instances.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from infra.addons.monitoring.kube_prometheus import PROMETHEUS_URL
 from infra.charts import release
-from infra.observability import PROMETHEUS_URL
 
 NAMESPACE = "kubecost"
 RELEASE = "kubecost"

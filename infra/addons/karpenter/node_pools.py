@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from infra.accelerators import CATALOG
-from infra.addons_config import KarpenterCpuPool
-from infra.config import GpuPoolConfig
+from infra.config.addons import KarpenterCpuPool
+from infra.config.platform import GpuPoolConfig
 
 NODE_CLASS_API = "karpenter.k8s.aws/v1"
 NODE_POOL_API = "karpenter.sh/v1"

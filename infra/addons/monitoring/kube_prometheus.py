@@ -11,9 +11,10 @@ On EKS the control plane is AWS's: kube-controller-manager, kube-scheduler and e
 target, so their ServiceMonitors and rules are off (else KubeControllerManagerDown/KubeSchedulerDown fire
 for the cluster's whole life). kube-proxy is off too: the EKS kube-proxy add-on binds its metrics to
 127.0.0.1:10249 and reverts edits of its config (aws/containers-roadmap#657), so the target is always
-down. Alertmanager sends the platform's own alerts (label `platform: mlops-eks`, infra/alerts.py) and
-every critical one to the receiver configured in `addons.observability.alertReceiver`, whose URL or key
-is read from a mounted Secret (never from the Helm values); with none configured they go to "null".
+down. Alertmanager sends the platform's own alerts (label `platform: mlops-eks`,
+infra/addons/monitoring/alerts.py) and every critical one to the receiver configured in
+`addons.observability.alertReceiver`, whose URL or key is read from a
+mounted Secret (never from the Helm values); with none configured they go to "null".
 
 Prometheus's, Alertmanager's and Grafana's StatefulSets delete their volumes with themselves
 (persistentVolumeClaimRetentionPolicy whenDeleted: Delete), so `pulumi destroy` leaves no EBS volume;
@@ -31,11 +32,11 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
-from infra import training_metrics
-from infra.addons_config import ObservabilityConfig
-from infra.alerts import alertmanager_config, prometheus_rules
+from infra.addons.monitoring import training_metrics
+from infra.addons.monitoring.alerts import alertmanager_config, prometheus_rules
+from infra.addons.monitoring.dashboards import DASHBOARDS
 from infra.charts import release
-from infra.dashboards import DASHBOARDS
+from infra.config.addons import ObservabilityConfig
 
 NAMESPACE = "monitoring"
 RELEASE = "kube-prometheus-stack"
@@ -165,7 +166,7 @@ class Observability(pulumi.ComponentResource):
             password = pulumi.Output.secret(args.grafana_admin_password)
         self.grafana_admin_password = pulumi.Output.secret(password)
 
-        # The namespace (Pod Security labels, NetworkPolicies) is infra/namespaces.py's, in depends_on.
+        # The namespace (Pod Security labels, NetworkPolicies) is infra/addons/namespaces.py's, in depends_on.
         in_namespace = k8s_opts
         secret = k8s.core.v1.Secret(
             f"{name}-grafana-admin",

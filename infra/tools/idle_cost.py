@@ -14,7 +14,7 @@ from infra.accelerators import (
     PRICES_READ,
     SYSTEM_INSTANCE_USD_PER_HOUR,
 )
-from infra.config import PlatformConfig
+from infra.config.platform import PlatformConfig
 
 
 def idle_cost_lines(config: PlatformConfig) -> list[tuple[str, float]]:

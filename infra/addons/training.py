@@ -18,10 +18,10 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from infra.accelerators import CATALOG
-from infra.addons_config import TeamQueue, TrainingConfig
+from infra.addons.manifests import custom_resource
 from infra.charts import TRAINER_TORCH_RUNTIME_IMAGE, TRAINING_OPERATOR_V1_KUSTOMIZE, release
-from infra.manifests import custom_resource
-from infra.pools import EFA_RESOURCE, QueueQuota, quantity
+from infra.config.addons import TeamQueue, TrainingConfig
+from infra.contract import EFA_RESOURCE, QueueQuota, quantity
 
 TRAINER_NAMESPACE = "kubeflow-system"
 TORCH_RUNTIME = "torch-distributed"

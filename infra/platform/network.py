@@ -18,8 +18,8 @@ from typing import Any, Literal
 import pulumi
 import pulumi_aws as aws
 
-from infra.cluster import ComponentArgs
-from infra.keys import flow_log_group_name
+from infra.platform.cluster import ComponentArgs
+from infra.platform.keys import flow_log_group_name
 
 
 class NetworkArgs(ComponentArgs):
@@ -27,10 +27,10 @@ class NetworkArgs(ComponentArgs):
     region: str
     partition: str = "aws"
     account_id: pulumi.Output[str] | str
-    # Bucket names start with this (infra/storage.py `bucket_prefix`).
+    # Bucket names start with this (infra/platform/storage.py `bucket_prefix`).
     platform_bucket_prefix: str
     extra_endpoint_buckets: list[str] = []
-    # The stack's KMS key (infra/keys.py) and the retention of the flow-log group.
+    # The stack's KMS key (infra/platform/keys.py) and the retention of the flow-log group.
     log_key_arn: pulumi.Output[str] | str
     log_retention_days: int
     # Empty: the first len(private_subnet_cidrs) available AZs of the region.

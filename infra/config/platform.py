@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, m
 from pydantic.alias_generators import to_camel
 
 from infra.accelerators import CATALOG, SYSTEM_INSTANCE_USD_PER_HOUR, Accelerator, NodeImage
-from infra.addons_config import AddonsConfig, AddonsInvalid, config_alias, refuse_lax_bools
-from infra.cluster_rules import (
+from infra.config.addons import AddonsConfig, AddonsInvalid, config_alias, refuse_lax_bools
+from infra.config.cluster_rules import (
     DEFAULT_KUBERNETES_VERSION,
     EKS_STANDARD_SUPPORT_END,
     PRIVATE_ONLY_REASON,
@@ -31,10 +31,10 @@ from infra.cluster_rules import (
     public_cidr_problem,
     public_cidrs_problem,
 )
-from infra.environment import DEFAULT_ENVIRONMENT, Environment
-from infra.placeholders import placeholder_problems
-from infra.pools import EKS_CAPACITY_TYPE, CapacityType, EksCapacityType, Source
-from infra.stack_files import PROJECT, PROVIDER_NAMESPACES
+from infra.config.environment import DEFAULT_ENVIRONMENT, Environment
+from infra.config.placeholders import placeholder_problems
+from infra.config.stack_files import PROJECT, PROVIDER_NAMESPACES
+from infra.contract import EKS_CAPACITY_TYPE, CapacityType, EksCapacityType, Source
 
 REGION_KEY = "aws:region"
 # Keys of workload stacks (same project, other program): declared in Pulumi.yaml, never read here.
@@ -292,7 +292,7 @@ class PlatformConfig(_Model):
 
     region: str = Field(alias="aws:region")  # the AWS provider's own key
     # "prod" applies the strict rules (narrow deployer CIDRs, on-demand system nodes). Unset means prod
-    # here, in the policy pack and in the CLIs alike (infra/environment.py).
+    # here, in the policy pack and in the CLIs alike (infra/config/environment.py).
     environment: Environment = DEFAULT_ENVIRONMENT
     availability_zone_count: int = 3
     # Empty: the region's first availabilityZoneCount available AZs. Name them where GPU capacity is
@@ -322,7 +322,7 @@ class PlatformConfig(_Model):
     # Buckets (names) besides the platform's that pods may reach through the VPC's S3 endpoint.
     s3_endpoint_extra_buckets: list[str] = Field(default_factory=list)
     tags: dict[str, str] = Field(default_factory=dict)
-    # Cluster add-ons (infra/addons_config.py); every one can be turned off.
+    # Cluster add-ons (infra/config/addons.py); every one can be turned off.
     addons: AddonsConfig = Field(default_factory=AddonsConfig)
     # Secret config (`pulumi config set --secret grafanaAdminPassword ...`); unset: one is generated.
     grafana_admin_password: SecretStr | None = None

@@ -21,13 +21,9 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from infra import karpenter_iam as iam
-from infra import pod_identity
 from infra.accelerators import CATALOG
-from infra.addons_config import KarpenterConfig
-from infra.charts import release
-from infra.config import GpuPoolConfig
-from infra.karpenter_pools import (
+from infra.addons.karpenter import iam
+from infra.addons.karpenter.node_pools import (
     CPU_NODE_CLASS,
     NODE_CLASS_API,
     NVIDIA_NODE_CLASS,
@@ -37,7 +33,11 @@ from infra.karpenter_pools import (
     gpu_node_class_name,
     gpu_node_pool,
 )
-from infra.manifests import custom_resource
+from infra.addons.manifests import custom_resource
+from infra.charts import release
+from infra.config.addons import KarpenterConfig
+from infra.config.platform import GpuPoolConfig
+from infra.platform import pod_identity
 
 NAMESPACE = "kube-system"
 SERVICE_ACCOUNT = "karpenter"

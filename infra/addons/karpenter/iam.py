@@ -263,7 +263,7 @@ def node_trust_policy() -> dict[str, Any]:
     }
 
 
-# No AmazonEKS_CNI_Policy: the VPC CNI has its own Pod Identity role (infra/cluster.py).
+# No AmazonEKS_CNI_Policy: the VPC CNI has its own Pod Identity role (infra/platform/cluster.py).
 NODE_MANAGED_POLICIES = (
     "AmazonEKSWorkerNodePolicy",
     "AmazonEC2ContainerRegistryPullOnly",

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.addons_config import AddonsConfig
-from infra.gpu import NAMESPACE as GPU_NAMESPACE
-from infra.network_policies import KUBECOST_NAMESPACE, MONITORING_NAMESPACE, platform_policies
-from infra.training import KUEUE_NAMESPACE, TRAINER_NAMESPACE
+from infra.addons.gpu import NAMESPACE as GPU_NAMESPACE
+from infra.addons.network_policies import KUBECOST_NAMESPACE, MONITORING_NAMESPACE, platform_policies
+from infra.addons.training import KUEUE_NAMESPACE, TRAINER_NAMESPACE
+from infra.config.addons import AddonsConfig
 
-VOLCANO_NAMESPACE = "volcano-system"  # the volcano release's (infra/training.py)
+VOLCANO_NAMESPACE = "volcano-system"  # the volcano release's (infra/addons/training.py)
 # Training Operator v1's standalone overlay creates it (manifests/overlays/standalone/namespace.yaml).
 TRAINING_OPERATOR_V1_NAMESPACE = "kubeflow"
 
@@ -85,7 +85,7 @@ def platform_namespaces(config: AddonsConfig) -> list[str]:
 class PlatformNamespacesArgs:
     names: Sequence[str]
     kubernetes_version: str
-    # The API server calls webhooks from its ENIs in the VPC (infra/network_policies.py).
+    # The API server calls webhooks from its ENIs in the VPC (infra/addons/network_policies.py).
     vpc_cidr: str
     k8s_provider: k8s.Provider
     depends_on: Sequence[pulumi.Resource] = ()

@@ -18,9 +18,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.accelerators import CATALOG, Vendor
-from infra.addons_config import GpuSoftwareConfig
 from infra.charts import release
-from infra.pools import EFA_RESOURCE, INSTANCE_TYPE_LABEL, DevicePlugin, Toleration
+from infra.config.addons import GpuSoftwareConfig
+from infra.contract import EFA_RESOURCE, INSTANCE_TYPE_LABEL, DevicePlugin, Toleration
 
 NAMESPACE = "gpu-system"
 # Workload pod labels DCGM copies onto GPU metrics (set by the workload renderer on every training pod):

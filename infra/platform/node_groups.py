@@ -18,7 +18,7 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 
 from infra.accelerators import Accelerator, NodeImage
-from infra.cluster import SERVICE_CIDR, ComponentArgs
+from infra.platform.cluster import SERVICE_CIDR, ComponentArgs
 
 # The EKS NodeGroup API spells taint effects differently from Kubernetes.
 _EFFECT = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE", "PreferNoSchedule": "PREFER_NO_SCHEDULE"}

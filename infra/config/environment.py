@@ -4,8 +4,8 @@ A stack's environment is its config key `mlops-eks:environment`, nothing else: n
 (a stack named `production` or `staging` is not told apart from `dev` by its name) and not a stack
 tag (the program never sees tags, so a tag could make the pack and the program disagree). A stack
 without the key is prod, so forgetting it applies the strict rules instead of skipping them. Only the
-exact value `dev` selects dev; `infra.config` refuses any other value, and the policy pack, which must
-decide whatever it is given, treats it as prod. Pure (no Pulumi import).
+exact value `dev` selects dev; `infra.config.platform` refuses any other value, and the policy pack, which
+must decide whatever it is given, treats it as prod. Pure (no Pulumi import).
 """
 
 from __future__ import annotations

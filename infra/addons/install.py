@@ -13,22 +13,27 @@ from typing import TYPE_CHECKING, Any
 
 import pulumi
 
-from infra.addons_config import AddonsConfig
-from infra.cost import NAMESPACE as KUBECOST_NAMESPACE
-from infra.cost import Kubecost, KubecostArgs
-from infra.gpu import NAMESPACE as GPU_NAMESPACE
-from infra.gpu import GpuSoftware, GpuSoftwareArgs, device_plugins
-from infra.karpenter import NAMESPACE as KARPENTER_NAMESPACE
-from infra.karpenter import Karpenter, KarpenterArgs
-from infra.namespaces import (
+from infra.addons.cost import NAMESPACE as KUBECOST_NAMESPACE
+from infra.addons.cost import Kubecost, KubecostArgs
+from infra.addons.gpu import NAMESPACE as GPU_NAMESPACE
+from infra.addons.gpu import GpuSoftware, GpuSoftwareArgs, device_plugins
+from infra.addons.karpenter.controller import NAMESPACE as KARPENTER_NAMESPACE
+from infra.addons.karpenter.controller import Karpenter, KarpenterArgs
+from infra.addons.monitoring.kube_prometheus import NAMESPACE as MONITORING_NAMESPACE
+from infra.addons.monitoring.kube_prometheus import (
+    MetricsServer,
+    MetricsServerArgs,
+    Observability,
+    ObservabilityArgs,
+)
+from infra.addons.namespaces import (
     TRAINING_OPERATOR_V1_NAMESPACE,
     PlatformNamespaces,
     PlatformNamespacesArgs,
     platform_namespaces,
 )
-from infra.observability import NAMESPACE as MONITORING_NAMESPACE
-from infra.observability import MetricsServer, MetricsServerArgs, Observability, ObservabilityArgs
-from infra.training import Training, TrainingArgs, queue_quotas
+from infra.addons.training import Training, TrainingArgs, queue_quotas
+from infra.config.addons import AddonsConfig
 
 if TYPE_CHECKING:
     from infra.program import Platform
@@ -158,7 +163,7 @@ def install_addons(
         "training_runtimes": training.runtimes,
         "gang_scheduler": config.training.gang_scheduler,
         "kueue_queues": training.queues,
-        # The scheduling contract (infra.pools): what serves each extended resource, and queue quotas.
+        # The scheduling contract (infra.contract): what serves each extended resource, and queue quotas.
         "device_plugins": [p.model_dump(mode="json") for p in device_plugins(config.gpu)],
         "queue_quotas": [q.model_dump(mode="json") for q in queue_quotas(config.training)],
     }

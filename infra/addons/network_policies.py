@@ -1,7 +1,7 @@
 """NetworkPolicies of the platform's namespaces and of every job namespace. Pure data: no Pulumi import,
 so workload stacks render their job's policies from the same builders.
 
-The VPC CNI enforces them (its network-policy agent, switched on in infra/cluster.py). Kubernetes
+The VPC CNI enforces them (its network-policy agent, switched on in infra/platform/cluster.py). Kubernetes
 semantics: a pod is isolated for ingress (egress) once any policy with that policyType selects it, and
 then only what some selecting policy allows gets through, in both directions: the sender's egress and
 the receiver's ingress must both allow a connection. Traffic between a pod and its own node (kubelet
@@ -36,7 +36,7 @@ KUBECOST_NAMESPACE = "kubecost"
 # Service `kube-prometheus-stack-prometheus` selects them by it).
 PROMETHEUS_POD = {"app.kubernetes.io/name": "prometheus"}
 PROMETHEUS_PORT = 9090
-# Kubecost's cost-analyzer queries the platform Prometheus (infra/cost.py).
+# Kubecost's cost-analyzer queries the platform Prometheus (infra/addons/cost.py).
 KUBECOST_POD = {"app.kubernetes.io/name": "cost-analyzer"}
 # CoreDNS (the EKS add-on) pods; the kube-dns Service targets port 53 on them.
 DNS_POD = {"k8s-app": "kube-dns"}

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from infra.accelerators import CATALOG
-from infra.pools import CapacityType
+from infra.contract import CapacityType
 
 # Prometheus retention: a number and a unit.
 _RETENTION = re.compile(r"^[0-9]+(h|d|w|y)$")

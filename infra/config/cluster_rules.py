@@ -1,5 +1,5 @@
 """What the platform allows for the EKS control plane: Kubernetes versions, API endpoint exposure and
-cluster admins. Pure data and functions (no Pulumi), shared by `infra.config` (which refuses a stack
+cluster admins. Pure data and functions (no Pulumi), shared by `infra.config.platform` (which refuses a stack
 before any resource exists) and the `policy` pack (which checks the same rules on what was planned).
 """
 

@@ -23,7 +23,7 @@ def cluster_arn(*, partition: str, region: str, account_id: str, cluster_name: s
 
 def role_path(cluster_name: str) -> str:
     """The IAM path of every role that pods of the cluster assume: the data bucket's policy admits
-    principals under it (infra/storage.py), so only who may create roles there reaches the data."""
+    principals under it (infra/platform/storage.py), so only who may create roles there reaches the data."""
     return f"/mlops-eks/{cluster_name}/"
 
 

@@ -1,8 +1,8 @@
 """Storage for training: one S3 bucket for data sets and checkpoints, ECR repositories for the images.
 
-The bucket is private, versioned, encrypted with the stack's KMS key (infra/keys.py) and reachable
+The bucket is private, versioned, encrypted with the stack's KMS key (infra/platform/keys.py) and reachable
 only over TLS; its objects (and their listing) only by the cluster's pod roles (IAM path
-`/mlops-eks/<cluster>/`, infra/pod_identity.py), the cluster admins and the deploying identity. The
+`/mlops-eks/<cluster>/`, infra/platform/pod_identity.py), the cluster admins and the deploying identity. The
 bucket's own configuration stays governed by IAM, so a new deployer is never locked out of it. Old
 checkpoint versions expire. Repositories scan on push, refuse tag overwrites (a tag names one
 image forever) and keep the last N images.
@@ -15,8 +15,8 @@ import json
 import pulumi
 import pulumi_aws as aws
 
-from infra.cluster import ComponentArgs
-from infra.pod_identity import role_path
+from infra.platform.cluster import ComponentArgs
+from infra.platform.pod_identity import role_path
 
 IMAGE_FLAVOURS = ("cuda", "rocm", "cpu")
 # Every job writes under jobs/<name>/ (workloads/pod.py): checkpoints there are rewritten every few
@@ -25,7 +25,8 @@ JOBS_PREFIX = "jobs/"
 
 
 def bucket_prefix(stack: str) -> str:
-    """The data bucket's name starts with this (the S3 endpoint's policy admits it, infra/network.py)."""
+    """The data bucket's name starts with this (the S3 endpoint's policy admits it:
+    infra/platform/network.py)."""
     return f"mlops-eks-{stack}-"
 
 
@@ -34,7 +35,7 @@ class StorageArgs(ComponentArgs):
     cluster_name: str
     partition: str = "aws"
     account_id: pulumi.Output[str] | str
-    # The stack's KMS key (infra/keys.py).
+    # The stack's KMS key (infra/platform/keys.py).
     kms_key_arn: pulumi.Output[str] | str
     # Principals besides the cluster's pod roles that may use the bucket: the admins and the deployer
     # (IAM ARNs; an assumed-role session counts as its role, see `principal_patterns`).

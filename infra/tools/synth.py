@@ -19,11 +19,11 @@ from google.protobuf import json_format
 from pulumi.runtime import mocks as runtime_mocks
 from pulumi.runtime import rpc
 
-from infra import stack_files
-from infra.config import PROJECT, ConfigError, PlatformConfig
+from infra.config import stack_files
+from infra.config.platform import PROJECT, ConfigError, PlatformConfig
 
 ACCOUNT_ID = "123456789012"
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _kubeconfig(cluster_name: str) -> dict:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from infra.gpu import JOB_LABEL
+from infra.addons.gpu import JOB_LABEL
 
 _DATASOURCE = {"type": "prometheus", "uid": "prometheus"}
 
@@ -110,7 +110,8 @@ def training_dashboard() -> dict[str, Any]:
     util, memory = per_job("avg", "DCGM_FI_DEV_GPU_UTIL"), per_job("sum", "DCGM_FI_DEV_FB_USED")
     # Tensor-core activity: the closest thing to throughput the GPU itself reports.
     tensor = per_job("avg", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")
-    # The trainer's own gauges (trainer/metrics.py, scraped by infra/training_metrics.py's PodMonitor).
+    # The trainer's own gauges (trainer/metrics.py), scraped by the PodMonitor of
+    # infra/addons/monitoring/training_metrics.py.
     # Every pod of a job reports the job-wide value, so pods are collapsed with max, not summed.
     loss, lr = per_job("max", "trainer_loss"), per_job("max", "trainer_learning_rate")
     samples = per_job("max", "trainer_samples_per_second")

@@ -20,7 +20,8 @@ separate `aws.eks.PodIdentityAssociation`. The cluster is IPv4 (AmazonEKS_CNI_Po
 prefix delegation included; IPv6 would need its own policy).
 
 Node access under `authenticationMode: API`: EKS itself creates the EC2_LINUX access entry of a managed
-node group's role when it creates the group; Karpenter's node role gets its own (infra/karpenter.py).
+node group's role when it creates the group; Karpenter's node role gets its own
+(infra/addons/karpenter/controller.py).
 pulumi-eks refuses `instanceRoles` in this mode (nodejs/eks/cluster/authenticationMode.ts,
 `validateAuthenticationMode`); of the roles it takes, only the singular `instanceRole` of its default
 node group gets an EC2_LINUX access entry (nodejs/eks/cluster/cluster.ts, `createCore`).
@@ -39,8 +40,8 @@ import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict
 
-from infra import keys, pod_identity
-from infra.cluster_rules import DEPLOY_FROM_VPC_TAG
+from infra.config.cluster_rules import DEPLOY_FROM_VPC_TAG
+from infra.platform import keys, pod_identity
 
 LOG_TYPES = ["api", "audit", "authenticator", "controllerManager", "scheduler"]
 # EKS's own default service CIDR, set explicitly because custom-AMI nodes are told it at bootstrap.
@@ -91,7 +92,8 @@ class ClusterArgs(ComponentArgs):
     admin_principal_arns: list[str]
     region: str
     account_id: pulumi.Output[str] | str
-    # The stack's KMS key (infra/keys.py) for the control-plane log group, and how long logs are kept.
+    # The stack's KMS key (infra/platform/keys.py) for the control-plane log group, and how long logs
+    # are kept.
     log_key_arn: pulumi.Output[str] | str
     log_retention_days: int
     tags: dict[str, str]
@@ -176,7 +178,7 @@ class Cluster(pulumi.ComponentResource):
             bootstrap_self_managed_addons=False,
             coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),
             # The CNI's network-policy agent enforces the platform's and jobs' NetworkPolicies
-            # (infra/network_policies.py); pulumi-eks writes it as the add-on's configuration value
+            # (infra/addons/network_policies.py); pulumi-eks writes it as the add-on's configuration value
             # {"enableNetworkPolicy": "true"} (nodejs/eks/addons/cni-addon.ts, mergeConfigurationValues).
             # Needs vpc-cni 1.14+ and kernel 5.10+: the AL2023 (and accelerated) EKS AMIs run 6.1.
             vpc_cni_options=eks.VpcCniOptionsArgs(enable_network_policy=True),

@@ -70,7 +70,7 @@ def key_policy(*, partition: str, region: str, account_id: str, cluster_name: st
 
 
 class StackKeyArgs(BaseModel):
-    # infra.cluster imports this module, so its ComponentArgs base cannot be imported here.
+    # infra.platform.cluster imports this module, so its ComponentArgs base cannot be imported here.
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
     cluster_name: str

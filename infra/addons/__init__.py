@@ -1,0 +1,1 @@
+"""The cluster add-ons, one module or folder each, installed in order by `install.install_addons`."""

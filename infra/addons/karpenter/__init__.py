@@ -1,0 +1,1 @@
+"""Karpenter: controller and its IAM, GPU NodePools and EC2NodeClasses."""

@@ -1,0 +1,1 @@
+"""Monitoring: kube-prometheus-stack, alerts, Grafana dashboards, training-job metrics."""

@@ -1,0 +1,1 @@
+"""The platform stack's configuration: one model per config object, one reader."""

@@ -3,7 +3,9 @@ that platform (a workload stack); every other stack is a platform stack."""
 
 import pulumi
 
-if pulumi.Config().get("platformStack"):
+from infra.contract import PLATFORM_STACK_KEY
+
+if pulumi.Config().get(PLATFORM_STACK_KEY):
     from workloads.program import program
 else:
     from infra.program import program

@@ -65,7 +65,6 @@ class NodeImage(StrEnum):
     """EKS managed node group AMI types (botocore's eks AMITypes) plus CUSTOM for a user AMI."""
 
     AL2023_NVIDIA = "AL2023_x86_64_NVIDIA"
-    BOTTLEROCKET_NVIDIA = "BOTTLEROCKET_x86_64_NVIDIA"
     CUSTOM = "CUSTOM"
 
 

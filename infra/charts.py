@@ -80,7 +80,6 @@ TRAINER_TORCH_RUNTIME_IMAGE = "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"
 # (formerly kubeflow/training-operator); the overlay's image is pinned by tag inside it (v1-3f15cb8).
 # kustomize/v2 hands the string to kustomize itself, whose remote URLs are `<repo>//<path>?ref=<ref>`
 # (api/internal/git/repospec.go); a GitHub `/tree/<ref>/` browser URL would clone the default branch.
-TRAINING_OPERATOR_V1_TAG = "v1.9.2"
 TRAINING_OPERATOR_V1_COMMIT = "bde9c20903ad9b54af1f3883e4fa764a3c0db797"
 TRAINING_OPERATOR_V1_KUSTOMIZE = (
     f"https://github.com/kubeflow/trainer//manifests/overlays/standalone?ref={TRAINING_OPERATOR_V1_COMMIT}"
@@ -96,7 +95,8 @@ def release(
     *,
     timeout_s: int = 600,
 ) -> Release:
-    """Install CHARTS[chart_key] as release `name` into `namespace` (which must exist)."""
+    """Install CHARTS[chart_key] as release `name` into `namespace` (which must exist). The Pulumi resource
+    is named as the release, without the component-name prefix other children carry."""
     chart = CHARTS[chart_key]
     return Release(
         name,

@@ -6,6 +6,11 @@ StackReference or an example file to place jobs and simulate scheduling; `policy
 spellings. A pool's `max_nodes` is what really can run: a Karpenter pool holds at most
 floor(gpu_limit / gpus_per_node) nodes, a managed node group exactly its fixed size (nothing scales
 managed groups: Karpenter ignores them and no cluster-autoscaler is installed).
+
+It also holds the conventions both sides rely on without exchanging them: the labels pods and nodes are
+scheduled and monitored by, where a job's files live in the platform bucket, the user the images run as,
+and the config key that makes a stack a workload stack. `trainer` runs alone in the job's image and never
+imports this module.
 """
 
 from __future__ import annotations
@@ -13,15 +18,28 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from infra.accelerators import ACCELERATOR_LABEL as ACCELERATOR_LABEL  # the catalog's nodes carry it
 from infra.accelerators import CATALOG
+
+# Every training pod carries it (the job's name): the PodMonitor, DCGM's metrics, the Grafana dashboards
+# and `kubectl logs -l` select a job's pods by it. Pods also carry ACCELERATOR_LABEL.
+JOB_LABEL = "mlops-eks.io/job"
+# On the system node group's nodes.
+NODE_ROLE_LABEL = "mlops-eks.io/node-role"
+# A job reads and writes only under jobs/<name>/ of the platform bucket (its IAM role's scope); the
+# bucket expires old object versions under JOBS_PREFIX only.
+JOBS_PREFIX = "jobs/"
+# The images' non-root user and group (docker/*/Dockerfile): pods run as it, volumes are writable by it.
+RUN_AS_UID = 1000
+# The stack config key (in the project's namespace) that names a workload stack's platform stack.
+PLATFORM_STACK_KEY = "platformStack"
 
 # Karpenter's spelling (karpenter.sh/capacity-type); EKS managed node groups spell it SPOT/ON_DEMAND.
 CapacityType = Literal["spot", "on-demand"]
-CAPACITY_TYPES: tuple[CapacityType, ...] = ("spot", "on-demand")
 EksCapacityType = Literal["SPOT", "ON_DEMAND"]
 EKS_CAPACITY_TYPE: Mapping[str, EksCapacityType] = {"spot": "SPOT", "on-demand": "ON_DEMAND"}
 Source = Literal["karpenter", "managed"]
@@ -29,6 +47,34 @@ Effect = Literal["NoSchedule", "NoExecute", "PreferNoSchedule"]
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
+
+
+def job_prefix(job: str) -> str:
+    """The job's own prefix in the platform bucket ("jobs/<job>", no trailing slash)."""
+    return f"{JOBS_PREFIX}{job}"
+
+
+class _Taint(Protocol):
+    """A taint: the catalog's (`infra.accelerators.Taint`) or an exported pool's (`PoolTaint`)."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def value(self) -> str: ...
+    @property
+    def effect(self) -> str: ...
+
+
+def taint_spec(taint: _Taint) -> dict[str, str]:
+    """`taint` as Kubernetes spells it (a node's or a Karpenter NodePool's `taints`)."""
+    return {"key": taint.key, "value": taint.value, "effect": taint.effect}
+
+
+def toleration_spec(taint: _Taint, *, any_value: bool = False) -> dict[str, str]:
+    """The toleration of `taint` as Kubernetes spells it: of its value, or of any value (`Exists`)."""
+    if any_value:
+        return {"key": taint.key, "operator": "Exists", "effect": taint.effect}
+    return {"key": taint.key, "operator": "Equal", "value": taint.value, "effect": taint.effect}
 
 
 class _Frozen(BaseModel):

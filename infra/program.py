@@ -2,7 +2,7 @@
 
 `program()` is what `pulumi up` runs (through the root `__main__.py`). `build()` returns a `Platform`
 holding every component, so later stages (Helm add-ons, Karpenter) plug in with the handles they need
-(`platform.k8s_provider`, `platform.node_role`, `platform.node_groups`, ...) instead of re-deriving them.
+(`platform.k8s_provider`, `platform.cluster`, `platform.node_groups`, ...) instead of re-deriving them.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from infra.platform.network import Network, NetworkArgs
 from infra.platform.node_groups import (
     SYSTEM_AMI_TYPE,
     SYSTEM_LABELS,
-    NodePool,
-    NodePoolArgs,
+    ManagedNodeGroup,
+    ManagedNodeGroupArgs,
     gpu_pool_scheduling,
 )
 from infra.platform.pod_identity import partition_of
@@ -42,8 +42,8 @@ class Platform:
     account_id: pulumi.Output[str]
     network: Network
     cluster: Cluster
-    system_pool: NodePool
-    gpu_pools: dict[str, NodePool]
+    system_pool: ManagedNodeGroup
+    gpu_pools: dict[str, ManagedNodeGroup]
     managed_addons: ManagedAddons
     storage: Storage
     # Tags on every AWS resource of the stack (and on the EC2 instances Karpenter launches).
@@ -61,10 +61,6 @@ class Platform:
     @property
     def eks_cluster(self) -> eks.Cluster:
         return self.cluster.eks
-
-    @property
-    def node_role(self) -> aws.iam.Role:
-        return self.cluster.node_role
 
     @property
     def node_groups(self) -> list[eks.ManagedNodeGroup]:
@@ -131,9 +127,9 @@ def build(config: PlatformConfig, stack: str) -> Platform:
         ),
     )
     system = config.system_nodes
-    system_pool = NodePool(
+    system_pool = ManagedNodeGroup(
         "system",
-        NodePoolArgs(
+        ManagedNodeGroupArgs(
             cluster=cluster.eks,
             node_role=cluster.node_role,
             subnet_ids=network.private_subnet_ids,
@@ -145,9 +141,9 @@ def build(config: PlatformConfig, stack: str) -> Platform:
             desired_size=system.desired,
             capacity_type=system.eks_capacity_type,
             disk_size_gib=system.disk_size_gib,
-            after=cluster.node_prerequisites,
             tags=tags,
         ),
+        opts=pulumi.ResourceOptions(depends_on=cluster.node_prerequisites),
     )
     gpu_pools = {
         pool.name: _gpu_pool(pool, cluster, network, tags)
@@ -162,10 +158,10 @@ def build(config: PlatformConfig, stack: str) -> Platform:
             pod_identity_agent=cluster.node_prerequisites[:1],
             partition=partition,
             k8s_provider=cluster.k8s_provider,
-            node_groups=[system_pool.node_group],
             tags=tags,
         ),
-        opts=pulumi.ResourceOptions(depends_on=[cluster.eks]),
+        # The add-ons' pods need schedulable nodes before EKS reports them ACTIVE.
+        opts=pulumi.ResourceOptions(depends_on=[system_pool.node_group]),
     )
     storage = Storage(
         "storage",
@@ -199,7 +195,9 @@ def build(config: PlatformConfig, stack: str) -> Platform:
     )
 
 
-def _gpu_pool(pool: GpuPoolConfig, cluster: Cluster, network: Network, tags: dict[str, str]) -> NodePool:
+def _gpu_pool(
+    pool: GpuPoolConfig, cluster: Cluster, network: Network, tags: dict[str, str]
+) -> ManagedNodeGroup:
     """A fixed-size managed node group (`source: managed`): min = max = desired = size."""
     acc = pool.catalog_entry
     labels, taints = gpu_pool_scheduling(acc)
@@ -211,9 +209,9 @@ def _gpu_pool(pool: GpuPoolConfig, cluster: Cluster, network: Network, tags: dic
         else network.private_subnet_ids
     )
     size = pool.max_nodes
-    return NodePool(
+    return ManagedNodeGroup(
         f"gpu-{pool.name}",
-        NodePoolArgs(
+        ManagedNodeGroupArgs(
             cluster=cluster.eks,
             node_role=cluster.node_role,
             subnet_ids=subnets,
@@ -226,12 +224,12 @@ def _gpu_pool(pool: GpuPoolConfig, cluster: Cluster, network: Network, tags: dic
             max_size=size,
             desired_size=size,
             capacity_type=pool.eks_capacity_type,
-            disk_size_gib=pool.disk_size_gib or 200,
+            disk_size_gib=pool.managed_disk_size_gib,
             efa_interfaces=efa_interfaces,
             cluster_info=cluster.info,
-            after=cluster.node_prerequisites,
             tags={**tags, "mlops-eks:gpu-pool": pool.name},
         ),
+        opts=pulumi.ResourceOptions(depends_on=cluster.node_prerequisites),
     )
 
 

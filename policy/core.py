@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
+from infra.config import stack_files
 from infra.config.environment import is_prod
 
 Level = Literal["mandatory", "advisory"]
@@ -92,8 +91,8 @@ def in_scope(scope: Scope, prod: bool) -> bool:
 
 def stack_config(stack: str) -> dict[str, Any]:
     """The `config:` mapping of the committed Pulumi.<stack>.yaml (what offline runs judge a stack by)."""
-    path = REPO / f"Pulumi.{stack}.yaml"
-    return (yaml.safe_load(path.read_text()) or {}).get("config") or {} if path.exists() else {}
+    path = stack_files.stack_file(REPO, stack)
+    return stack_files.read_config(path) if path.exists() else {}
 
 
 def stack_is_prod(stack: str) -> bool:

@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from infra.config import stack_files
 from policy import chart_exceptions, helm_render
 from policy.core import evaluate, from_synth, stack_is_prod
 from policy.k8s import from_manifests, pod_specs
@@ -48,12 +49,7 @@ def _run(args: list[str]) -> subprocess.CompletedProcess:
 
 def workload_stacks() -> list[str]:
     """Every stack file that sets mlops-eks:platformStack (a workload stack)."""
-    stacks = []
-    for path in sorted(REPO.glob("Pulumi.*.yaml")):
-        config = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
-        if "mlops-eks:platformStack" in config:
-            stacks.append(path.name[len("Pulumi.") : -len(".yaml")])
-    return stacks
+    return stack_files.workload_stacks(REPO)
 
 
 def synth_resources(stack: str) -> list[dict[str, Any]]:

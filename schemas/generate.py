@@ -17,17 +17,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from infra.config.platform import PROJECT, REGION_KEY, WORKLOAD_KEYS, PlatformConfig
+from infra.config import stack_files
+from infra.config.platform import PlatformConfig
+from infra.config.stack_files import JOB_KEY, PROJECT, PROVIDER_NAMESPACES, REGION_KEY, WORKLOAD_STACK_KEY
 from workloads.spec import TrainingJobSpec
-from workloads.stacks import PLATFORM_KEY
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 # Keys of the providers and of Pulumi itself, in a stack file beside the project's own.
-OTHER_NAMESPACES = "^(aws|kubernetes|pulumi|random|eks):"
+OTHER_NAMESPACES = f"^({'|'.join(sorted(PROVIDER_NAMESPACES))}):"
 # `pulumi config set --secret` stores {secure: <ciphertext>} in place of the value.
 SECRET = {
     "type": "object",
@@ -40,7 +39,7 @@ SCALAR_STRINGS = {"integer": "^-?[0-9]+$", "number": "^-?[0-9.eE+-]+$", "boolean
 
 
 def descriptions() -> dict[str, str]:
-    config = yaml.safe_load((REPO / "Pulumi.yaml").read_text()).get("config") or {}
+    config = stack_files.read_config(REPO / "Pulumi.yaml")  # the project file's key declarations
     return {k: " ".join(v["description"].split()) for k, v in config.items() if isinstance(v, dict)}
 
 
@@ -80,8 +79,6 @@ def platform_schema() -> dict[str, Any]:
     values = {}
     for alias, schema in model["properties"].items():
         key = alias if alias == REGION_KEY else f"{PROJECT}:{alias}"
-        if alias.split(":")[-1] in WORKLOAD_KEYS:
-            continue
         schema = {k: v for k, v in schema.items() if k != "title"}
         values[key] = stack_value(schema, docs.get(alias, "the AWS provider's region, e.g. us-east-1"))
     required = [REGION_KEY if a == REGION_KEY else f"{PROJECT}:{a}" for a in model.get("required", [])]
@@ -95,14 +92,14 @@ def workload_schema() -> dict[str, Any]:
     defs = model.pop("$defs", {})
     model.pop("title", None)
     values = {
-        PLATFORM_KEY: stack_value(
+        WORKLOAD_STACK_KEY: stack_value(
             {"type": "string", "pattern": "^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)?$"},
             docs.get("platformStack"),
         ),
-        f"{PROJECT}:job": stack_value(model, docs.get("job")),
+        JOB_KEY: stack_value(model, docs.get("job")),
     }
     title = "mlops-eks workload stack file (Pulumi.<stack>.yaml); generated from workloads/spec.py"
-    return file_schema(title, values, [PLATFORM_KEY, f"{PROJECT}:job"], defs)
+    return file_schema(title, values, [WORKLOAD_STACK_KEY, JOB_KEY], defs)
 
 
 def schemas() -> dict[Path, str]:

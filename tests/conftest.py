@@ -1,18 +1,27 @@
 """Fixtures shared by every test package.
 
-Pulumi mocks are set per test by fixtures in tests/infra and tests/workloads (never at import time),
-so both packages' tests run in one pytest process.
+Pulumi mocks are set per test through `pulumi_mocks` (never at import time), so every package's tests run
+in one pytest process. The platform program is evaluated offline once per stack and session (`dev`,
+`prod`) and its Helm releases rendered once (`rendered`): most platform and policy tests read those.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
+import pulumi
 import pytest
 import yaml
+from recording_mocks import RecordingMocks, engine_config
+
+from infra.config.platform import PlatformConfig
+from infra.tools.synth import RecordingMonitor, Registered, install_mocks, stack_config, synth
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -56,3 +65,103 @@ def values_check(tmp_path):
         return p.returncode, p.stdout + p.stderr
 
     return check
+
+
+
+@pytest.fixture
+def pulumi_mocks():
+    """install(mocks=None, *, stack="dev", config=None, monitor=None, organization=None) -> the mocks:
+    Pulumi mocks (a RecordingMocks unless given) set on a fresh event loop, with `config` as the stack's
+    config. Call it again to start over within a test. Afterwards the config is empty and the event loop
+    fresh, so no test sees another's."""
+
+    def install(
+        mocks: pulumi.runtime.Mocks | None = None,
+        *,
+        stack: str = "dev",
+        config: dict[str, Any] | None = None,
+        monitor: Any = None,
+        organization: str | None = None,
+    ) -> Any:
+        mocks = mocks if mocks is not None else RecordingMocks()
+        pulumi.runtime.set_all_config(engine_config(config or {}))
+        install_mocks(mocks, stack, monitor, organization=organization)
+        return mocks
+
+    yield install
+    pulumi.runtime.set_all_config({}, secret_keys=[])
+    asyncio.set_event_loop(asyncio.new_event_loop())
+
+
+@dataclass
+class Edges:
+    """What the engine learns about one registration's place in the graph."""
+
+    urn: str
+    dependencies: set[str]  # the request's `dependencies`: what the engine creates it after
+    property_dependencies: set[str]  # per input, the URNs its value came from, together
+    provider: str  # the provider reference "urn::id" ("" for none)
+
+
+@dataclass
+class Synth:
+    config: PlatformConfig
+    resources: list[Registered]
+    exports: dict
+    edges: list[Edges]  # one per resource, in the same order
+
+    def of_type(self, type_: str) -> list[Registered]:
+        return [r for r in self.resources if r.type == type_]
+
+    def one(self, type_: str, name: str | None = None) -> Registered:
+        found = [r for r in self.of_type(type_) if name is None or r.name == name]
+        assert len(found) == 1, f"expected one {type_} {name or ''}, found {[r.name for r in found]}"
+        return found[0]
+
+    def dependencies(self) -> dict[tuple[str, str], set[str]]:
+        """(type, name) -> the URNs the registration depends on, as the engine receives them."""
+        return {(r.type, r.name): e.dependencies for r, e in zip(self.resources, self.edges, strict=True)}
+
+    def as_json(self) -> list[dict]:
+        """The resources as `python -m infra synth --json` prints them (a copy each call)."""
+        return json.loads(json.dumps([asdict(r) for r in self.resources]))
+
+
+def synth_with_edges(stack: str) -> Synth:
+    edges: dict[int, Edges] = {}  # by registration index: a registration may finish after a later one
+
+    class GraphMonitor(RecordingMonitor):
+        def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
+            index = len(self.registered)
+            response = super().RegisterResource(request)
+            property_deps = {urn for prop in request.propertyDependencies.values() for urn in prop.urns}
+            provider = request.provider or request.providers.get("kubernetes", "")
+            edges[index] = Edges(response.urn, set(request.dependencies), property_deps, provider)
+            return response
+
+    config, resources, exports = synth(stack, stack_config(stack), GraphMonitor)
+    return Synth(config, resources, exports, [edges[i] for i in range(len(resources))])
+
+
+@pytest.fixture(scope="session")
+def dev() -> Synth:
+    """The real platform program for Pulumi.dev.yaml, evaluated offline (infra.tools.synth), with the
+    dependency graph the engine would receive."""
+    return synth_with_edges("dev")
+
+
+@pytest.fixture(scope="session")
+def prod() -> Synth:
+    return synth_with_edges("prod")
+
+
+@pytest.fixture(scope="session")
+def rendered(dev, prod):
+    """Every Helm release of dev and prod rendered with its real chart and validated, once
+    (policy/helm_render.py)."""
+    from policy.helm_render import render_platform
+
+    return {
+        name: render_platform(synth.resources, synth.config.kubernetes_version)
+        for name, synth in (("dev", dev), ("prod", prod))
+    }

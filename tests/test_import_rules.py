@@ -70,7 +70,7 @@ def _executed_files(module: str) -> list[Path]:
 
 
 def test_workloads_use_only_infra_modules_that_never_import_pulumi():
-    # Even a function-level `import pulumi` (infra/config/platform.py reads Pulumi config) makes a module a
+    # Even a function-level `import pulumi` (as in a reader of Pulumi config) makes a module a
     # Pulumi module: the workload tools must not depend on it.
     used = set().union(*(_infra_modules(p) for p in (REPO / "workloads").glob("*.py") if p.stem != "program"))
     assert {"infra.accelerators", "infra.contract", "infra.config.stack_files"} <= used

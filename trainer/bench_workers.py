@@ -88,15 +88,16 @@ def data_prep(source: str, out: Path) -> None:
     cfg = DataConfig(source=source)
     before = peak_rss_mib()
     started = time.perf_counter()
-    prepared = token_store.prepare(
-        cfg,
-        num_labels=2,
-        model_name="transformer",
-        tokenizer_spec=None,
-        workdir=Path(tempfile.mkdtemp(prefix="bench-")),
-        shared=token_store.node_scratch_dir("bench-data"),
-        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
-    )
+    with tempfile.TemporaryDirectory(prefix="bench-") as workdir:  # only an s3:// source is copied there
+        prepared = token_store.prepare(
+            cfg,
+            num_labels=2,
+            model_name="transformer",
+            tokenizer_spec=None,
+            workdir=Path(workdir),
+            shared=token_store.node_scratch_dir("bench-data"),
+            local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+        )
     touched = sum(len(prepared.train[i][0]) for i in range(0, len(prepared.train), 97))  # read the data
     row = {
         "rank": dist.get_rank(),

@@ -19,7 +19,13 @@ slower than the rendezvous timeout. The codes are listed in trainer/faults.py.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 from torch.distributed import DistError
 from torch.distributed import run as torchrun
@@ -35,8 +41,30 @@ def exit_code(failure_code: int) -> int:
     return 128 - failure_code if failure_code < 0 else failure_code
 
 
+@contextlib.contextmanager
+def _default_log_dir(args: argparse.Namespace) -> Iterator[None]:
+    """torchrun without --log-dir makes a torchelastic_* directory in $TMPDIR and leaves it there, empty
+    unless --redirects or --tee wrote logs into it. The launcher makes it instead and removes it at the end
+    when it holds no file."""
+    if args.log_dir is not None:
+        yield
+        return
+    args.log_dir = tempfile.mkdtemp(prefix="torchelastic_")
+    try:
+        yield
+    finally:
+        root = Path(args.log_dir)
+        if not any(p.is_file() for p in root.rglob("*")):
+            shutil.rmtree(root, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = torchrun.parse_args(argv if argv is not None else sys.argv[1:])
+    with _default_log_dir(args):
+        return _launch(args)
+
+
+def _launch(args: argparse.Namespace) -> int:
     try:
         torchrun.run(args)
     except SignalException as err:

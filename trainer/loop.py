@@ -39,6 +39,8 @@ from trainer.metrics import Exporter, Metrics
 from trainer.model import build_model, transformer_blocks
 from trainer.storage import LocalStorage, Storage, open_storage
 
+RUN_SCRATCH = "trainer-run"  # $TMPDIR/trainer-run-<random>: one per process and run
+
 
 def _autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
     # No autocast context at all for fp32: entering a disabled one still costs a little every step.
@@ -206,7 +208,9 @@ def _resume_state(cfg: JobConfig, env: DistEnv, ckpt: checkpoint.CheckpointManag
     return ckpt.begin(env, resume=cfg.checkpoint.resume)  # the run's checkpoints only; see checkpoint.py
 
 
-def _prepare_data(cfg: JobConfig, env: DistEnv, workdir: Path, tokenizer_spec: str | None, metrics: Metrics):
+def _prepare_data(
+    cfg: JobConfig, env: DistEnv, workdir: Path, tokenizer_spec: str | None, metrics: Metrics, stop: StopFlag
+):
     """(tokenizer spec, encoder, train loader, validation loader)."""
     # Tokenized once per node by local rank 0 and memory-mapped by the others (trainer.token_store).
     prepared = token_store.prepare(
@@ -218,6 +222,7 @@ def _prepare_data(cfg: JobConfig, env: DistEnv, workdir: Path, tokenizer_spec: s
         shared=token_store.node_scratch_dir("data"),
         local_rank=env.local_rank,
         on_built=lambda s: metrics.say(f"data tokenized in {s:.1f} s, shared with this node's ranks"),
+        stop_requested=lambda: stop.requested,
     )
     if broadcast_object(env, prepared.fingerprint) != prepared.fingerprint:
         raise data.DataError("the nodes tokenized the data differently (same config, different token ids)")
@@ -241,12 +246,16 @@ def _prepare_data(cfg: JobConfig, env: DistEnv, workdir: Path, tokenizer_spec: s
 
 
 def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_client: Any) -> int:
-    workdir = Path(tempfile.mkdtemp(prefix="trainer-"))
-    sinks = _open_sinks(cfg, env, workdir, s3_client)
-    try:
+    with contextlib.ExitStack() as cleanup:  # undone in reverse, however the run ends (143 included)
+        # This process's scratch: staged checkpoint shards, downloaded data, the local copy of an S3
+        # output. A resume reads only the checkpoint storage, so none of it outlives the run.
+        scratch = tempfile.TemporaryDirectory(prefix=f"{RUN_SCRATCH}-", ignore_cleanup_errors=True)
+        workdir = Path(cleanup.enter_context(scratch))
+        # Claimed, so that the next attempt removes it if this one is SIGKILLed (its /tmp survives).
+        cleanup.callback(token_store.claim_scratch(workdir).unlink, missing_ok=True)
+        sinks = _open_sinks(cfg, env, workdir, s3_client)
+        cleanup.callback(sinks[2].close)  # the metrics port is free for the next run
         return _train_with(cfg, env, stop, started, workdir, sinks)
-    finally:
-        sinks[2].close()  # whichever way the run ends, its metrics port is free for the next one
 
 
 def _train_with(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, workdir: Path, sinks) -> int:
@@ -261,7 +270,7 @@ def _train_with(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, wo
             f"({ckpt.location(state['step'])}, step {state['step']}); allowed: >= {state['step']} to go on "
             "training, or --checkpoint.resume false (or another checkpoint.dir) for a new run"
         )
-    spec, encoder, loader, val = _prepare_data(cfg, env, workdir, state and state["tokenizer"], metrics)
+    spec, encoder, loader, val = _prepare_data(cfg, env, workdir, state and state["tokenizer"], metrics, stop)
 
     torch.manual_seed(t.seed)  # identical initial weights on every rank
     max_positions = -(-cfg.data.max_len // cfg.data.pad_to_multiple) * cfg.data.pad_to_multiple

@@ -38,6 +38,14 @@ class PeerTimeout(faults.Retryable):
     exit_code = faults.PEER_LOST
 
 
+class StoppedWaiting(faults.Retryable):
+    """SIGTERM while waiting for local rank 0. The launcher sends it when it stops the workers (a peer
+    failed, the pod is going away); there is no step to checkpoint yet, and waiting on would end in the
+    launcher's SIGKILL, which leaves this process's scratch behind."""
+
+    exit_code = faults.STOPPED
+
+
 READY = "meta.json"
 # Rows per encode_batch call: the tokenizer's Encoding objects (offsets, strings) cost far more than the
 # ids kept, so they are made a few at a time.
@@ -64,10 +72,10 @@ def node_scratch_dir(purpose: str) -> Path:
     return Path(tempfile.gettempdir()) / f"trainer-{purpose}-{digest}"
 
 
-def claim_scratch(shared: Path) -> None:
-    """Mark `shared` as this process's (<name>.pid beside it, removed at exit) and remove the scratch
-    directories of the same purpose whose owner is gone: a container restarted after a SIGKILL keeps its
-    /tmp (an emptyDir), and with it the previous attempt's token files."""
+def claim_scratch(shared: Path) -> Path:
+    """Mark `shared` as this process's (<name>.pid beside it, removed at exit; returned) and remove the
+    scratch directories of the same purpose whose owner is gone: a container restarted after a SIGKILL
+    keeps its /tmp (an emptyDir), and with it the previous attempt's files."""
     purpose = shared.name.rsplit("-", 1)[0]
     for pid_file in shared.parent.glob(f"{purpose}-*.pid"):
         try:
@@ -83,6 +91,7 @@ def claim_scratch(shared: Path) -> None:
     pid_file = shared.parent / f"{shared.name}.pid"
     pid_file.write_text(str(os.getpid()))
     atexit.register(lambda: pid_file.unlink(missing_ok=True))
+    return pid_file
 
 
 @dataclass
@@ -176,12 +185,14 @@ def _peer_failure(code: int, message: str) -> Exception:
     return RuntimeError(message)  # a bug on rank 0: its traceback is in rank 0's log
 
 
-def _wait(shared: Path, timeout_s: float) -> None:
+def _wait(shared: Path, timeout_s: float, stop_requested: Callable[[], bool]) -> None:
     deadline = time.monotonic() + timeout_s
     while not (shared / READY).exists():
         if (shared.parent / f"{shared.name}.{FAILED}").exists():
             code, _, message = (shared.parent / f"{shared.name}.{FAILED}").read_text().partition("\n")
             raise _peer_failure(int(code), f"local rank 0 could not prepare the data: {message}")
+        if stop_requested():  # e.g. local rank 0 failed and exited, removing its failure marker
+            raise StoppedWaiting(f"stopped by SIGTERM while waiting for local rank 0's data in {shared}")
         if time.monotonic() > deadline:
             raise PeerTimeout(f"no tokenized data from local rank 0 in {shared} after {timeout_s:.0f} s")
         time.sleep(0.05)
@@ -198,9 +209,10 @@ def prepare(
     local_rank: int,
     wait_s: float = 3600.0,
     on_built: Callable[[float], None] | None = None,
+    stop_requested: Callable[[], bool] = lambda: False,
 ) -> Prepared:
     """Local rank 0 builds into `shared` (temp dir + rename, so a reader never sees half a build); the other
-    local ranks wait for it. Every rank then memory-maps the files."""
+    local ranks wait for it, until `stop_requested()`. Every rank then memory-maps the files."""
     started = time.monotonic()
     if local_rank == 0:
         claim_scratch(shared)
@@ -226,7 +238,7 @@ def prepare(
         if on_built is not None:
             on_built(time.monotonic() - started)
     else:
-        _wait(shared, wait_s)
+        _wait(shared, wait_s, stop_requested)
     meta = json.loads((shared / READY).read_text())
     spec = (shared / "tokenizer.json").read_text()
     return Prepared(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from infra.accelerators import Accelerator, InstanceType, accelerator
-from infra.contract import EFA_RESOURCE, AcceleratorPool, quantity
+from infra.contract import EFA_RESOURCE, AcceleratorPool, job_prefix, quantity
 from workloads.platform import PlatformFacts
 from workloads.spec import CONFIG_KEY, TRAINER_S3_KEYS, SpecError, TrainingJobSpec
 
@@ -182,10 +182,11 @@ def _check_bucket(spec: TrainingJobSpec, platform: PlatformFacts) -> None:
             if isinstance(url, str) and url.startswith("s3://"):
                 bucket = url.removeprefix("s3://").partition("/")[0]
                 if bucket != platform.bucket_name:
+                    prefix = job_prefix(spec.name)
                     raise SpecError(
                         f"{_key(f'trainerConfig.{section}.{key}')}: {url!r} is in bucket {bucket!r}; the "
-                        f"job's IAM role reads only s3://{platform.bucket_name}/jobs/{spec.name}/; allowed: "
-                        f"`{section}: {{s3: <path under jobs/{spec.name}/>}}` (copy the data there first)"
+                        f"job's IAM role reads only s3://{platform.bucket_name}/{prefix}/; allowed: "
+                        f"`{section}: {{s3: <path under {prefix}/>}}` (copy the data there first)"
                     )
 
 

@@ -11,23 +11,20 @@ import json
 import posixpath
 from typing import Any
 
-from infra.accelerators import ACCELERATOR_LABEL
 from infra.addons.monitoring.training_metrics import METRICS_PORT, METRICS_PORT_NAME
+from infra.contract import ACCELERATOR_LABEL, EFA_RESOURCE, JOB_LABEL, RUN_AS_UID, job_prefix, toleration_spec
 from workloads.placement import Placement
 from workloads.spec import Storage, TrainingJobSpec
 
-JOB_LABEL = "mlops-eks.io/job"  # the Grafana training dashboard filters pods by these two labels
 TRAINER_CONFIG_DIR = "/etc/trainer"
 TRAINER_CONFIG_PATH = f"{TRAINER_CONFIG_DIR}/config.yaml"
 PROGRAM_DIR = "/opt/program"
-RUN_AS = 1000  # the images' non-root user (docker/*/Dockerfile)
 # The Spot interruption notice comes 2 minutes before the instance is reclaimed; the kubelet must not
 # SIGKILL the trainer before its SIGTERM checkpoint is written.
 TERMINATION_GRACE_SECONDS = 180
 # torchrun forwards SIGTERM to its workers, then SIGKILLs them after --shutdown-timeout (default 30 s,
 # too short for a checkpoint upload); it must still end before the kubelet's own SIGKILL.
 LAUNCHER_SHUTDOWN_SECONDS = TERMINATION_GRACE_SECONDS - 20
-EFA_RESOURCE = "vpc.amazonaws.com/efa"
 # /dev/kfd and /dev/dri belong to these groups on the ROCm hosts (video, render on Ubuntu-based AMIs):
 # a non-root process needs them to open the GPU. Check `getent group video render` on a custom AMI.
 AMD_DEVICE_GROUPS = (44, 109)
@@ -72,7 +69,7 @@ def metadata(spec: TrainingJobSpec, name: str, *, namespaced: bool = True) -> di
 
 def s3_prefix(spec: TrainingJobSpec) -> str:
     """The job's own prefix in the platform bucket; its IAM role reaches nothing else."""
-    return f"jobs/{spec.name}"
+    return job_prefix(spec.name)
 
 
 def location(spec: TrainingJobSpec, role: str, bucket: str) -> str | None:
@@ -213,9 +210,9 @@ def container_security() -> dict[str, Any]:
 def pod_security(placement: Placement) -> dict[str, Any]:
     ctx: dict[str, Any] = {
         "runAsNonRoot": True,
-        "runAsUser": RUN_AS,
-        "runAsGroup": RUN_AS,
-        "fsGroup": RUN_AS,  # new PVCs are writable by the job's user
+        "runAsUser": RUN_AS_UID,
+        "runAsGroup": RUN_AS_UID,
+        "fsGroup": RUN_AS_UID,  # new PVCs are writable by the job's user
         "seccompProfile": {"type": "RuntimeDefault"},
     }
     if placement.accelerator.vendor == "amd":
@@ -228,10 +225,7 @@ def node_selector(placement: Placement) -> dict[str, str]:
 
 
 def tolerations(placement: Placement) -> list[dict[str, str]]:
-    return [
-        {"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect}
-        for t in placement.pool.taints
-    ]
+    return [toleration_spec(t) for t in placement.pool.taints]
 
 
 def affinity(placement: Placement) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 from pydantic import ValidationError
 
+from infra.contract import JOB_LABEL, PLATFORM_STACK_KEY
 from infra.platform import pod_identity
 from workloads import jobs, pod
 from workloads.identity import role_description, s3_policy
@@ -136,7 +137,7 @@ def deploy(
 
 def logs_command(spec: TrainingJobSpec) -> str:
     return (
-        f"kubectl logs -n {spec.namespace_name} -l {pod.JOB_LABEL}={spec.name} "
+        f"kubectl logs -n {spec.namespace_name} -l {JOB_LABEL}={spec.name} "
         "--all-containers --prefix --follow --max-log-requests 32"
     )
 
@@ -144,7 +145,7 @@ def logs_command(spec: TrainingJobSpec) -> str:
 def program() -> None:
     config = pulumi.Config()  # the project's namespace: mlops-eks:<key>
     try:
-        platform_stack = platform_stack_ref(config.require("platformStack"), pulumi.get_organization())
+        platform_stack = platform_stack_ref(config.require(PLATFORM_STACK_KEY), pulumi.get_organization())
         spec = parse_spec(config.require_object("job"))
     except SpecError as err:
         raise pulumi.RunError(str(err)) from None

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from infra.addons.network_policies import job_policies
+from infra.contract import EFA_RESOURCE, JOB_LABEL
 from workloads import jobs, pod
 from workloads.placement import Placement, place
 from workloads.platform import PlatformFacts
@@ -59,7 +60,7 @@ def resource_quota(spec: TrainingJobSpec, placement: Placement) -> dict[str, Any
         f"requests.{placement.pool.resource_name}": str(spec.gpus_per_node * pods),
     }
     if placement.efa_interfaces:
-        hard[f"requests.{pod.EFA_RESOURCE}"] = str(placement.efa_interfaces * pods)
+        hard[f"requests.{EFA_RESOURCE}"] = str(placement.efa_interfaces * pods)
     return {
         "apiVersion": "v1",
         "kind": "ResourceQuota",
@@ -145,7 +146,7 @@ def network_policies(spec: TrainingJobSpec) -> list[dict[str, Any]]:
     (infra/addons/network_policies.py). In a shared namespace its owner sets the namespace's default."""
     ports = pod.ports(spec)
     metrics = ports[0]["containerPort"] if ports else None
-    selector = {pod.JOB_LABEL: spec.name}
+    selector = {JOB_LABEL: spec.name}
     return job_policies(
         spec.name, spec.namespace_name, selector, metrics, default_deny=spec.create_namespace,
         labels=pod.labels(spec),

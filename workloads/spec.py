@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+from infra.config import stack_files
+from infra.contract import job_prefix
 from infra.image_refs import image_problem, tag_problem
 
 # The trainer's own config model: pure Python (no torch, no pulumi), so the spec is checked with the
@@ -21,7 +23,7 @@ from infra.image_refs import image_problem, tag_problem
 from trainer.config import ConfigError
 from trainer.config import build as build_trainer_config
 
-CONFIG_KEY = "mlops-eks:job"
+CONFIG_KEY = stack_files.JOB_KEY
 # trainerConfig keys that may hold an s3:// URL, which the job's role must be able to reach.
 TRAINER_S3_KEYS = (("data", ("source", "val_source")), ("checkpoint", ("dir",)), ("output", ("dir",)))
 
@@ -214,7 +216,7 @@ class TrainingJobSpec(_Model):
     def _foreign_s3_problems(self) -> list[str]:
         """S3 URLs in trainerConfig the job's role cannot read: it reaches only its own prefix."""
         problems = []
-        prefix = f"jobs/{self.name}/"
+        prefix = f"{job_prefix(self.name)}/"
         for section, keys in TRAINER_S3_KEYS:
             values = self.trainer_config.get(section)
             for key in keys:

@@ -14,7 +14,7 @@ from infra.config.stack_files import PROJECT, PROVIDER_NAMESPACES
 from workloads.spec import CONFIG_KEY, SpecError, TrainingJobSpec, parse_spec
 
 REPO = Path(__file__).resolve().parents[1]
-PLATFORM_KEY = f"{PROJECT}:platformStack"
+PLATFORM_KEY = stack_files.WORKLOAD_STACK_KEY
 # The organization DIY backends (local, S3) use in fully qualified stack names.
 DIY_ORGANIZATION = "organization"
 _NAME_PART = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -44,20 +44,12 @@ class WorkloadStack:
 
 
 def stack_file(stack: str, root: Path = REPO) -> Path:
-    return root / f"Pulumi.{stack}.yaml"
+    return stack_files.stack_file(root, stack)
 
 
 def workload_stacks(root: Path = REPO) -> list[str]:
     """Every stack file in `root` that sets mlops-eks:platformStack."""
-    names = []
-    for f in sorted(root.glob("Pulumi.*.yaml")):
-        try:
-            config = read_config(f)
-        except SpecError:
-            config = {}  # a broken file is reported when its own stack is used, not for every other one
-        if PLATFORM_KEY in config:
-            names.append(f.name.removeprefix("Pulumi.").removesuffix(".yaml"))
-    return names
+    return stack_files.workload_stacks(root)
 
 
 def read_config(path: Path) -> dict[str, Any]:
@@ -70,7 +62,7 @@ def read_config(path: Path) -> dict[str, Any]:
 
 # The keys a workload stack's program reads; any other key of ours, or one in an unknown namespace
 # (`mlopseks:job`), would be read by nothing.
-WORKLOAD_KEYS = (PLATFORM_KEY, CONFIG_KEY)
+WORKLOAD_KEYS = stack_files.WORKLOAD_KEYS
 
 
 def unknown_keys(config: dict[str, Any], path: Path) -> list[str]:

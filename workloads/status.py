@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from infra.contract import JOB_LABEL
 from trainer import faults
 from workloads import pod as pod_mod
 from workloads.platform import read_platform_outputs
@@ -154,7 +155,7 @@ class Cluster:
     def pods(self, spec: TrainingJobSpec) -> list[dict[str, Any]]:
         found = call(
             self.core.list_namespaced_pod, spec.namespace_name,
-            label_selector=f"{pod_mod.JOB_LABEL}={spec.name}", _preload_content=False,
+            label_selector=f"{JOB_LABEL}={spec.name}", _preload_content=False,
         )  # fmt: skip
         items = json.loads(found.data)["items"] if found is not None else []
         return sorted(items, key=lambda p: (node_index(p), p["metadata"]["name"]))

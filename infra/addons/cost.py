@@ -28,8 +28,6 @@ are not priced by Kubecost 2.8; their nodes are costed as ordinary instances.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -37,6 +35,7 @@ import pulumi_kubernetes as k8s
 
 from infra.addons.monitoring.kube_prometheus import PROMETHEUS_URL
 from infra.charts import release
+from infra.component_args import ComponentArgs, child_options
 
 NAMESPACE = "kubecost"
 RELEASE = "kubecost"
@@ -65,17 +64,16 @@ def cost_analyzer_values(*, cluster_name: str, prometheus_retention: str) -> dic
     }
 
 
-@dataclass(frozen=True, kw_only=True)
-class KubecostArgs:
-    cluster_name: pulumi.Input[str]
+class KubecostArgs(ComponentArgs):
+    cluster_name: pulumi.Output[str] | str
     # The platform Prometheus's retention (ObservabilityConfig.retention).
     prometheus_retention: str
     k8s_provider: k8s.Provider
-    # The observability release: Prometheus and its CRDs must exist first.
-    depends_on: Sequence[pulumi.Resource] = ()
 
 
 class Kubecost(pulumi.ComponentResource):
+    """`opts.depends_on` must hold the observability release: Prometheus and its CRDs must exist first."""
+
     release: k8s.helm.v3.Release
 
     def __init__(self, name: str, args: KubecostArgs, opts: pulumi.ResourceOptions | None = None):
@@ -90,6 +88,6 @@ class Kubecost(pulumi.ComponentResource):
             "cost-analyzer",
             NAMESPACE,
             values,
-            pulumi.ResourceOptions(parent=self, provider=args.k8s_provider, depends_on=list(args.depends_on)),
+            child_options(self, opts, provider=args.k8s_provider),
         )
         self.register_outputs({"service": SERVICE})

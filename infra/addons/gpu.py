@@ -10,8 +10,6 @@ ever allocatable (a common AL2023 pitfall).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -19,8 +17,9 @@ import pulumi_kubernetes as k8s
 
 from infra.accelerators import CATALOG, Vendor
 from infra.charts import release
+from infra.component_args import ComponentArgs, child_options
 from infra.config.addons import GpuSoftwareConfig
-from infra.contract import EFA_RESOURCE, INSTANCE_TYPE_LABEL, DevicePlugin, Toleration
+from infra.contract import EFA_RESOURCE, INSTANCE_TYPE_LABEL, DevicePlugin, Toleration, toleration_spec
 
 NAMESPACE = "gpu-system"
 # Workload pod labels DCGM copies onto GPU metrics (set by the workload renderer on every training pod):
@@ -39,7 +38,7 @@ def vendor_node_selector(vendor: Vendor) -> dict[str, str]:
 
 def vendor_toleration(vendor: Vendor) -> dict[str, str]:
     taint = next(a.taint for a in CATALOG.values() if a.vendor == vendor)
-    return {"key": taint.key, "operator": "Exists", "effect": taint.effect}
+    return toleration_spec(taint, any_value=True)
 
 
 # The chart defaults' own toleration: keep it when we replace the list.
@@ -130,13 +129,11 @@ def device_plugins(cfg: GpuSoftwareConfig) -> list[DevicePlugin]:
     return plugins
 
 
-@dataclass(frozen=True, kw_only=True)
-class GpuSoftwareArgs:
+class GpuSoftwareArgs(ComponentArgs):
     config: GpuSoftwareConfig
     k8s_provider: k8s.Provider
     # DCGM's ServiceMonitor needs the Prometheus Operator CRDs: pass the observability release.
     service_monitor_after: pulumi.Resource | None = None
-    depends_on: Sequence[pulumi.Resource] = ()
 
 
 class GpuSoftware(pulumi.ComponentResource):
@@ -145,9 +142,7 @@ class GpuSoftware(pulumi.ComponentResource):
     def __init__(self, name: str, args: GpuSoftwareArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("mlops-eks:infra:GpuSoftware", name, None, opts)
         cfg = args.config
-        base = pulumi.ResourceOptions(
-            parent=self, provider=args.k8s_provider, depends_on=list(args.depends_on)
-        )
+        base = child_options(self, opts, provider=args.k8s_provider)
         self.releases = {}
         if cfg.nvidia_device_plugin:
             self.releases["nvidia-device-plugin"] = release(

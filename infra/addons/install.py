@@ -42,9 +42,9 @@ if TYPE_CHECKING:
 def install_addons(
     platform: Platform,
     config: AddonsConfig,
-    grafana_admin_password: pulumi.Input[str] | None,
+    grafana_admin_password: pulumi.Output[str] | None,
     *,
-    alert_receiver_secret: pulumi.Input[str] | None = None,
+    alert_receiver_secret: pulumi.Output[str] | None = None,
 ) -> dict[str, Any]:
     """Register every enabled add-on; returns the add-on exports (see the platform exports contract)."""
     provider = platform.k8s_provider
@@ -61,8 +61,8 @@ def install_addons(
             kubernetes_version=platform.config.kubernetes_version,
             vpc_cidr=platform.config.vpc_cidr,
             k8s_provider=provider,
-            depends_on=cluster_ready,
         ),
+        pulumi.ResourceOptions(depends_on=cluster_ready),
     )
     cluster_ready = [*cluster_ready, namespaces]
     storage_class = "gp3"
@@ -77,28 +77,28 @@ def install_addons(
                 storage_class=storage_class,
                 grafana_admin_password=grafana_admin_password,
                 alert_receiver_secret=alert_receiver_secret,
-                depends_on=cluster_ready,
             ),
+            pulumi.ResourceOptions(depends_on=cluster_ready),
         )
     monitors_after = observability.release if observability else None
+    monitoring: list[pulumi.Resource] = [monitors_after] if monitors_after else []
 
-    releases: list[pulumi.Resource] = [observability.release] if observability else []
+    releases: list[pulumi.Resource] = [*monitoring]
     gpu = GpuSoftware(
         "gpu",
         GpuSoftwareArgs(
             config=config.gpu,
             k8s_provider=provider,
             service_monitor_after=monitors_after,
-            depends_on=cluster_ready,
         ),
+        pulumi.ResourceOptions(depends_on=cluster_ready),
     )
     releases += gpu.releases.values()
     if config.metrics_server.enabled:
         metrics_server = MetricsServer(
             "metrics-server",
-            MetricsServerArgs(
-                k8s_provider=provider, service_monitor_after=monitors_after, depends_on=cluster_ready
-            ),
+            MetricsServerArgs(k8s_provider=provider, service_monitor_after=monitors_after),
+            pulumi.ResourceOptions(depends_on=cluster_ready),
         )
         releases.append(metrics_server.release)
     if config.karpenter.enabled:
@@ -117,8 +117,9 @@ def install_addons(
                 security_group_id=platform.cluster.info.vpc_config.cluster_security_group_id,
                 service_monitor=observability is not None,
                 tags=platform.tags,
-                depends_on=[*cluster_ready, *([monitors_after] if monitors_after else [])],
             ),
+            # With monitoring, the ServiceMonitor's CRD (the observability release) must exist first.
+            pulumi.ResourceOptions(depends_on=[*cluster_ready, *monitoring]),
         )
         releases.append(karpenter.release)
     if config.kubecost.enabled and observability is not None:
@@ -128,8 +129,8 @@ def install_addons(
                 cluster_name=platform.cluster_name,
                 prometheus_retention=config.observability.retention,
                 k8s_provider=provider,
-                depends_on=[*cluster_ready, observability.release],
             ),
+            pulumi.ResourceOptions(depends_on=[*cluster_ready, observability.release]),
         )
         releases.append(kubecost.release)
     training = Training(
@@ -138,12 +139,12 @@ def install_addons(
             config=config.training,
             k8s_provider=provider,
             service_monitor_after=monitors_after,
-            depends_on=cluster_ready,
             kueue_after=releases,
             platform_namespaces=[
                 GPU_NAMESPACE, MONITORING_NAMESPACE, KUBECOST_NAMESPACE, KARPENTER_NAMESPACE
             ],  # fmt: skip
         ),
+        pulumi.ResourceOptions(depends_on=cluster_ready),
     )
     if config.training.training_operator_v1:
         PlatformNamespaces(
@@ -153,9 +154,9 @@ def install_addons(
                 kubernetes_version=platform.config.kubernetes_version,
                 vpc_cidr=platform.config.vpc_cidr,
                 k8s_provider=provider,
-                depends_on=[training],
                 existing=True,
             ),
+            pulumi.ResourceOptions(depends_on=[training]),
         )
     return {
         "grafana_admin_password": observability.grafana_admin_password if observability else None,

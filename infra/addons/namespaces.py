@@ -11,17 +11,16 @@ the cluster's, so an upgrade does not tighten the checks under running pods.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.addons.gpu import NAMESPACE as GPU_NAMESPACE
 from infra.addons.network_policies import KUBECOST_NAMESPACE, MONITORING_NAMESPACE, platform_policies
-from infra.addons.training import KUEUE_NAMESPACE, TRAINER_NAMESPACE
+from infra.addons.training import KUEUE_NAMESPACE, TRAINER_NAMESPACE, VOLCANO_NAMESPACE
+from infra.component_args import ComponentArgs, child_options
 from infra.config.addons import AddonsConfig
 
-VOLCANO_NAMESPACE = "volcano-system"  # the volcano release's (infra/addons/training.py)
 # Training Operator v1's standalone overlay creates it (manifests/overlays/standalone/namespace.yaml).
 TRAINING_OPERATOR_V1_NAMESPACE = "kubeflow"
 
@@ -81,15 +80,13 @@ def platform_namespaces(config: AddonsConfig) -> list[str]:
     return [ns for ns, on in wanted.items() if on]
 
 
-@dataclass(frozen=True, kw_only=True)
-class PlatformNamespacesArgs:
+class PlatformNamespacesArgs(ComponentArgs):
     names: Sequence[str]
     kubernetes_version: str
     # The API server calls webhooks from its ENIs in the VPC (infra/addons/network_policies.py).
     vpc_cidr: str
     k8s_provider: k8s.Provider
-    depends_on: Sequence[pulumi.Resource] = ()
-    # The namespaces exist already (a manifest bundle in depends_on creates them): label them by a
+    # The namespaces exist already (a manifest bundle in opts.depends_on creates them): label them by a
     # server-side apply patch instead of creating them.
     existing: bool = False
 
@@ -99,9 +96,7 @@ class PlatformNamespaces(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: PlatformNamespacesArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("mlops-eks:infra:PlatformNamespaces", name, None, opts)
-        base = pulumi.ResourceOptions(
-            parent=self, provider=args.k8s_provider, depends_on=list(args.depends_on)
-        )
+        base = child_options(self, opts, provider=args.k8s_provider)
         self.namespaces = {}
         for ns in args.names:
             labels = {"name": ns, **pod_security_labels(ns, args.kubernetes_version)}

@@ -10,7 +10,6 @@ downloads kubectl at run time and leaves the objects outside Pulumi's state.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -20,8 +19,9 @@ import yaml
 from infra.accelerators import CATALOG
 from infra.addons.manifests import custom_resource
 from infra.charts import TRAINER_TORCH_RUNTIME_IMAGE, TRAINING_OPERATOR_V1_KUSTOMIZE, release
+from infra.component_args import ComponentArgs, child_options
 from infra.config.addons import TeamQueue, TrainingConfig
-from infra.contract import EFA_RESOURCE, QueueQuota, quantity
+from infra.contract import EFA_RESOURCE, RUN_AS_UID, QueueQuota, quantity, toleration_spec
 
 TRAINER_NAMESPACE = "kubeflow-system"
 TORCH_RUNTIME = "torch-distributed"
@@ -78,9 +78,9 @@ def _restricted_pod_spec() -> dict[str, Any]:
         "automountServiceAccountToken": False,
         "securityContext": {
             "runAsNonRoot": True,
-            "runAsUser": 1000,
-            "runAsGroup": 1000,
-            "fsGroup": 1000,
+            "runAsUser": RUN_AS_UID,
+            "runAsGroup": RUN_AS_UID,
+            "fsGroup": RUN_AS_UID,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "containers": [
@@ -108,6 +108,7 @@ KUEUE_FRAMEWORKS = ("trainer.kubeflow.org/trainjob", "jobset.x-k8s.io/jobset")
 
 
 KUEUE_NAMESPACE = "kueue-system"
+VOLCANO_NAMESPACE = "volcano-system"
 
 
 def kueue_manager_config(platform_namespaces: Sequence[str] = ()) -> dict[str, Any]:
@@ -167,13 +168,9 @@ def kueue_objects(queues: Sequence[TeamQueue]) -> list[dict[str, Any]]:
         flavors.append(_resource_flavor(EFA_FLAVOR, {}, []))
     for key in accelerators:
         acc = CATALOG[key]
-        toleration = {
-            "key": acc.taint.key,
-            "operator": "Equal",
-            "value": acc.taint.value,
-            "effect": acc.taint.effect,
-        }
-        flavors.append(_resource_flavor(_flavor_name(key), dict(acc.node_labels), [toleration]))
+        flavors.append(
+            _resource_flavor(_flavor_name(key), dict(acc.node_labels), [toleration_spec(acc.taint)])
+        )
     cluster_queues = []
     for q in queues:
         groups: list[dict[str, Any]] = [
@@ -282,12 +279,10 @@ def volcano_queues(queues: Sequence[TeamQueue]) -> list[dict[str, Any]]:
     return objects
 
 
-@dataclass(frozen=True, kw_only=True)
-class TrainingArgs:
+class TrainingArgs(ComponentArgs):
     config: TrainingConfig
     k8s_provider: k8s.Provider
     service_monitor_after: pulumi.Resource | None = None
-    depends_on: Sequence[pulumi.Resource] = ()
     # Every other add-on release: Kueue goes after them (see `kueue` below), and their namespaces.
     kueue_after: Sequence[pulumi.Resource] = ()
     platform_namespaces: Sequence[str] = ()
@@ -303,9 +298,7 @@ class Training(pulumi.ComponentResource):
     def __init__(self, name: str, args: TrainingArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("mlops-eks:infra:Training", name, None, opts)
         cfg = args.config
-        base = pulumi.ResourceOptions(
-            parent=self, provider=args.k8s_provider, depends_on=list(args.depends_on)
-        )
+        base = child_options(self, opts, provider=args.k8s_provider)
         self.runtimes = []
         self.installed = []
         if cfg.trainer:
@@ -351,7 +344,7 @@ class Training(pulumi.ComponentResource):
             self.installed.append(kueue)
             self.queues = [q.name for q in cfg.queues]
         elif cfg.gang_scheduler == "volcano":
-            volcano = release("volcano", "volcano", "volcano-system", volcano_values(), base)
+            volcano = release("volcano", "volcano", VOLCANO_NAMESPACE, volcano_values(), base)
             self._objects(name, volcano_queues(cfg.queues), base, volcano)
             self.installed.append(volcano)
         self.register_outputs(

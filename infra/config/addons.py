@@ -8,12 +8,13 @@ exists; a bad value fails with `mlops-eks:addons.<key path>: ...; got <value>; a
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, model_validator
 
 from infra.accelerators import CATALOG
+from infra.config.base import SHORT_NAME, ConfigModel, Invalid
+from infra.config.nodes import GPU_NODE_DISK_GIB, on_demand
 from infra.contract import CapacityType
 
 # Prometheus retention: a number and a unit.
@@ -21,73 +22,28 @@ _RETENTION = re.compile(r"^[0-9]+(h|d|w|y)$")
 # cost-analyzer 2.8.7's prometheusRetentionCheck (templates/_helpers.tpl): retention >= 3 days, or >= 50
 # hours and above kubecostModel.etlHourlyStoreDurationHours (49).
 KUBECOST_MIN_RETENTION_HOURS = 50
-_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 _AMI_ALIAS = re.compile(r"^al2023@(latest|v[0-9]{8})$")
-
-
-def _on_demand() -> list[CapacityType]:
-    return ["on-demand"]
-
-
-class AddonsInvalid(ValueError):
-    """A bad add-on value. `field` is the key relative to the model that raised it (config.py adds the
-    path above it and the `mlops-eks:` prefix)."""
-
-    def __init__(self, field: str, value: Any, allowed: str, reason: str = ""):
-        self.field, self.value, self.allowed, self.reason = field, value, allowed, reason
-        super().__init__(f"{reason + '; ' if reason else ''}got {value!r}; allowed: {allowed}")
-
-
-def config_alias(name: str) -> str:
-    """camelCase, with binary units spelled as everywhere else in the project: diskSizeGiB, rootVolumeGiB."""
-    return re.sub(r"Gib(?=[A-Z]|$)", "GiB", to_camel(name))
-
-
-def refuse_lax_bools(model: type[BaseModel], data: Any) -> None:
-    """Pydantic's lax mode reads "yes", "on", "1" and "true" as True; in a stack file only a YAML boolean
-    is one, so `endpointPublicAccess: "yes"` is refused instead of opening the endpoint."""
-    if not isinstance(data, dict):
-        return
-    for name, field in model.model_fields.items():
-        if field.annotation not in (bool, bool | None):
-            continue
-        key = field.alias or name
-        value = data.get(key, data.get(name))
-        if value is not None and not isinstance(value, bool):
-            raise AddonsInvalid(key, value, "true or false (a YAML boolean, unquoted)")
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        frozen=True, extra="forbid", alias_generator=config_alias, populate_by_name=True
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _bools(cls, data: Any) -> Any:
-        refuse_lax_bools(cls, data)
-        return data
 
 
 def _names(kind: str, names: list[str]) -> None:
     for i, name in enumerate(names):
-        if not _NAME.match(name):
-            raise AddonsInvalid(
+        if not SHORT_NAME.match(name):
+            raise Invalid(
                 f"{kind}[{i}].name", name, "lowercase letters, digits and '-', <= 31, a letter first"
             )
         if name in names[:i]:
-            raise AddonsInvalid(f"{kind}[{i}].name", name, "a name no other entry has")
+            raise Invalid(f"{kind}[{i}].name", name, "a name no other entry has")
 
 
-class KarpenterCpuPool(_Model):
+class KarpenterCpuPool(ConfigModel):
     """The NodePool for pods that need no GPU (data preparation, notebooks' controllers, CI)."""
 
     enabled: bool = True
     cpu_limit: int = Field(default=64, ge=1, le=10000)
-    capacity_types: list[CapacityType] = Field(default_factory=_on_demand)
+    capacity_types: list[CapacityType] = Field(default_factory=on_demand)
 
 
-class KarpenterConfig(_Model):
+class KarpenterConfig(ConfigModel):
     """The Karpenter controller and its shared node settings. GPU NodePools come from the stack's
     `gpuPools` (source karpenter); this holds what they and the CPU pool share."""
 
@@ -97,18 +53,18 @@ class KarpenterConfig(_Model):
     # github.com/awslabs/amazon-eks-ami/releases) and bumped deliberately; "al2023@latest" is allowed in
     # dev only, where following AWS's newest AMI is worth the node replacements.
     ami_alias: str = "al2023@v20260818"
-    # Root volume of Karpenter nodes: CUDA images are 10-20 GB compressed and unpack to several times that.
-    root_volume_gib: int = Field(default=200, ge=50, le=16384)
+    # Root volume of Karpenter nodes (GPU and CPU pools alike).
+    root_volume_gib: int = Field(default=GPU_NODE_DISK_GIB, ge=50, le=16384)
     cpu_pool: KarpenterCpuPool = Field(default_factory=KarpenterCpuPool)
 
     @model_validator(mode="after")
     def _check(self) -> KarpenterConfig:
         if not _AMI_ALIAS.match(self.ami_alias):
-            raise AddonsInvalid("amiAlias", self.ami_alias, '"al2023@latest" or "al2023@vYYYYMMDD"')
+            raise Invalid("amiAlias", self.ami_alias, '"al2023@latest" or "al2023@vYYYYMMDD"')
         return self
 
 
-class GpuSoftwareConfig(_Model):
+class GpuSoftwareConfig(ConfigModel):
     nvidia_device_plugin: bool = True
     dcgm_exporter: bool = True
     amd_device_plugin: bool = False
@@ -116,7 +72,7 @@ class GpuSoftwareConfig(_Model):
     efa_device_plugin: bool = False
 
 
-class ObservabilityConfig(_Model):
+class ObservabilityConfig(ConfigModel):
     enabled: bool = True
     retention: str = "15d"
     prometheus_storage_gib: int = Field(default=50, ge=10, le=16384)
@@ -127,7 +83,7 @@ class ObservabilityConfig(_Model):
     @model_validator(mode="after")
     def _check(self) -> ObservabilityConfig:
         if not _RETENTION.match(self.retention):
-            raise AddonsInvalid("retention", self.retention, 'a number and a unit h, d, w or y, e.g. "15d"')
+            raise Invalid("retention", self.retention, 'a number and a unit h, d, w or y, e.g. "15d"')
         return self
 
     @property
@@ -136,11 +92,11 @@ class ObservabilityConfig(_Model):
         return number * {"h": 1, "d": 24, "w": 24 * 7, "y": 24 * 365}[unit]
 
 
-class Toggle(_Model):
+class Toggle(ConfigModel):
     enabled: bool = True
 
 
-class TeamQueue(_Model):
+class TeamQueue(ConfigModel):
     """A team's share of the cluster: a Kueue ClusterQueue (or Volcano Queue) with these quotas."""
 
     name: str
@@ -156,13 +112,13 @@ class TeamQueue(_Model):
     def _check(self) -> TeamQueue:
         for key, count in self.gpus.items():
             if key not in CATALOG:
-                raise AddonsInvalid(f"gpus.{key}", key, ", ".join(CATALOG), "unknown accelerator")
+                raise Invalid(f"gpus.{key}", key, ", ".join(CATALOG), "unknown accelerator")
             if count < 0:
-                raise AddonsInvalid(f"gpus.{key}", count, ">= 0")
+                raise Invalid(f"gpus.{key}", count, ">= 0")
         return self
 
 
-class TrainingConfig(_Model):
+class TrainingConfig(ConfigModel):
     # Kubeflow Trainer v2 (TrainJob + the torch-distributed ClusterTrainingRuntime; bundles JobSet).
     trainer: bool = True
     # Training Operator v1.9 (PyTorchJob, MPIJob), for jobs not yet moved to TrainJob.
@@ -173,12 +129,12 @@ class TrainingConfig(_Model):
     @model_validator(mode="after")
     def _check(self) -> TrainingConfig:
         if self.queues and self.gang_scheduler is None:
-            raise AddonsInvalid("queues", [q.name for q in self.queues], "[] unless gangScheduler is set")
+            raise Invalid("queues", [q.name for q in self.queues], "[] unless gangScheduler is set")
         _names("queues", [q.name for q in self.queues])
         return self
 
 
-class AddonsConfig(_Model):
+class AddonsConfig(ConfigModel):
     karpenter: KarpenterConfig = Field(default_factory=KarpenterConfig)
     gpu: GpuSoftwareConfig = Field(default_factory=GpuSoftwareConfig)
     observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
@@ -189,12 +145,12 @@ class AddonsConfig(_Model):
     @model_validator(mode="after")
     def _check(self) -> AddonsConfig:
         if self.kubecost.enabled and not self.observability.enabled:
-            raise AddonsInvalid(
+            raise Invalid(
                 "kubecost.enabled", True, "false when observability.enabled is false",
                 "Kubecost reads the platform's Prometheus",
             )  # fmt: skip
         if self.kubecost.enabled and self.observability.retention_hours < KUBECOST_MIN_RETENTION_HOURS:
-            raise AddonsInvalid(
+            raise Invalid(
                 "observability.retention", self.observability.retention,
                 f'at least "{KUBECOST_MIN_RETENTION_HOURS}h" (or "3d") while kubecost.enabled',
                 "Kubecost's hourly ETL reads 49 hours back from Prometheus",

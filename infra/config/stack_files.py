@@ -1,5 +1,7 @@
-"""Reading `Pulumi.<stack>.yaml`: one reader for the platform tools (`infra synth`) and the workload
-tools (`workloads render/run-local/status`). Pure: no Pulumi import, so `workloads` may use it."""
+"""Reading `Pulumi.<stack>.yaml`, and which stacks are platform or workload stacks: one reader for the
+platform tools (`infra synth`, the policy scan, the schema generator) and the workload tools (`workloads
+render/run-local/status`). Pure: no Pulumi import, so `workloads` may use it.
+The project file `Pulumi.yaml` has the same shape (its `config:` declares every key) and is read alike."""
 
 from __future__ import annotations
 
@@ -8,10 +10,19 @@ from typing import Any
 
 import yaml
 
+from infra.contract import PLATFORM_STACK_KEY
+
 PROJECT = "mlops-eks"
 # Namespaces a stack file may hold besides the project's: the providers' and Pulumi's own settings. A key
 # in any other namespace (`mlopseks:natGateways`) would be read by nothing, so it is refused, not dropped.
 PROVIDER_NAMESPACES = frozenset({"aws", "kubernetes", "pulumi", "eks", "random"})
+# The AWS provider's own key; every platform stack sets it.
+REGION_KEY = "aws:region"
+# The keys of a workload stack (same project, another program): a stack file that sets platformStack
+# is a workload stack, every other one a platform stack.
+WORKLOAD_STACK_KEY = f"{PROJECT}:{PLATFORM_STACK_KEY}"
+JOB_KEY = f"{PROJECT}:job"
+WORKLOAD_KEYS = (WORKLOAD_STACK_KEY, JOB_KEY)
 
 
 class StackFileError(ValueError):
@@ -35,3 +46,35 @@ def read_config(path: Path) -> dict[str, Any]:
         kind = type(config).__name__
         raise StackFileError(f"{path.name}: `config` is a {kind}; allowed: a mapping of <namespace>:<key>")
     return config or {}
+
+
+def stack_file(root: Path, stack: str) -> Path:
+    return root / f"Pulumi.{stack}.yaml"
+
+
+def stack_configs(root: Path) -> dict[str, dict[str, Any] | None]:
+    """Every stack file in `root`, in file-name order: stack name -> its `config:` mapping, or None when
+    the file cannot be read (reported when that stack itself is used, not for every other one)."""
+    found: dict[str, dict[str, Any] | None] = {}
+    for path in sorted(root.glob("Pulumi.*.yaml")):
+        try:
+            config: dict[str, Any] | None = read_config(path)
+        except StackFileError:
+            config = None
+        found[path.name.removeprefix("Pulumi.").removesuffix(".yaml")] = config
+    return found
+
+
+def is_workload_stack(config: dict[str, Any] | None) -> bool:
+    """Whether a stack's config (None: its file cannot be read) makes it a workload stack."""
+    return config is not None and WORKLOAD_STACK_KEY in config
+
+
+def workload_stacks(root: Path) -> list[str]:
+    """The stacks whose file sets platformStack (a stack file that cannot be read is none of them)."""
+    return [name for name, config in stack_configs(root).items() if is_workload_stack(config)]
+
+
+def platform_stacks(root: Path) -> list[str]:
+    """Every other stack, an unreadable file included (its own synth reports the problem)."""
+    return [name for name, config in stack_configs(root).items() if not is_workload_stack(config)]

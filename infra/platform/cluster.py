@@ -38,8 +38,8 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as k8s
-from pydantic import BaseModel, ConfigDict
 
+from infra.component_args import ComponentArgs, child_options
 from infra.config.cluster_rules import DEPLOY_FROM_VPC_TAG
 from infra.platform import keys, pod_identity
 
@@ -56,12 +56,6 @@ NODE_POLICIES = (
     # Session Manager instead of SSH: no key pairs, no port 22.
     "AmazonSSMManagedInstanceCore",
 )
-
-
-class ComponentArgs(BaseModel):
-    """Base of the components' typed args: frozen, and Pulumi Outputs/Resources allowed as values."""
-
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
 
 def assume_role_policy(service: str, actions: tuple[str, ...] = ("sts:AssumeRole",), **condition) -> str:
@@ -258,12 +252,13 @@ class ManagedAddonsArgs(ComponentArgs):
     pod_identity_agent: list[pulumi.Resource]
     partition: str
     k8s_provider: k8s.Provider
-    # The add-ons' pods need schedulable nodes before EKS reports them ACTIVE.
-    node_groups: list[pulumi.Resource]
     tags: dict[str, str]
 
 
 class ManagedAddons(pulumi.ComponentResource):
+    """`opts.depends_on`: the node groups. The add-ons' pods need schedulable nodes before EKS reports
+    them ACTIVE."""
+
     def __init__(self, name: str, args: ManagedAddonsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("mlops-eks:infra:ManagedAddons", name, None, opts)
 
@@ -275,7 +270,7 @@ class ManagedAddons(pulumi.ComponentResource):
                 resolve_conflicts_on_create="OVERWRITE",
                 resolve_conflicts_on_update="OVERWRITE",
                 tags=args.tags,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.node_groups, *after]),
+                opts=child_options(self, opts, depends_on=list(after)),
                 **kwargs,
             )
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import pulumi
 import pulumi_aws as aws
-from pydantic import BaseModel, ConfigDict
+
+from infra.component_args import ComponentArgs
 
 
 def eks_log_group_name(cluster_name: str) -> str:
@@ -69,10 +70,7 @@ def key_policy(*, partition: str, region: str, account_id: str, cluster_name: st
     }
 
 
-class StackKeyArgs(BaseModel):
-    # infra.platform.cluster imports this module, so its ComponentArgs base cannot be imported here.
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
-
+class StackKeyArgs(ComponentArgs):
     cluster_name: str
     partition: str
     region: str

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import pulumi
 import pulumi_aws as aws
 
-from infra.platform.cluster import ComponentArgs
+from infra.component_args import ComponentArgs
 from infra.platform.keys import flow_log_group_name
 
 

@@ -18,15 +18,19 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 
 from infra.accelerators import Accelerator, NodeImage
-from infra.platform.cluster import SERVICE_CIDR, ComponentArgs
+from infra.component_args import ComponentArgs, child_options
+from infra.contract import NODE_ROLE_LABEL, taint_spec
+from infra.platform.cluster import SERVICE_CIDR
 
 # The EKS NodeGroup API spells taint effects differently from Kubernetes.
 _EFFECT = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE", "PreferNoSchedule": "PREFER_NO_SCHEDULE"}
 SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
-SYSTEM_LABELS = {"mlops-eks.io/node-role": "system"}
+SYSTEM_LABELS = {NODE_ROLE_LABEL: "system"}
+# The root device of the AL2023-based images every group runs (EKS-optimized or custom with nodeadm).
+ROOT_DEVICE = "/dev/xvda"
 
 
-class NodePoolArgs(ComponentArgs):
+class ManagedNodeGroupArgs(ComponentArgs):
     cluster: eks.Cluster
     node_role: aws.iam.Role
     subnet_ids: pulumi.Output[list[str]]
@@ -46,13 +50,16 @@ class NodePoolArgs(ComponentArgs):
     efa_interfaces: int = 0
     # aws.eks.get_cluster result: endpoint, CA, security group for custom AMIs and EFA interfaces.
     cluster_info: pulumi.Output[Any] | None = None
-    # What a node needs before it can turn Ready (Cluster.node_prerequisites: VPC CNI credentials).
-    after: list[pulumi.Resource] = []
     tags: dict[str, str]
 
 
-class NodePool(pulumi.ComponentResource):
-    def __init__(self, name: str, args: NodePoolArgs, opts: pulumi.ResourceOptions | None = None):
+class ManagedNodeGroup(pulumi.ComponentResource):
+    """One EKS managed node group with its launch template. `opts.depends_on`: what a node needs before
+    it can turn Ready (Cluster.node_prerequisites: the VPC CNI's credentials); the group waits for it."""
+
+    def __init__(self, name: str, args: ManagedNodeGroupArgs, opts: pulumi.ResourceOptions | None = None):
+        # The type token keeps the class's former name: a new token is a new URN, which would replace
+        # the live node groups.
         super().__init__("mlops-eks:infra:NodePool", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         custom_ami = args.ami_type == NodeImage.CUSTOM
@@ -66,7 +73,6 @@ class NodePool(pulumi.ComponentResource):
             )
             placement = aws.ec2.LaunchTemplatePlacementArgs(group_name=group.name)
 
-        device = "/dev/xvdb" if args.ami_type.startswith("BOTTLEROCKET") else "/dev/xvda"
         template = aws.ec2.LaunchTemplate(
             f"{name}-lt",
             description=f"{name}: IMDSv2 only (hop limit 1), no SSH, encrypted gp3 root volume",
@@ -75,7 +81,7 @@ class NodePool(pulumi.ComponentResource):
             ),
             block_device_mappings=[
                 aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
-                    device_name=device,
+                    device_name=ROOT_DEVICE,
                     ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
                         volume_size=args.disk_size_gib,
                         volume_type="gp3",
@@ -122,12 +128,12 @@ class NodePool(pulumi.ComponentResource):
                 id=template.id, version=template.latest_version.apply(str)
             ),
             tags=args.tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=args.after),
+            opts=child_options(self, opts),
         )
         self.register_outputs({"launch_template_id": template.id})
 
     @staticmethod
-    def _nodeadm_user_data(args: NodePoolArgs) -> pulumi.Output[str]:
+    def _nodeadm_user_data(args: ManagedNodeGroupArgs) -> pulumi.Output[str]:
         """EKS passes no bootstrap to a custom AMI: join the cluster with nodeadm (AL2023-based AMIs),
         registering the pool's labels and taints with the kubelet."""
         labels = ",".join(f"{k}={v}" for k, v in args.labels.items())
@@ -159,7 +165,7 @@ class NodePool(pulumi.ComponentResource):
 
     @staticmethod
     def _efa_interfaces(
-        args: NodePoolArgs,
+        args: ManagedNodeGroupArgs,
     ) -> pulumi.Output[list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]]:
         """One EFA interface per network card; the first card carries the primary (device 0) interface."""
         assert args.cluster_info is not None
@@ -180,5 +186,4 @@ class NodePool(pulumi.ComponentResource):
 
 def gpu_pool_scheduling(acc: Accelerator) -> tuple[dict[str, str], list[dict[str, str]]]:
     """The labels and taints every node of accelerator `acc` carries (from the catalog)."""
-    t = acc.taint
-    return acc.node_labels, [{"key": t.key, "value": t.value, "effect": t.effect}]
+    return acc.node_labels, [taint_spec(acc.taint)]

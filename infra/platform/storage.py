@@ -15,13 +15,11 @@ import json
 import pulumi
 import pulumi_aws as aws
 
-from infra.platform.cluster import ComponentArgs
+from infra.component_args import ComponentArgs
+from infra.contract import JOBS_PREFIX
 from infra.platform.pod_identity import role_path
 
 IMAGE_FLAVOURS = ("cuda", "rocm", "cpu")
-# Every job writes under jobs/<name>/ (workloads/pod.py): checkpoints there are rewritten every few
-# hundred steps, so their old versions pile up. Data sets live beside it (e.g. datasets/) and keep theirs.
-JOBS_PREFIX = "jobs/"
 
 
 def bucket_prefix(stack: str) -> str:
@@ -103,6 +101,8 @@ class Storage(pulumi.ComponentResource):
                 aws.s3.BucketLifecycleConfigurationRuleArgs(
                     id="expire-old-job-object-versions",
                     status="Enabled",
+                    # Checkpoints under jobs/<name>/ are rewritten every few hundred steps, so their old
+                    # versions pile up. Data sets live beside it (e.g. datasets/) and keep theirs.
                     filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=JOBS_PREFIX),
                     noncurrent_version_expiration=aws.s3.BucketLifecycleConfigurationRuleNoncurrentVersionExpirationArgs(
                         noncurrent_days=args.noncurrent_days

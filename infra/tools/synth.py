@@ -113,13 +113,18 @@ class ImmediateExecutor(concurrent.futures.ThreadPoolExecutor):
 
 
 def install_mocks(
-    mocks: pulumi.runtime.Mocks, stack: str, monitor: runtime_mocks.MockMonitor | None = None
+    mocks: pulumi.runtime.Mocks,
+    stack: str,
+    monitor: runtime_mocks.MockMonitor | None = None,
+    organization: str | None = None,
 ) -> None:
     """set_mocks on a fresh event loop whose executor runs RPCs inline."""
     loop = asyncio.new_event_loop()
     loop.set_default_executor(ImmediateExecutor())
     asyncio.set_event_loop(loop)
-    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
+    pulumi.runtime.set_mocks(
+        mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor, organization=organization
+    )
 
 
 @dataclass
@@ -164,7 +169,7 @@ def _masked(value: Any) -> Any:
 
 def stack_config(stack: str, path: Path | None = None) -> dict[str, Any]:
     """The `config:` mapping of Pulumi.<stack>.yaml (or of the stack file at `path`)."""
-    path = path or REPO / f"Pulumi.{stack}.yaml"
+    path = path or stack_files.stack_file(REPO, stack)
     if not path.exists():
         raise FileNotFoundError(f"no stack file {path}; stacks here: {', '.join(available_stacks())}")
     return read_stack_file(path)
@@ -182,22 +187,15 @@ def read_stack_file(path: Path) -> dict[str, Any]:
 def available_stacks() -> list[str]:
     """Platform stacks only: a stack file that sets platformStack belongs to a workload stack. An unreadable
     file is listed too (its synth reports the problem), so one broken file does not hide the others."""
-    names = []
-    for p in REPO.glob("Pulumi.*.yaml"):
-        try:
-            workload = "mlops-eks:platformStack" in read_stack_file(p)
-        except ConfigError:
-            workload = False
-        if not workload:
-            names.append(p.name[len("Pulumi.") : -len(".yaml")])
-    return sorted(names)
+    return sorted(stack_files.platform_stacks(REPO))
 
 
 def synth(
     stack: str, values: dict[str, Any], monitor_type: type[RecordingMonitor] | None = None
 ) -> tuple[PlatformConfig, list[Registered], dict[str, Any]]:
     """Run the real platform program for `stack` under mocks. Raises ConfigError on invalid config.
-    `monitor_type`: a RecordingMonitor subclass that keeps more of each registration (tests)."""
+    `monitor_type`: a RecordingMonitor subclass that keeps more of each registration (tests). Leaves an
+    empty config and a fresh event loop behind, so a caller that synthesizes again (tests) starts clean."""
     from infra.program import program
 
     config = PlatformConfig.from_mapping(values)  # fail with the config message before any mock runs
@@ -218,5 +216,9 @@ def synth(
         outputs = {k: pulumi.Output.from_input(v) for k, v in platform.exports.items()}
         return asyncio.ensure_future(resolve(outputs))
 
-    run()
+    try:
+        run()
+    finally:
+        pulumi.runtime.set_all_config({})
+        asyncio.set_event_loop(asyncio.new_event_loop())
     return config, monitor.registered, exports

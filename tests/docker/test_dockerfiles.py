@@ -13,7 +13,7 @@ import pytest
 from dockerfile_model import FLAVORS, REPO, dockerignore_excludes
 
 from infra.accelerators import CATALOG
-from workloads.pod import RUN_AS
+from infra.contract import RUN_AS_UID
 
 HADOLINT = Path(sys.executable).parent / "hadolint"
 HADOLINT_CONFIG = REPO / "docker" / ".hadolint.yaml"
@@ -117,7 +117,7 @@ def test_final_stage_is_slim_and_runs_as_the_pods_non_root_user(dockerfiles, fla
     users = [n for n, i in enumerate(final) if i.keyword == "USER"]
     runs = [n for n, i in enumerate(final) if i.keyword == "RUN"]
     assert users and runs and users[-1] > runs[-1], f"{flavor}: USER must come after every RUN"
-    assert final[users[-1]].args == f"{RUN_AS}:{RUN_AS}"
+    assert final[users[-1]].args == f"{RUN_AS_UID}:{RUN_AS_UID}"
 
 
 @pytest.mark.parametrize("flavor", FLAVORS)

@@ -4,7 +4,6 @@ The figures are printed at the end of the pytest run (section "fault and bad-inp
 
 from __future__ import annotations
 
-import asyncio
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,9 +61,8 @@ def ledger():
 
 
 @pytest.fixture
-def program_error() -> Callable[[Callable[[], object]], str | None]:
-    """Run a Pulumi program under the mocks already installed; its error message, or None. Leaves a
-    clean config and a fresh event loop for the next test."""
+def program_error(pulumi_mocks) -> Callable[[Callable[[], object]], str | None]:
+    """Run a Pulumi program under the mocks installed with `pulumi_mocks`; its error message, or None."""
 
     def run(program: Callable[[], object]) -> str | None:
         @pulumi.runtime.test
@@ -75,9 +73,6 @@ def program_error() -> Callable[[Callable[[], object]], str | None]:
             go()
         except Exception as err:  # the engine wraps the program's exception in a RunError
             return str(err)
-        finally:
-            pulumi.runtime.set_all_config({})
-            asyncio.set_event_loop(asyncio.new_event_loop())
         return None
 
     return run

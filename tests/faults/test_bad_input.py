@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from infra.__main__ import main as infra_main
-from infra.config.platform import SECRET_PLACEHOLDER, ConfigError, PlatformConfig
+from infra.config.platform import ConfigError, PlatformConfig
+from infra.config.secrets import SECRET_PLACEHOLDER
 from infra.tools import synth as infra_synth
 from tests.trainer.trainer_runs import trainer_args
 from workloads.__main__ import main as workloads_main

@@ -4,12 +4,10 @@ stack file; it must stop before registering any resource, with a message naming 
 from __future__ import annotations
 
 import copy
-import json
 
-import pulumi
 import pytest
 
-from infra.tools.synth import PlatformMocks, RecordingMonitor, install_mocks, stack_config
+from infra.tools.synth import PlatformMocks, RecordingMonitor, stack_config
 
 DELETE = object()
 # (case, path into the config mapping, bad value, the key the message must name)
@@ -80,14 +78,13 @@ def with_value(config: dict, path: tuple, value: object) -> dict:
     return config
 
 
-def run_program(program_error, values: dict) -> tuple[str | None, int]:
+def run_program(pulumi_mocks, program_error, values: dict) -> tuple[str | None, int]:
     """(error message or None, resources registered) for the platform program under mocks."""
     from infra.program import program
 
     mocks = PlatformMocks("us-east-1")
     monitor = RecordingMonitor(mocks)
-    pulumi.runtime.set_all_config({k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()})
-    install_mocks(mocks, "dev", monitor)  # a fresh event loop per run, as infra's own tests do
+    pulumi_mocks(mocks, config=values, monitor=monitor)
     error = program_error(program)
     # The root stack is registered once per process by whichever program ran first: not a resource.
     return error, sum(r.type != "pulumi:pulumi:Stack" for r in monitor.registered)
@@ -101,18 +98,18 @@ def dev_config() -> dict:
     return config
 
 
-def test_the_unmodified_config_creates_resources(program_error, dev_config):
+def test_the_unmodified_config_creates_resources(pulumi_mocks, program_error, dev_config):
     """Control: the same harness with the dev stack file (a /20 is allowed in dev) registers the
     platform, so a zero below means the config was refused, not that nothing ever registers."""
-    error, created = run_program(program_error, dev_config)
+    error, created = run_program(pulumi_mocks, program_error, dev_config)
     assert error is None and created > 20
 
 
 @pytest.mark.parametrize(("case", "path", "value", "key"), CASES, ids=[c[0] for c in CASES])
 def test_malformed_config_creates_nothing_and_names_the_key(
-    program_error, dev_config, ledger, case, path, value, key
+    pulumi_mocks, program_error, dev_config, ledger, case, path, value, key
 ):
-    error, created = run_program(program_error, with_value(dev_config, path, value))
+    error, created = run_program(pulumi_mocks, program_error, with_value(dev_config, path, value))
     entry = ledger("platform config", case, error=error, names=f"{key}:", created=created)
     assert error is not None, f"{case}: accepted"
     assert created == 0, f"{case}: {created} resources registered before the error"

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 
-import pulumi
 import pytest
 import yaml
+from recording_mocks import RecordingMocks
 
-from infra.tools.synth import REPO, install_mocks
+from infra.tools.synth import REPO
 from workloads.platform import example_outputs_path
 
 BASE_JOB = yaml.safe_load((REPO / "Pulumi.dev-zimdb.yaml").read_text())["config"]["mlops-eks:job"]
@@ -39,35 +39,18 @@ CASES = [
 ]
 
 
-class JobMocks(pulumi.runtime.Mocks):
-    """Records registrations; the StackReference answers with the platform's example exports."""
-
-    def __init__(self, outputs: dict):
-        self.outputs, self.types = outputs, []
-
-    def new_resource(self, args):
-        self.types.append(args.typ)
-        if args.typ == "pulumi:pulumi:StackReference":
-            return f"{args.name}-id", {"name": args.name, "outputs": self.outputs}
-        return f"{args.name}-id", {**args.inputs, "arn": f"arn:aws:iam::123456789012:role/{args.name}"}
-
-    def call(self, args):
-        return {}
-
-
-def run_workload(program_error, job: object, platform: str) -> tuple[str | None, list[str]]:
+def run_workload(pulumi_mocks, program_error, job: object, platform: str) -> tuple[str | None, list[str]]:
     """(error message or None, types created) for the workload program under mocks."""
     from workloads.program import program
 
     outputs = json.loads(example_outputs_path(platform).read_text())
-    mocks = JobMocks({**outputs, "kubeconfig": '{"apiVersion": "v1"}'})
-    install_mocks(mocks, f"{platform}-faults")  # a fresh event loop per run, as infra's own tests do
-    pulumi.runtime.set_all_config(
-        {"mlops-eks:platformStack": f"organization/mlops-eks/{platform}", "mlops-eks:job": json.dumps(job)}
-    )
+    mocks = RecordingMocks({**outputs, "kubeconfig": '{"apiVersion": "v1"}'})
+    job_text = json.dumps(job)  # a string too: the engine passes what the stack file holds, as JSON
+    config = {"mlops-eks:platformStack": f"organization/mlops-eks/{platform}", "mlops-eks:job": job_text}
+    pulumi_mocks(mocks, stack=f"{platform}-faults", config=config)
     error = program_error(program)
     # Reading the platform's outputs (StackReference) creates nothing.
-    return error, [t for t in mocks.types if t != "pulumi:pulumi:StackReference"]
+    return error, [r.typ for r in mocks.resources if r.typ != "pulumi:pulumi:StackReference"]
 
 
 def changed(changes: dict) -> dict:
@@ -75,24 +58,24 @@ def changed(changes: dict) -> dict:
     return {k: v for k, v in job.items() if changes.get(k) is not DELETE}
 
 
-def test_the_unmodified_job_creates_resources(program_error):
+def test_the_unmodified_job_creates_resources(pulumi_mocks, program_error):
     """Control: the same harness deploys the dev-zimdb job, so an empty list below means refused."""
-    error, created = run_workload(program_error, BASE_JOB, "dev")
+    error, created = run_workload(pulumi_mocks, program_error, BASE_JOB, "dev")
     assert error is None and "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob" in created
 
 
 @pytest.mark.parametrize(("case", "changes", "platform", "key"), CASES, ids=[c[0] for c in CASES])
 def test_hostile_job_spec_creates_nothing_and_names_the_key(
-    program_error, ledger, case, changes, platform, key
+    pulumi_mocks, program_error, ledger, case, changes, platform, key
 ):
-    error, created = run_workload(program_error, changed(changes), platform)
+    error, created = run_workload(pulumi_mocks, program_error, changed(changes), platform)
     entry = ledger("job spec", case, error=error, names=f"{key}:", created=len(created))
     assert error is not None, f"{case}: accepted"
     assert created == [], f"{case}: created {created} before failing"
     assert entry.clear, f"{case}: message does not name {key}: {error}"
 
 
-def test_job_that_is_not_an_object_is_refused(program_error, ledger):
-    error, created = run_workload(program_error, "4xT4 please", "dev")
+def test_job_that_is_not_an_object_is_refused(pulumi_mocks, program_error, ledger):
+    error, created = run_workload(pulumi_mocks, program_error, "4xT4 please", "dev")
     entry = ledger("job spec", "job-not-an-object", error=error, names="mlops-eks:job:", created=len(created))
     assert entry.rejected and entry.clear, error

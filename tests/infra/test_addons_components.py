@@ -7,6 +7,7 @@ import json
 import pulumi
 import pulumi_kubernetes as k8s
 import pytest
+from recording_mocks import RecordingMocks
 
 from infra.accelerators import CATALOG
 from infra.addons.gpu import GpuSoftware, GpuSoftwareArgs
@@ -35,34 +36,9 @@ CONFIG = AddonsConfig.model_validate(
 _SECRET_SIG = "4dabf18193072939515e22adb298388d"
 
 
-class _Mocks(pulumi.runtime.Mocks):
-    def __init__(self):
-        self.registered: list[pulumi.runtime.MockResourceArgs] = []
-
-    def new_resource(self, args):
-        self.registered.append(args)
-        outputs = {
-            "name": args.name,
-            "arn": f"arn:aws:mock:::{args.name}",
-            "url": f"https://{args.name}",
-            **args.inputs,
-        }
-        if args.typ == "random:index/randomPassword:RandomPassword":
-            outputs["result"] = "generated-password"
-        return f"{args.name}-id", outputs
-
-    def call(self, args):
-        return {}
-
-    def of_type(self, typ: str) -> dict[str, dict]:
-        return {r.name: r.inputs for r in self.registered if r.typ == typ}
-
-
 @pytest.fixture
-def mocks():
-    m = _Mocks()
-    pulumi.runtime.set_mocks(m, preview=False)
-    return m
+def mocks(pulumi_mocks) -> RecordingMocks:
+    return pulumi_mocks()
 
 
 class _DependsOn:
@@ -88,9 +64,9 @@ def _karpenter(provider: k8s.Provider, depends_on=(), opts=None) -> Karpenter:
         k8s_provider=provider,
         subnet_tags={"karpenter.sh/discovery": "mlops-eks-test"},
         security_group_id="sg-0123456789abcdef0",
-        depends_on=depends_on,
     )
-    return Karpenter("karpenter", args, opts=opts)
+    waits_for = pulumi.ResourceOptions(depends_on=list(depends_on))
+    return Karpenter("karpenter", args, opts=pulumi.ResourceOptions.merge(opts, waits_for))
 
 
 def _settled(*resources: pulumi.Resource) -> pulumi.Output:
@@ -126,19 +102,19 @@ def test_karpenter_identity_queue_and_node_access(mocks):
     karpenter = _karpenter(k8s.Provider("k8s", kubeconfig="{}"))
 
     def check(_):
-        (identity,) = mocks.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation").values()
-        release = mocks.of_type("kubernetes:helm.sh/v3:Release")["karpenter"]
+        (identity,) = mocks.by_name("aws:eks/podIdentityAssociation:PodIdentityAssociation").values()
+        release = mocks.by_name("kubernetes:helm.sh/v3:Release")["karpenter"]
         assert (identity["namespace"], identity["serviceAccount"]) == ("kube-system", "karpenter")
         assert release["values"]["serviceAccount"]["name"] == "karpenter"
         assert release["namespace"] == "kube-system"
-        (access,) = mocks.of_type("aws:eks/accessEntry:AccessEntry").values()
+        (access,) = mocks.by_name("aws:eks/accessEntry:AccessEntry").values()
         assert access["type"] == "EC2_LINUX"
-        (queue,) = mocks.of_type("aws:sqs/queue:Queue").values()
+        (queue,) = mocks.by_name("aws:sqs/queue:Queue").values()
         assert (queue["messageRetentionSeconds"], queue["sqsManagedSseEnabled"]) == (300, True)
         assert release["values"]["settings"]["interruptionQueue"] == "karpenter-interruption"
-        assert len(mocks.of_type("aws:cloudwatch/eventTarget:EventTarget")) == 5
-        assert len(mocks.of_type("aws:iam/policy:Policy")) == 6
-        trust = json.loads(mocks.of_type("aws:iam/role:Role")["karpenter-controller"]["assumeRolePolicy"])
+        assert len(mocks.by_name("aws:cloudwatch/eventTarget:EventTarget")) == 5
+        assert len(mocks.by_name("aws:iam/policy:Policy")) == 6
+        trust = json.loads(mocks.by_name("aws:iam/role:Role")["karpenter-controller"]["assumeRolePolicy"])
         # Pinned to this cluster (its ARN: account, region and name), not any cluster in the account.
         assert trust["Statement"][0]["Condition"]["StringEquals"] == {
             "aws:RequestTag/eks-cluster-arn": "arn:aws:eks:us-east-1:123456789012:cluster/mlops-eks-test",
@@ -167,13 +143,13 @@ def test_gpu_pools_carry_the_labels_and_taint_the_device_plugins_schedule_onto(
 
     def check(_):
         pool = next(p for p in GPU_POOLS if p.accelerator == accelerator)
-        template = mocks.of_type("kubernetes:karpenter.sh/v1:NodePool")[f"karpenter-pool-gpu-{pool.name}"][
+        template = mocks.by_name("kubernetes:karpenter.sh/v1:NodePool")[f"karpenter-pool-gpu-{pool.name}"][
             "spec"
         ]["template"]
         acc = CATALOG[accelerator]
         assert template["metadata"]["labels"] == acc.node_labels
         assert template["spec"]["taints"] == [{"key": acc.taint.key, "value": "true", "effect": "NoSchedule"}]
-        values = mocks.of_type("kubernetes:helm.sh/v3:Release")[plugin]["values"]
+        values = mocks.by_name("kubernetes:helm.sh/v3:Release")[plugin]["values"]
         tolerated = {(t["key"], t.get("effect")) for t in values["tolerations"]}
         assert (acc.taint.key, acc.taint.effect) in tolerated
         # On every node of its vendor, and on no node of the other vendor.
@@ -191,7 +167,7 @@ def test_node_classes_use_the_nvidia_alias_or_the_amd_ami_and_imdsv2_one_hop(moc
     karpenter = _karpenter(k8s.Provider("k8s", kubeconfig="{}"))
 
     def check(_):
-        classes = mocks.of_type("kubernetes:karpenter.k8s.aws/v1:EC2NodeClass")
+        classes = mocks.by_name("kubernetes:karpenter.k8s.aws/v1:EC2NodeClass")
         assert classes["karpenter-class-amd-amd"]["spec"]["amiSelectorTerms"] == [
             {"id": "ami-0123456789abcdef0"}
         ]
@@ -214,12 +190,12 @@ def test_grafana_password_is_generated_when_not_configured_and_kept_secret(mocks
 
     def check(args):
         _, is_secret = args
-        string_data = mocks.of_type("kubernetes:core/v1:Secret")["observability-grafana-admin"]["stringData"]
+        string_data = mocks.by_name("kubernetes:core/v1:Secret")["observability-grafana-admin"]["stringData"]
         # The engine sees a secret (Pulumi's secret signature wraps the value): never stored in plain text.
         assert string_data[_SECRET_SIG] == "1b47061264138c4ac30d75fd1eb44270"
         assert string_data["value"]["admin-password"] == "generated-password"
         assert is_secret
-        dashboards = mocks.of_type("kubernetes:core/v1:ConfigMap")
+        dashboards = mocks.by_name("kubernetes:core/v1:ConfigMap")
         assert {d["metadata"]["labels"]["grafana_dashboard"] for d in dashboards.values()} == {"1"}
         assert len(dashboards) == 2
 
@@ -238,16 +214,16 @@ def test_training_installs_trainer_runtime_operator_v1_and_kueue_queues(mocks):
     def check(_):
         assert training.operators == {"trainjob": True, "pytorchjob": True}
         assert training.runtimes == ["torch-distributed"] and training.queues == ["team-a"]
-        runtimes = mocks.of_type("kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime")
+        runtimes = mocks.by_name("kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime")
         assert [r["metadata"]["name"] for r in runtimes.values()] == ["torch-distributed"]
-        (operator_v1,) = mocks.of_type("kubernetes:kustomize/v2:Directory").values()
+        (operator_v1,) = mocks.by_name("kubernetes:kustomize/v2:Directory").values()
         # Pinned by commit (the tag v1.9.2's), not by a tag that could move.
         commit = "bde9c20903ad9b54af1f3883e4fa764a3c0db797"
         assert operator_v1["directory"] == (
             f"https://github.com/kubeflow/trainer//manifests/overlays/standalone?ref={commit}"
         )
-        assert {"kubeflow-trainer", "kueue"} <= set(mocks.of_type("kubernetes:helm.sh/v3:Release"))
-        assert len(mocks.of_type("kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue")) == 1
+        assert {"kubeflow-trainer", "kueue"} <= set(mocks.by_name("kubernetes:helm.sh/v3:Release"))
+        assert len(mocks.by_name("kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue")) == 1
 
     return _settled(*training.installed).apply(check)
 
@@ -264,8 +240,8 @@ def test_a_configured_grafana_password_is_used_instead_of_a_generated_one(mocks)
     )
 
     def check(_):
-        assert not mocks.of_type("random:index/randomPassword:RandomPassword")
-        string_data = mocks.of_type("kubernetes:core/v1:Secret")["observability-grafana-admin"]["stringData"]
+        assert not mocks.by_name("random:index/randomPassword:RandomPassword")
+        string_data = mocks.by_name("kubernetes:core/v1:Secret")["observability-grafana-admin"]["stringData"]
         assert string_data["value"]["admin-password"] == "from-pulumi-config"
 
     return observability.release.urn.apply(check)

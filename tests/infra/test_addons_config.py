@@ -6,9 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
+from pydantic import BaseModel
 
-from infra.config.platform import ConfigError, PlatformConfig
+from infra.config import stack_files
+from infra.config.addons import AddonsConfig, TeamQueue
+from infra.config.nodes import GPU_NODE_DISK_GIB
+from infra.config.platform import ConfigError, GpuPoolConfig, PlatformConfig
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = {"aws:region": "us-east-1"}
@@ -68,7 +71,7 @@ def test_bad_addons_config_names_key_value_and_allowed(addons, expected):
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_stack_files_turn_on_the_addons_a_team_uses(stack):
-    config = yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text())["config"]
+    config = stack_files.read_config(stack_files.stack_file(REPO, stack))
     addons = PlatformConfig.from_mapping(config).addons
     pools = PlatformConfig.from_mapping(config).gpu_pools
     assert addons.karpenter.enabled and pools and all(p.source == "karpenter" for p in pools)
@@ -104,3 +107,46 @@ def test_kubecost_needs_more_prometheus_retention_than_its_hourly_etl_window():
     assert "mlops-eks:addons.observability.retention" in problem and "50h" in problem
     assert _load({"observability": {"retention": "2d"}, "kubecost": {"enabled": False}})
     assert _load({"observability": {"retention": "50h"}}).addons.observability.retention_hours == 50
+
+
+def _spelled(value: object) -> str:
+    """A default as Pulumi.yaml's descriptions write it (YAML flow style)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, list):
+        return "[" + ", ".join(map(str, value)) + "]"
+    return str(value)
+
+
+def _leaves(model: BaseModel) -> list[tuple[str, object]]:
+    found = []
+    for key, value in model.model_dump(by_alias=True).items():
+        field = getattr(model, next(n for n, f in type(model).model_fields.items() if (f.alias or n) == key))
+        found += _leaves(field) if isinstance(field, BaseModel) else [(key, value)]
+    return found
+
+
+def test_pulumi_yaml_states_every_add_on_default_as_the_model_has_it():
+    """Pulumi.yaml documents the add-ons' defaults in prose (`addons` has `default: {}`): each must be the
+    model's, so changing a default in infra/config changes it here or fails."""
+    declared = stack_files.read_config(REPO / "Pulumi.yaml")
+    text = " ".join(declared["addons"]["description"].split())
+    # queues: [] is described by an entry's defaults instead.
+    defaults = [(k, v) for k, v in _leaves(AddonsConfig()) if k != "queues"]
+    defaults += [(k, v) for k, v in _leaves(TeamQueue(name="team")) if k not in ("name", "gpus")]
+    assert len(defaults) == 22  # every leaf of every add-on is seen
+    missing = [f"{k}: {_spelled(v)}" for k, v in defaults if f"{k}: {_spelled(v)}" not in text]
+    assert missing == []
+    pools = " ".join(declared["gpuPools"]["description"].split())
+    pool = GpuPoolConfig(name="p", accelerator="t4", gpuLimit=4)
+    for key, value in [
+        ("consolidateAfter", pool.consolidate_after),
+        ("capacityTypes", pool.capacity_types),
+        ("efa", pool.efa),
+        ("diskSizeGiB", GPU_NODE_DISK_GIB),
+    ]:
+        assert f"{key} (" in pools and f"default {_spelled(value)}" in pools, key

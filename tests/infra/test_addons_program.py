@@ -1,69 +1,36 @@
-"""The add-ons inside the real platform program: `infra synth` lists them, and the dependency wiring
-gives `pulumi destroy` the safe teardown order."""
+"""The add-ons inside the real platform program: what it registers for them, and the dependency wiring
+that gives `pulumi up` a working creation order and `pulumi destroy` the safe teardown order (read from
+the dependency graph the program hands the engine, as tests/infra/test_ordering.py records it)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.infra.test_ordering import Node, depends_on
 
-# Runs the dev program under the synth mocks in a fresh process (a second root stack is refused in this
-# one) and prints each resource's dependencies, as the engine receives them.
-_DEPENDENCIES = """
-import json
-import pulumi
-from infra.tools import synth
-from infra.config.platform import PlatformConfig
-from infra.program import program
-
-class DependencyMonitor(synth.RecordingMonitor):
-    def __init__(self, mocks):
-        super().__init__(mocks)
-        self.dependencies = {}
-
-    def RegisterResource(self, request):
-        self.dependencies[request.name] = sorted(u.split("::")[-1] for u in request.dependencies)
-        return super().RegisterResource(request)
-
-values = synth.stack_config("dev")
-mocks = synth.PlatformMocks(PlatformConfig.from_mapping(values).region)
-monitor = DependencyMonitor(mocks)
-pulumi.runtime.set_all_config({k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()})
-synth.install_mocks(mocks, "dev", monitor)
-pulumi.runtime.test(program)()
-print(json.dumps(monitor.dependencies))
-"""
+RELEASE = "kubernetes:helm.sh/v3:Release"
+NODE_GROUP = "eks:index:ManagedNodeGroup"
 
 
-@pytest.fixture(scope="module")
-def dependencies() -> dict[str, list[str]]:
-    p = subprocess.run(
-        [sys.executable, "-c", _DEPENDENCIES], cwd=REPO, capture_output=True, text=True, timeout=300
-    )
-    assert p.returncode == 0, p.stderr[-3000:]
-    return json.loads(p.stdout.strip().splitlines()[-1])
+@pytest.fixture
+def graph(stack) -> list[Node]:
+    return [
+        Node(r.type, r.name, e.urn, r.inputs, e.dependencies | e.property_dependencies, e.provider)
+        for r, e in zip(stack.resources, stack.edges, strict=True)
+    ]
 
 
-def test_synth_json_lists_every_addon():
-    p = subprocess.run(
-        [sys.executable, "-m", "infra", "synth", "--stack", "dev", "--json"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert p.returncode == 0, p.stderr[-3000:]
-    resources = json.loads(p.stdout)
-    releases = {r["name"] for r in resources if r["type"] == "kubernetes:helm.sh/v3:Release"}
+def one(graph: list[Node], type_: str, name: str) -> Node:
+    (node,) = [n for n in graph if n.type == type_ and n.name == name]
+    return node
+
+
+def test_the_program_installs_every_addon(dev):
+    releases = {r.name for r in dev.of_type(RELEASE)}
     gpu = {"nvidia-device-plugin", "dcgm-exporter", "amd-gpu"}
     training = {"kubeflow-trainer", "kueue"}
     assert releases == {"karpenter", "kube-prometheus-stack", "metrics-server", "kubecost", *gpu, *training}
-    types = {r["type"] for r in resources}
+    types = {r.type for r in dev.resources}
     assert {
         "mlops-eks:infra:Karpenter",
         "kubernetes:karpenter.sh/v1:NodePool",
@@ -76,25 +43,34 @@ def test_synth_json_lists_every_addon():
     } <= types
 
 
-def test_node_pools_depend_on_the_karpenter_release_and_the_release_on_the_cluster(dependencies):
-    pools = [name for name in dependencies if name.startswith("karpenter-pool-")]
-    classes = [name for name in dependencies if name.startswith("karpenter-class-")]
-    assert pools and classes
-    for name in pools + classes:
-        assert "karpenter" in dependencies[name], name
-    # The controller goes after (is created after) the cluster and its node groups, and those after the
-    # Pod Identity agent, so on destroy it outlives its NodePools and dies before the cluster.
-    assert {"cluster-eks", "system"} <= set(dependencies["karpenter"])
-    assert "cluster-pod-identity-agent" in dependencies["system"]
+def test_node_pools_wait_for_the_karpenter_release_and_the_release_for_the_cluster_and_its_nodes(graph):
+    karpenter = one(graph, RELEASE, "karpenter")
+    pools = [
+        n for n in graph if n.type.startswith(("kubernetes:karpenter.sh/", "kubernetes:karpenter.k8s.aws/"))
+    ]
+    assert {n.type.rsplit(":", 1)[-1] for n in pools} == {"NodePool", "EC2NodeClass"}
+    early = [n.name for n in pools if not depends_on(graph, n, karpenter.urn)]
+    assert early == [], "created before the controller (and, on destroy, deleted after it: nodes stay)"
+    # The controller goes after the cluster and its system nodes, and those after the Pod Identity agent,
+    # so on destroy it outlives its NodePools and goes before the cluster.
+    system = one(graph, NODE_GROUP, "system")
+    assert depends_on(graph, karpenter, one(graph, "eks:index:Cluster", "cluster-eks").urn)
+    assert depends_on(graph, karpenter, system.urn)
+    assert depends_on(graph, system, one(graph, "aws:eks/addon:Addon", "cluster-pod-identity-agent").urn)
 
 
-def test_nodes_wait_for_the_vpc_cni_identity_and_the_cluster_for_its_log_group(dependencies):
+def test_nodes_wait_for_the_vpc_cni_identity_and_the_cluster_for_its_log_group(graph):
     # aws-node gets credentials only through the agent and its association: a node without them
     # never turns Ready. EKS writes control-plane logs into the group only if it exists first.
-    for group in [n for n in dependencies if n == "system" or n.startswith("gpu-")]:
-        assert {"cluster-pod-identity-agent", "cluster-vpc-cni"} <= set(dependencies[group]), group
-    assert "cluster-logs" in dependencies["cluster-eks"]
-    assert "cluster-pod-identity-agent" in dependencies["addons-aws-ebs-csi-driver"]
+    agent = one(graph, "aws:eks/addon:Addon", "cluster-pod-identity-agent")
+    cni = one(graph, "aws:eks/podIdentityAssociation:PodIdentityAssociation", "cluster-vpc-cni")
+    groups = [n for n in graph if n.type == NODE_GROUP]
+    assert "system" in {n.name for n in groups}
+    for group in groups:
+        assert depends_on(graph, group, agent.urn) and depends_on(graph, group, cni.urn), group.name
+    cluster = one(graph, "eks:index:Cluster", "cluster-eks")
+    assert depends_on(graph, cluster, one(graph, "aws:cloudwatch/logGroup:LogGroup", "cluster-logs").urn)
+    assert depends_on(graph, one(graph, "aws:eks/addon:Addon", "addons-aws-ebs-csi-driver"), agent.urn)
 
 
 def test_addon_exports_follow_the_platform_contract(dev):

@@ -4,14 +4,11 @@ its ClusterQueues cover every resource a job asks for (EFA included)."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 import yaml
 
 from infra.addons.training import KUEUE_FRAMEWORKS
 from infra.contract import EFA_RESOURCE, AcceleratorPool, DevicePlugin, PoolTaint, Toleration
-from infra.tools.synth import RecordingMonitor, stack_config, synth
 from policy import helm_render
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -19,23 +16,13 @@ STACKS = ["dev", "prod"]
 
 
 @pytest.fixture(scope="module")
-def platforms() -> dict[str, dict]:
+def platforms(dev, prod) -> dict[str, dict]:
     """Per stack: the exports, the Helm releases, and (type, name) -> the URNs it depends on."""
     found = {}
-    for stack in STACKS:
-        graph: dict[tuple[str, str], set[str]] = {}
-
-        class GraphMonitor(RecordingMonitor):
-            def RegisterResource(self, request, graph=graph):  # noqa: N802 (gRPC method name)
-                graph[(request.type, request.name)] = set(request.dependencies)
-                return super().RegisterResource(request)
-
-        try:
-            config, resources, exports = synth(stack, stack_config(stack), GraphMonitor)
-        finally:
-            asyncio.set_event_loop(asyncio.new_event_loop())
-        releases = {r.name: r for r in helm_render.releases(resources)}
-        found[stack] = {"config": config, "exports": exports, "releases": releases, "graph": graph}
+    for stack, platform in (("dev", dev), ("prod", prod)):
+        releases = {r.name: r for r in helm_render.releases(platform.resources)}
+        found[stack] = {"config": platform.config, "exports": platform.exports, "releases": releases}
+        found[stack]["graph"] = platform.dependencies()
     return found
 
 

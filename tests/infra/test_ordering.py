@@ -5,7 +5,7 @@ for the Helm release that installs its CRD (the CRDs each chart package in ../sh
 
 from __future__ import annotations
 
-import asyncio
+import copy
 import re
 import tarfile
 from dataclasses import dataclass
@@ -13,8 +13,6 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-
-from infra.tools.synth import RecordingMonitor, stack_config, synth
 
 HELM = Path(__file__).resolve().parents[3] / "shared" / "upstream" / "helm"
 CLUSTER = "eks:index:Cluster"
@@ -32,31 +30,14 @@ class Node:
     provider: str  # the provider reference "urn::id" ("" for none)
 
 
-def record(stack: str) -> list[Node]:
-    nodes: list[Node] = []
-
-    class GraphMonitor(RecordingMonitor):
-        def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
-            index = len(self.registered)
-            response = super().RegisterResource(request)
-            deps = set(request.dependencies)
-            for prop in request.propertyDependencies.values():
-                deps |= set(prop.urns)
-            provider = request.provider or request.providers.get("kubernetes", "")
-            inputs = self.registered[index].inputs
-            nodes.append(Node(request.type, request.name, response.urn, inputs, deps, provider))
-            return response
-
-    try:
-        synth(stack, stack_config(stack), GraphMonitor)
-    finally:
-        asyncio.set_event_loop(asyncio.new_event_loop())
-    return nodes
-
-
 @pytest.fixture(scope="module", params=["dev", "prod"])
 def graph(request) -> list[Node]:
-    return record(request.param)
+    platform = request.getfixturevalue(request.param)
+    nodes = []
+    for r, e in zip(platform.resources, platform.edges, strict=True):
+        deps = e.dependencies | e.property_dependencies
+        nodes.append(Node(r.type, r.name, e.urn, copy.deepcopy(r.inputs), deps, e.provider))
+    return nodes
 
 
 def depends_on(nodes: list[Node], node: Node, target_urn: str) -> bool:
@@ -172,3 +153,15 @@ def test_every_release_waits_for_its_labeled_namespace(graph):
         elif "pod-security.kubernetes.io/enforce" not in namespaces[ns].inputs["metadata"]["labels"]:
             problems.append(f"{ns}: no Pod Security label")
     assert problems == []
+
+
+def test_eks_addons_with_pods_wait_for_the_system_nodes_and_the_pod_identity_agent_does_not(graph):
+    """EKS reports an add-on ACTIVE only once its pods run: created before any node, CoreDNS and the EBS
+    CSI driver stay DEGRADED until the create times out. The Pod Identity agent is what nodes wait for."""
+    system = next(n for n in graph if n.type == "eks:index:ManagedNodeGroup" and n.name == "system")
+    addons = {n.inputs["addonName"]: n for n in graph if n.type == "aws:eks/addon:Addon"}
+    assert set(addons) == {"coredns", "aws-ebs-csi-driver", "eks-pod-identity-agent"}
+    for name in ("coredns", "aws-ebs-csi-driver"):
+        assert depends_on(graph, addons[name], system.urn), f"{name} is created before any node"
+    assert depends_on(graph, system, addons["eks-pod-identity-agent"].urn)
+    assert not depends_on(graph, addons["eks-pod-identity-agent"], system.urn)

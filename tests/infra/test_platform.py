@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 
@@ -14,7 +13,7 @@ import pytest
 from infra.platform.cluster import LOG_TYPES
 from infra.platform.storage import IMAGE_FLAVOURS
 from infra.program import program
-from infra.tools.synth import PlatformMocks, RecordingMonitor, install_mocks, stack_config, synth
+from infra.tools.synth import PlatformMocks, RecordingMonitor, stack_config, synth
 
 EKS_AMI_TYPES = set(botocore.session.get_session().get_service_model("eks").shape_for("AMITypes").enum)
 CONTRACT_EXPORTS = {
@@ -107,10 +106,7 @@ def reserved():
         "mlops-eks:gpuPools": [*values["mlops-eks:gpuPools"], *RESERVED_POOLS],
         "mlops-eks:addons": {**addons, "gpu": {**addons["gpu"], "efaDevicePlugin": True}},
     }
-    try:
-        config, resources, exports = synth("dev", values)
-    finally:
-        asyncio.set_event_loop(asyncio.new_event_loop())
+    config, resources, exports = synth("dev", values)
     groups = {r.name: r.inputs for r in resources if r.type == "eks:index:ManagedNodeGroup"}
     templates = {r.name: r.inputs for r in resources if r.type == "aws:ec2/launchTemplate:LaunchTemplate"}
     placement = {r.name: r.inputs for r in resources if r.type == "aws:ec2/placementGroup:PlacementGroup"}
@@ -234,11 +230,11 @@ def test_ecr_repositories_scan_on_push_refuse_tag_overwrites_and_expire_old_imag
         assert rule["selection"]["countNumber"] == stack.config.ecr_keep_images
 
 
-def test_managed_addons_wait_for_nodes_and_ebs_csi_has_its_own_pod_identity_role(stack):
+def test_coredns_is_our_addon_and_ebs_csi_has_its_own_pod_identity_role(stack):
     addons = {r.inputs["addonName"]: r.inputs for r in stack.of_type("aws:eks/addon:Addon")}
     assert set(addons) == {"coredns", "eks-pod-identity-agent", "aws-ebs-csi-driver"}
-    # vpc-cni and kube-proxy: pulumi-eks's managed add-ons (not disabled); CoreDNS is ours, after nodes;
-    # the Pod Identity agent before them (Cluster.node_prerequisites).
+    # vpc-cni and kube-proxy: pulumi-eks's managed add-ons (not disabled); CoreDNS is ours (it waits for
+    # the nodes, the Pod Identity agent does not: test_ordering.py).
     eks = stack.one("eks:index:Cluster").inputs
     assert "useDefaultVpcCni" not in eks and "kubeProxyAddonOptions" not in eks
     assert eks["corednsAddonOptions"]["enabled"] is False and eks["bootstrapSelfManagedAddons"] is False
@@ -314,24 +310,17 @@ def test_kubeconfig_reaches_the_kubernetes_provider_as_a_secret(stack):
     assert stack.one("pulumi:providers:kubernetes").inputs["kubeconfig"] == "[secret]"
 
 
-def test_invalid_config_stops_the_program_before_any_resource():
+def test_invalid_config_stops_the_program_before_any_resource(pulumi_mocks):
     values = {**stack_config("dev"), "mlops-eks:availabilityZoneCount": 0}
     monitor = RecordingMonitor(PlatformMocks("us-east-1"))
-    pulumi.runtime.set_all_config({k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()})
-    install_mocks(monitor.mocks, "dev", monitor)
+    pulumi_mocks(monitor.mocks, config=values, monitor=monitor)
 
     @pulumi.runtime.test
     def run():
         program()
 
-    try:
-        with pytest.raises(
-            pulumi.RunError, match=r"mlops-eks:availabilityZoneCount: got 0; allowed: 2, 3 or 4"
-        ):
-            run()
-    finally:
-        pulumi.runtime.set_all_config({})
-        asyncio.set_event_loop(asyncio.new_event_loop())
+    with pytest.raises(pulumi.RunError, match=r"mlops-eks:availabilityZoneCount: got 0; allowed: 2, 3 or 4"):
+        run()
     assert [r.type for r in monitor.registered if r.type != "pulumi:pulumi:Stack"] == []
 
 
@@ -340,17 +329,14 @@ def test_subnets_go_to_the_configured_availability_zones():
         **stack_config("prod"),
         "mlops-eks:availabilityZones": ["us-east-1b", "us-east-1c", "us-east-1d"],
     }
-    try:
-        _, resources, _ = synth("prod", values)
-    finally:
-        asyncio.set_event_loop(asyncio.new_event_loop())
+    _, resources, _ = synth("prod", values)
     zones = {r.name: r.inputs["availabilityZone"] for r in resources if r.type == "aws:ec2/subnet:Subnet"}
     assert zones["network-private-0"] == zones["network-public-0"] == "us-east-1b"
     assert zones["network-private-2"] == "us-east-1d"
 
 
 def test_old_versions_expire_under_the_prefix_jobs_write_to():
-    from infra.platform.storage import JOBS_PREFIX
+    from infra.contract import JOBS_PREFIX
     from workloads.pod import s3_prefix
     from workloads.spec import TrainingJobSpec
 

@@ -8,6 +8,8 @@ from pathlib import Path
 import pulumi
 import pytest
 import yaml
+from pulumi.runtime import settings
+from pulumi.runtime.mocks import MockMonitor
 
 from infra.config.platform import REGION_KEY, ConfigError, PlatformConfig
 from infra.tools.synth import stack_config
@@ -315,9 +317,18 @@ def test_config_is_frozen():
         config.vpc_cidr = "10.1.0.0/16"
 
 
-def test_from_pulumi_parses_structured_values_passed_as_json():
+@pytest.mark.parametrize("passed_in", ["runtime", "environment"])
+def test_from_pulumi_parses_structured_values_passed_as_json(monkeypatch, passed_in):
+    """The engine passes every value as a string, lists and objects as JSON: set in the SDK's runtime
+    config, or only in PULUMI_CONFIG (what the language host hands the program's process)."""
+    # Offline, as under `infra synth`: the committed dev file's placeholders are accepted there.
+    monkeypatch.setattr(settings.SETTINGS, "monitor", MockMonitor(None))
     values = stack_config("dev")
-    pulumi.runtime.set_all_config({k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()})
+    as_strings = {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
+    if passed_in == "environment":
+        monkeypatch.setenv("PULUMI_CONFIG", json.dumps(as_strings))
+        as_strings = {}
+    pulumi.runtime.set_all_config(as_strings)
     try:
         assert PlatformConfig.from_pulumi() == PlatformConfig.from_mapping(values)
     finally:
@@ -351,3 +362,13 @@ def test_kubernetes_version_defaults_to_the_newest_minor_validated_with_the_add_
     assert PlatformConfig.from_mapping(DEV).kubernetes_version == newest == "1.35"
     message = error_of({**DEV, "mlops-eks:kubernetesVersion": "1.36"})
     assert "mlops-eks:kubernetesVersion" in message and "'1.36'" in message and '"1.35"' in message
+
+
+def test_a_managed_pool_without_a_disk_size_gets_the_root_volume_of_karpenters_gpu_nodes():
+    managed = {"name": "reserved", "accelerator": "t4", "source": "managed", "size": 1}
+    config = PlatformConfig.from_mapping(
+        {**BASE, "mlops-eks:gpuPools": [managed, {**managed, "name": "big", "diskSizeGiB": 500}]}
+    )
+    default, explicit = config.gpu_pools
+    assert default.managed_disk_size_gib == config.addons.karpenter.root_volume_gib == 200
+    assert explicit.managed_disk_size_gib == 500

@@ -4,17 +4,13 @@ provider accepts our eks.Cluster and eks.ManagedNodeGroup inputs."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pulumi
 import pytest
 
 from infra.platform import pulumi_eks_rules as rules
-from infra.tools.synth import PlatformMocks, RecordingMonitor, install_mocks, stack_config, synth
+from infra.tools.synth import PlatformMocks, RecordingMonitor, stack_config, synth
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = "[resource cluster-node]"
@@ -23,20 +19,9 @@ MAPPING = [{"roleArn": "roleArn", "groups": ["test-group"], "username": "test-ro
 
 
 @pytest.fixture(scope="module")
-def synthesized() -> dict[str, list[dict]]:
-    """Each platform stack as `python -m infra synth --json` prints it (a fresh process per stack: a
-    second root stack is refused in one)."""
-    out = {}
-    for stack in ("dev", "prod"):
-        run = subprocess.run(
-            [sys.executable, "-m", "infra", "synth", "--stack", stack, "--json"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        out[stack] = json.loads(run.stdout)
-    return out
+def synthesized(dev, prod) -> dict[str, list[dict]]:
+    """Each platform stack as `python -m infra synth --json` prints it."""
+    return {"dev": dev.as_json(), "prod": prod.as_json()}
 
 
 def _one(resources: list[dict], type_: str, name: str | None = None) -> dict:
@@ -202,7 +187,7 @@ class CallerIsTheAdminRole(PlatformMocks):
         return super().call(args)
 
 
-def test_deploying_as_an_admin_principal_fails_before_the_cluster_is_registered():
+def test_deploying_as_an_admin_principal_fails_before_the_cluster_is_registered(pulumi_mocks):
     """pulumi-eks always sets bootstrapClusterCreatorAdminPermissions: true (cluster.ts), so EKS creates
     the creator's admin entry and a second one for the same role fails (pulumi/pulumi-eks#2373)."""
     from infra.program import program
@@ -211,19 +196,14 @@ def test_deploying_as_an_admin_principal_fails_before_the_cluster_is_registered(
     assert values["mlops-eks:adminPrincipalArns"] == ["arn:aws:iam::123456789012:role/platform-admin"]
     mocks = CallerIsTheAdminRole(values["aws:region"])
     monitor = RecordingMonitor(mocks)
-    pulumi.runtime.set_all_config({k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()})
-    install_mocks(mocks, "dev", monitor)
+    pulumi_mocks(mocks, config=values, monitor=monitor)
 
     @pulumi.runtime.test
     def run():
         program()
 
-    try:
-        with pytest.raises(Exception, match=r"adminPrincipalArns\[0\].*identity running pulumi"):
-            run()
-    finally:
-        pulumi.runtime.set_all_config({})
-        asyncio.set_event_loop(asyncio.new_event_loop())
+    with pytest.raises(Exception, match=r"adminPrincipalArns\[0\].*identity running pulumi"):
+        run()
     assert not [r for r in monitor.registered if r.type == rules.CLUSTER]
 
 
@@ -233,10 +213,7 @@ def test_a_private_only_prod_deployed_from_the_vpc_passes_pulumi_eks_and_the_pro
     values = stack_config("prod")
     values = {k: v for k, v in values.items() if k != "mlops-eks:publicAccessCidrs"}
     values |= {"mlops-eks:endpointPublicAccess": False, "mlops-eks:deployFromVpc": True}
-    try:
-        _, registered, _ = synth("prod", values)
-    finally:
-        asyncio.set_event_loop(asyncio.new_event_loop())
+    _, registered, _ = synth("prod", values)
     resources = [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in registered]
     assert rules.violations(resources) == []
     cluster = _one(resources, rules.CLUSTER)["inputs"]

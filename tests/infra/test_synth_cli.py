@@ -1,4 +1,4 @@
-"""`python -m infra synth` in a subprocess (it registers its own root stack), as a reviewer runs it."""
+"""`python -m infra synth`: once in a subprocess, as a reviewer runs it; the rest through its main()."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from infra.__main__ import main
 from infra.config.platform import PlatformConfig
 from infra.tools.idle_cost import idle_cost_lines
 from infra.tools.synth import stack_config
@@ -39,44 +40,52 @@ EXPECTED_TYPES = {
 }
 
 
-def run_synth(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "infra", "synth", *args], cwd=REPO, capture_output=True, text=True, timeout=120
-    )
-
-
-@pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_synth_json_lists_every_resource_with_type_name_parent_inputs(stack):
-    p = run_synth("--stack", stack, "--json")
-    assert p.returncode == 0, p.stderr
-    resources = json.loads(p.stdout)
+def check_resources(resources: list[dict]) -> None:
     assert {r["type"] for r in resources} >= EXPECTED_TYPES
     assert all(set(r) == {"type", "name", "parent", "inputs"} for r in resources)
     provider = next(r for r in resources if r["type"] == "pulumi:providers:kubernetes")
     assert provider["inputs"]["kubeconfig"] == "[secret]"
 
 
-def test_synth_text_prints_exports_and_the_idle_cost():
-    p = run_synth("--stack", "dev")
-    assert p.returncode == 0, p.stderr
-    assert "eks:index:Cluster  cluster-eks  (parent: cluster)" in p.stdout
-    assert 'kubeconfig: "[secret]"' in p.stdout
-    assert "total per hour                   $   0.311" in p.stdout
+def test_the_command_prints_json_on_stdout_and_warnings_on_stderr():
+    """The real entry point, in a fresh process (as `make lint` and a reviewer run it)."""
+    p = subprocess.run(
+        [sys.executable, "-m", "infra", "synth", "--stack", "dev", "--json"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    check_resources(json.loads(p.stdout))  # the warnings stay out of the JSON
+    assert "no alert receiver" in p.stderr and '"null"' in p.stderr
 
 
-def test_synth_fails_with_the_config_error_and_creates_nothing(tmp_path):
+def test_synth_json_lists_every_resource_with_type_name_parent_inputs(capsys):
+    assert main(["synth", "--stack", "prod", "--json"]) == 0
+    check_resources(json.loads(capsys.readouterr().out))
+
+
+def test_synth_text_prints_exports_and_the_idle_cost(capsys):
+    assert main(["synth", "--stack", "dev"]) == 0
+    out = capsys.readouterr().out
+    assert "eks:index:Cluster  cluster-eks  (parent: cluster)" in out
+    assert 'kubeconfig: "[secret]"' in out
+    assert "total per hour                   $   0.311" in out
+
+
+def test_synth_fails_with_the_config_error_and_creates_nothing(tmp_path, capsys):
     config = stack_config("dev")
     config["mlops-eks:gpuPools"][1].pop("amiId")
     bad = tmp_path / "Pulumi.bad.yaml"
     bad.write_text(yaml.safe_dump({"config": config}))
-    p = run_synth("--stack", "dev", "--file", str(bad), "--json")
-    assert p.returncode == 2 and p.stdout == ""
-    assert "mlops-eks:gpuPools[1].amiId" in p.stderr and "ami-0123456789abcdef0" in p.stderr
+    assert main(["synth", "--stack", "dev", "--file", str(bad), "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "mlops-eks:gpuPools[1].amiId" in err and "ami-0123456789abcdef0" in err
 
 
-def test_unknown_stack_lists_the_stacks_there_are():
-    p = run_synth("--stack", "staging")
-    assert p.returncode == 2 and "Pulumi.staging.yaml" in p.stderr and "dev" in p.stderr
+def test_unknown_stack_lists_the_stacks_there_are(capsys):
+    assert main(["synth", "--stack", "staging"]) == 2
+    err = capsys.readouterr().err
+    assert "Pulumi.staging.yaml" in err and "dev" in err
 
 
 def test_idle_cost_counts_control_plane_nat_system_nodes_and_gpu_minimums():

@@ -11,8 +11,8 @@ from typing import Any
 from netpol import Endpoint, selects
 from pod_security import pod_spec
 
+from infra.contract import JOB_LABEL
 from workloads.__main__ import platform_facts
-from workloads.pod import JOB_LABEL
 from workloads.render import render
 from workloads.stacks import load_stack, program_text, workload_stacks
 

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from infra.config.environment import ENVIRONMENT_KEY, environment_of
-from infra.config.platform import ConfigError, PlatformConfig, check_placeholders
+from infra.config.platform import ConfigError, PlatformConfig
+from infra.config.pulumi_config import check_placeholders
 from policy import pack
 from policy.core import Resource, evaluate, stack_config, stack_is_prod
 from policy.pack import RULES
@@ -157,12 +158,12 @@ def test_placeholders_are_detected_under_an_engine_not_under_mocks(monkeypatch):
     from pulumi.runtime import settings
     from pulumi.runtime.mocks import MockMonitor
 
-    from infra.config.platform import _under_mocks
+    from infra.config.pulumi_config import under_mocks
 
     monkeypatch.setattr(settings.SETTINGS, "monitor", MockMonitor(None))
-    assert _under_mocks()
+    assert under_mocks()
     monkeypatch.setattr(settings.SETTINGS, "monitor", object())  # the engine's gRPC stub
-    assert not _under_mocks()
+    assert not under_mocks()
 
 
 def test_the_placeholder_policy_is_mandatory_under_the_engine_and_a_warning_offline():

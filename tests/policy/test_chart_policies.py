@@ -6,17 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from policy import helm_render
 from policy.chart_exceptions import findings, load_exceptions, object_id, stale, unexplained
 from policy.pack import RULES
-from policy.scan import PLATFORM_STACKS, helm_objects
-
-
-@pytest.fixture(scope="module")
-def chart_objects(platform_resources) -> dict[str, list[dict]]:
-    if not helm_render.HELM_PACKAGES.exists():  # a skip would let the chart rules go unchecked
-        pytest.fail(f"{helm_render.HELM_PACKAGES} is missing: chart checks need ../shared beside the repo")
-    return {stack: helm_objects(platform_resources[stack]) for stack in PLATFORM_STACKS}
 
 
 @pytest.fixture(scope="module")

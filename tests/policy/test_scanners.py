@@ -12,7 +12,6 @@ import pytest
 from policy.k8s import image_problem
 from policy.scan import (
     dockerfiles,
-    helm_objects,
     load_skips,
     platform_objects,
     run_checkov,
@@ -31,9 +30,9 @@ CANARY = {
 
 
 @pytest.fixture(scope="module")
-def checkov(platform_resources, workload_objects, tmp_path_factory):
+def checkov(platform_resources, chart_objects, workload_objects, tmp_path_factory):
     objects = {f"platform-{s}": platform_objects(r) for s, r in platform_resources.items()}
-    objects.update({f"helm-{s}": helm_objects(r) for s, r in platform_resources.items()})
+    objects.update({f"helm-{s}": objs for s, objs in chart_objects.items()})
     objects.update({f"workload-{s}": objs for s, objs in workload_objects.items()})
     root = tmp_path_factory.mktemp("scan")
     write_scan_tree(root, {**objects, "canary": [CANARY]})

@@ -3,13 +3,13 @@ registers it and each workload stack's rendered Kubernetes objects. No mandatory
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 
 import pulumi
 import pytest
 import yaml
+from recording_mocks import RecordingMocks
 
 from policy.core import Resource, evaluate, from_synth, stack_is_prod
 from policy.k8s import from_manifests
@@ -193,27 +193,8 @@ def test_breaking_a_real_workload_object_is_caught(workload_objects, what, kind,
     )
 
 
-class _PlatformOutputs(pulumi.runtime.Mocks):
-    """Keeps every registration with its inputs; the StackReference returns the example exports."""
-
-    def __init__(self, outputs: dict):
-        self.outputs, self.resources = outputs, []
-
-    def new_resource(self, args):
-        self.resources.append(
-            Resource(type=args.typ, name=args.name, inputs=json.loads(json.dumps(args.inputs)))
-        )
-        if args.typ == "pulumi:pulumi:StackReference":
-            return f"{args.name}-id", {"name": args.name, "outputs": self.outputs}
-        return f"{args.name}-id", {**args.inputs, "arn": f"arn:aws:iam::123456789012:role/{args.name}"}
-
-    def call(self, args):
-        return {}
-
-
-def test_workload_programs_pass_every_policy(workload_objects):
+def test_workload_programs_pass_every_policy(workload_objects, pulumi_mocks):
     """The workload program's own AWS resources too (the job's Pod Identity role, its S3 policy)."""
-    from infra.tools.synth import install_mocks
     from workloads.platform import example_outputs_path
     from workloads.program import program
 
@@ -221,20 +202,14 @@ def test_workload_programs_pass_every_policy(workload_objects):
     for stack in workload_objects:
         config = yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text())["config"]
         platform = config["mlops-eks:platformStack"]
-        mocks = _PlatformOutputs(
-            {**json.loads(example_outputs_path(platform).read_text()), "kubeconfig": "{}"}
-        )
-        install_mocks(mocks, stack)
-        pulumi.runtime.set_all_config(
-            {"mlops-eks:platformStack": platform, "mlops-eks:job": json.dumps(config["mlops-eks:job"])}
-        )
-        try:
-            pulumi.runtime.test(program)()
-        finally:
-            pulumi.runtime.set_all_config({})
-            asyncio.set_event_loop(asyncio.new_event_loop())
-        seen |= {r.type for r in mocks.resources}
-        findings = evaluate(mocks.resources, RULES, prod=stack_is_prod(stack))
+        outputs = {**json.loads(example_outputs_path(platform).read_text()), "kubeconfig": "{}"}
+        values = {"mlops-eks:platformStack": platform, "mlops-eks:job": config["mlops-eks:job"]}
+        mocks = pulumi_mocks(RecordingMocks(outputs), stack=stack, config=values)
+        pulumi.runtime.test(program)()
+        as_sent = [(r.typ, r.name, json.loads(json.dumps(r.inputs))) for r in mocks.resources]
+        resources = [Resource(type=t, name=n, inputs=i) for t, n, i in as_sent]
+        seen |= {r.type for r in resources}
+        findings = evaluate(resources, RULES, prod=stack_is_prod(stack))
         # The example platform exports carry the documentation account: a warning offline, by design.
         problems += [f"{stack}: {f}" for f in findings if f.rule != "no-documentation-placeholders"]
     assert problems == [], "\n".join(problems)

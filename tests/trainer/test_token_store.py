@@ -87,6 +87,14 @@ def test_an_s3_outage_on_rank_0_is_retryable_on_the_waiting_ranks_too(tmp_path, 
     assert faults.verdict(waiting.value)[0] == rank_0_code == faults.STORAGE_UNAVAILABLE
 
 
+def test_a_waiting_rank_stops_retryably_on_sigterm(tmp_path):
+    """Local rank 0's failure marker goes when it exits, so a rank that missed it would wait on; the SIGTERM
+    the launcher then sends ends the wait (else its SIGKILL would, leaving the rank's scratch behind)."""
+    with pytest.raises(token_store.StoppedWaiting) as stopped:
+        _prepare(DataConfig(), tmp_path / "shared", 1, tmp_path, wait_s=5, stop_requested=lambda: True)
+    assert faults.verdict(stopped.value)[0] == faults.STOPPED
+
+
 def test_node_scratch_dir_is_shared_by_one_launch_only(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "abc")

@@ -4,7 +4,6 @@ stack; and the workload program replacing what those rules refuse to update."""
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 from dataclasses import dataclass
@@ -15,8 +14,8 @@ import yaml
 from cel_rules import CRD_DIR, CrdRules, RuleError
 from google.protobuf import json_format
 from pulumi.runtime import mocks as runtime_mocks
+from recording_mocks import RecordingMocks
 
-from infra.tools.synth import install_mocks, stack_config, synth
 from workloads import jobs
 from workloads.__main__ import platform_facts
 from workloads.render import render
@@ -38,16 +37,12 @@ def _custom_resources(objects: list[dict], rules: CrdRules) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def platform_objects() -> dict[str, list[dict]]:
+def platform_objects(dev, prod) -> dict[str, list[dict]]:
     """Every Kubernetes object the platform program registers, per platform stack (synth under mocks)."""
-    found = {}
-    for stack in PLATFORM_STACKS:
-        try:
-            _, registered, _ = synth(stack, stack_config(stack))
-        finally:
-            asyncio.set_event_loop(asyncio.new_event_loop())
-        found[stack] = [r.inputs for r in registered if "apiVersion" in r.inputs and "kind" in r.inputs]
-    return found
+    return {
+        name: [copy.deepcopy(r.inputs) for r in synth.resources if {"apiVersion", "kind"} <= set(r.inputs)]
+        for name, synth in (("dev", dev), ("prod", prod))
+    }
 
 
 def _render(stack: str, change: dict | None = None) -> list[dict]:
@@ -348,35 +343,17 @@ class OptionsMonitor(runtime_mocks.MockMonitor):
         return super().RegisterResource(request)
 
 
-class _Mocks(pulumi.runtime.Mocks):
-    def __init__(self, outputs: dict):
-        self.outputs = outputs
-
-    def new_resource(self, args):
-        if args.typ == "pulumi:pulumi:StackReference":
-            return f"{args.name}-id", {"name": args.name, "outputs": self.outputs}
-        return f"{args.name}-id", {**args.inputs, "arn": f"arn:aws:iam::123456789012:role/{args.name}"}
-
-    def call(self, args):
-        return {}
-
-
-def _deploy(stack: str) -> list[Registration]:
+def _deploy(pulumi_mocks, stack: str) -> list[Registration]:
     """workloads.program for a committed workload stack under mocks; its registrations with options."""
     from workloads.program import program
 
     config = yaml.safe_load(stack_file(stack).read_text())["config"]
     _, source = platform_facts(config[PLATFORM_KEY], None)
     outputs = json.loads(source.read_text()) | {"kubeconfig": "{}"}
-    monitor = OptionsMonitor(_Mocks(outputs))
-    install_mocks(monitor.mocks, stack, monitor)
-    job = json.dumps(config[CONFIG_KEY])
-    pulumi.runtime.set_all_config({PLATFORM_KEY: config[PLATFORM_KEY], CONFIG_KEY: job})
-    try:
-        pulumi.runtime.test(program)()
-    finally:
-        pulumi.runtime.set_all_config({})
-        asyncio.set_event_loop(asyncio.new_event_loop())
+    monitor = OptionsMonitor(RecordingMocks(outputs))
+    values = {PLATFORM_KEY: config[PLATFORM_KEY], CONFIG_KEY: config[CONFIG_KEY]}
+    pulumi_mocks(monitor.mocks, stack=stack, config=values, monitor=monitor)
+    pulumi.runtime.test(program)()
     return monitor.registered
 
 
@@ -386,8 +363,9 @@ def _covered(path: str, replace_on_changes: list[str]) -> bool:
 
 
 @pytest.mark.parametrize("stack", WORKLOAD_STACKS)
-def test_updates_the_crds_refuse_replace_the_object_instead(rules, stack):
-    deployed = {r.inputs.get("kind"): r for r in _deploy(stack) if r.type.startswith("kubernetes:")}
+def test_updates_the_crds_refuse_replace_the_object_instead(rules, stack, pulumi_mocks):
+    registered = _deploy(pulumi_mocks, stack)
+    deployed = {r.inputs.get("kind"): r for r in registered if r.type.startswith("kubernetes:")}
     old = {o["kind"]: o for o in _custom_resources(_render(stack), rules)}
     refused = {}
     runs_trainer = load_stack(stack).spec.program.runs_trainer

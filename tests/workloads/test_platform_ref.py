@@ -3,13 +3,11 @@ DIY backend's "organization"), so the committed stack files fit either backend u
 
 from __future__ import annotations
 
-import json
-
 import pulumi
 import pytest
 import yaml
+from recording_mocks import RecordingMocks
 
-from tests.workloads.conftest import WorkloadMocks
 from workloads.spec import SpecError
 from workloads.stacks import PLATFORM_KEY, REPO, platform_stack_ref, workload_stacks
 
@@ -36,23 +34,18 @@ def test_malformed_platform_stack_names_the_key_value_and_forms(value):
     assert "org/project/stack" in str(err.value)
 
 
-def test_program_references_the_platform_in_its_own_organization(dev_outputs):
-    mocks = WorkloadMocks({**dev_outputs, "kubeconfig": '{"apiVersion": "v1"}'})
-    pulumi.runtime.set_mocks(
-        mocks, project="mlops-eks", stack="dev-zimdb", preview=False, organization="acme"
-    )
-    pulumi.runtime.set_all_config({PLATFORM_KEY: "dev", "mlops-eks:job": json.dumps(JOB)})
-    try:
+def test_program_references_the_platform_in_its_own_organization(dev_outputs, pulumi_mocks):
+    mocks = RecordingMocks({**dev_outputs, "kubeconfig": '{"apiVersion": "v1"}'})
+    config = {PLATFORM_KEY: "dev", "mlops-eks:job": JOB}
+    pulumi_mocks(mocks, stack="dev-zimdb", config=config, organization="acme")
 
-        @pulumi.runtime.test
-        def run():
-            from workloads.program import program
+    @pulumi.runtime.test
+    def run():
+        from workloads.program import program
 
-            program()
+        program()
 
-        run()
-    finally:
-        pulumi.runtime.set_all_config({})
+    run()
     (ref,) = mocks.of_type("pulumi:pulumi:StackReference")
     assert ref.name == "acme/mlops-eks/dev"
 

@@ -49,22 +49,49 @@ def by_kind(objects: list[dict], kind: str) -> dict:
     return obj
 
 
-def pod_spec(objects: list[dict]) -> dict:
-    """The pod spec the cluster will run: PyTorchJob's template, or for a TrainJob its runtime's pod
-    spec with the TrainJob's runtime patch applied (fields replaced, the `node` container merged)."""
-    if any(o["kind"] == "PyTorchJob" for o in objects):
-        return next(iter(by_kind(objects, "PyTorchJob")["spec"]["pytorchReplicaSpecs"].values()))["template"][
-            "spec"
-        ]
-    runtime = by_kind(objects, "TrainingRuntime")["spec"]["template"]["spec"]["replicatedJobs"][0]
-    base = runtime["template"]["spec"]["template"]["spec"]
-    patch = by_kind(objects, "TrainJob")["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]
-    patched = patch["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
-    container = {**base["containers"][0], **patched["containers"][0]}
-    return {**base, **patched, "containers": [container]}
+def pod_templates(objects: list[dict]) -> dict[str, dict]:
+    """Every pod spec the job objects hold, by where it is: a PyTorchJob's replicas, or a TrainJob's
+    runtime pod and the TrainJob's runtime patch of it. The operators combine a runtime and its patch;
+    each property below is checked where it is written, and nothing contradicts it elsewhere."""
+    found = {}
+    for obj in objects:
+        if obj["kind"] == "PyTorchJob":
+            for role, replica in obj["spec"]["pytorchReplicaSpecs"].items():
+                found[f"PyTorchJob {role}"] = replica["template"]["spec"]
+        elif obj["kind"] == "TrainingRuntime":
+            for job in obj["spec"]["template"]["spec"]["replicatedJobs"]:
+                found[f"TrainingRuntime {job['name']}"] = job["template"]["spec"]["template"]["spec"]
+        elif obj["kind"] == "TrainJob":
+            for patch in obj["spec"]["runtimePatches"]:
+                for job in patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]:
+                    found[f"TrainJob patch {job['name']}"] = job["template"]["spec"]["template"]["spec"]
+    assert found, "no pod template among the objects"
+    return found
 
 
-def test_the_issue_stack_files_exist():
+def set_in_templates(objects: list[dict], key: str) -> list:
+    """The values of `key` in the pod templates that set it (a runtime and its patch may both)."""
+    return [spec[key] for spec in pod_templates(objects).values() if key in spec]
+
+
+def training_containers(objects: list[dict]) -> dict[str, dict]:
+    """Where each pod's training process gets its command, env and resources: a PyTorchJob's
+    `pytorch` container, a TrainJob's `spec.trainer` (the operator puts it into the `node` container)."""
+    found = {}
+    for obj in objects:
+        if obj["kind"] == "TrainJob":
+            found["TrainJob trainer"] = obj["spec"]["trainer"]
+        elif obj["kind"] == "PyTorchJob":
+            for role, replica in obj["spec"]["pytorchReplicaSpecs"].items():
+                (container,) = [
+                    c for c in replica["template"]["spec"]["containers"] if c["name"] == "pytorch"
+                ]
+                found[f"PyTorchJob {role}"] = {**container, "resourcesPerNode": container["resources"]}
+    assert found, "no training container among the objects"
+    return found
+
+
+def test_the_workload_stacks_the_readme_lists_exist():
     assert {"dev-zimdb", "dev-zimdb-multinode", "prod-a100", "dev-amd", "dev-gpu-check"} <= set(STACKS)
 
 
@@ -102,18 +129,44 @@ def test_trainjob_and_runtime_round_trip_through_the_kubeflow_trainer_models(sta
 def test_scheduling_facts_match_the_accelerator_catalog(stack, accelerator):
     acc = CATALOG[accelerator]
     objects = render_stack(stack)
-    spec = pod_spec(objects)
-    assert spec["nodeSelector"] == acc.node_labels
-    assert spec["tolerations"] == [
-        {"key": acc.taint.key, "operator": "Equal", "value": acc.taint.value, "effect": acc.taint.effect}
+    # Selected and tolerated by exactly the catalog's labels and taint, wherever the job sets them.
+    assert set_in_templates(objects, "nodeSelector") == [acc.node_labels]
+    assert set_in_templates(objects, "tolerations") == [
+        [{"key": acc.taint.key, "operator": "Equal", "value": acc.taint.value, "effect": acc.taint.effect}]
     ]
-    expr = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    types = expr["nodeSelectorTerms"][0]["matchExpressions"][0]["values"]
+    (affinity,) = set_in_templates(objects, "affinity")
+    (term,) = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    (expr,) = term["matchExpressions"]
     gpus = load_stack(stack).spec.gpus_per_node
-    assert types and all(acc.instance(t).gpus >= gpus for t in types)
-    trainer = by_kind(objects, "TrainJob")["spec"]["trainer"]
-    assert trainer["resourcesPerNode"]["limits"][acc.resource_name] == str(gpus)
+    # Only instance types of the platform's pools for the accelerator, each with enough GPUs.
+    platform = load_platform_outputs(example_outputs_path(load_stack(stack).platform_stack))
+    offered = {
+        t
+        for p in platform.accelerator_pools.values()
+        if p.accelerator == accelerator
+        for t in p.instance_types
+    }
+    assert expr["key"] == "node.kubernetes.io/instance-type" and expr["operator"] == "In"
+    assert expr["values"] and set(expr["values"]) <= offered
+    assert all(acc.instance(t).gpus >= gpus for t in expr["values"])
     assert by_kind(objects, "TrainJob")["metadata"]["labels"]["mlops-eks.io/accelerator"] == accelerator
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_training_pod_gets_the_specs_gpus_guaranteed_memory_and_the_platforms_region(stack):
+    spec = load_stack(stack).spec
+    platform = load_platform_outputs(example_outputs_path(load_stack(stack).platform_stack))
+    (resource,) = {
+        p.resource_name for p in platform.accelerator_pools.values() if p.accelerator == spec.accelerator
+    }
+    for where, container in training_containers(render_stack(stack)).items():
+        requests, limits = container["resourcesPerNode"]["requests"], container["resourcesPerNode"]["limits"]
+        assert requests[resource] == limits[resource] == str(spec.gpus_per_node), where
+        # Memory is guaranteed (request = limit); CPU is not limited (throttling stalls data loading).
+        assert requests["memory"] == limits["memory"] and "cpu" in requests and "cpu" not in limits, where
+        env = {e["name"]: e["value"] for e in container["env"]}
+        assert env["AWS_REGION"] == platform.region, where
+        assert env["HOME"].startswith("/tmp"), where  # the root filesystem is read-only
 
 
 def test_a100_on_efa_requests_every_interface_and_sets_nccl_for_efa():
@@ -175,22 +228,39 @@ def test_seed_shape_configmap_mounted_script():
         "--shutdown-timeout=160",
         "/opt/program/gpu_check.py",
     ]
-    mounts = pod_spec(objects)["containers"][0]["volumeMounts"]
+    (volumes,) = set_in_templates(objects, "volumes")
+    assert {"name": "program", "configMap": {"name": "gpu-check-program"}} in volumes
+    mounts = [
+        m
+        for spec in pod_templates(objects).values()
+        for c in spec["containers"]
+        for m in c.get("volumeMounts", [])
+    ]
     assert {"name": "program", "mountPath": "/opt/program", "readOnly": True} in mounts
 
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_pods_are_non_root_read_only_and_carry_no_api_token(stack):
     objects = render_stack(stack)
-    spec = pod_spec(objects)
-    assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["runAsUser"] != 0
-    container = spec["containers"][0]["securityContext"]
-    assert container["allowPrivilegeEscalation"] is False and container["readOnlyRootFilesystem"] is True
-    assert container["capabilities"] == {"drop": ["ALL"]}
+    # Every template is secure on its own: whichever of a runtime and its patch wins a field, it is safe.
+    for where, spec in pod_templates(objects).items():
+        pod = spec["securityContext"]
+        assert pod["runAsNonRoot"] is True and pod["runAsUser"] != 0, where
+        assert pod["seccompProfile"] == {"type": "RuntimeDefault"}, where
+        for container in spec["containers"]:
+            security = container["securityContext"]
+            assert security["allowPrivilegeEscalation"] is False, where
+            assert security["readOnlyRootFilesystem"] is True and security["runAsNonRoot"] is True, where
+            assert security["capabilities"] == {"drop": ["ALL"]}, where
+        assert spec["terminationGracePeriodSeconds"] > 120, where  # the Spot notice is 2 minutes
+        assert spec.get("automountServiceAccountToken") is not True, where
     assert by_kind(objects, "ServiceAccount")["automountServiceAccountToken"] is False
-    assert spec["terminationGracePeriodSeconds"] > 120  # the Spot notice is 2 minutes
-    volumes = {v["name"]: v for v in spec["volumes"]}
-    assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
+    pod_volumes = set_in_templates(objects, "volumes")
+    assert pod_volumes
+    for volumes in pod_volumes:  # NCCL's shared memory is RAM, not the 64 MiB container default
+        assert {v["name"]: v["emptyDir"]["medium"] for v in volumes if v["name"] == "dshm"} == {
+            "dshm": "Memory"
+        }
     assert (
         by_kind(objects, "Namespace")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
         == "restricted"
@@ -239,11 +309,8 @@ def test_volumes_and_kueue_queue_render_as_asked(prod_platform):
     assert by_kind(objects, "TrainJob")["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "research"
     runtime_pod = by_kind(objects, "TrainingRuntime")["spec"]["template"]["spec"]["replicatedJobs"][0]
     assert runtime_pod["template"]["spec"]["template"]["spec"]["priorityClassName"] == "training-high"
-    claims = {
-        v["name"]: v["persistentVolumeClaim"]
-        for v in pod_spec(objects)["volumes"]
-        if "persistentVolumeClaim" in v
-    }
+    (volumes,) = set_in_templates(objects, "volumes")
+    claims = {v["name"]: v["persistentVolumeClaim"] for v in volumes if "persistentVolumeClaim" in v}
     assert claims == {
         "data": {"claimName": "datasets", "readOnly": True},
         "checkpoint": {"claimName": "big-checkpoint", "readOnly": False},

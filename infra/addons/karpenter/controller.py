@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -35,6 +34,7 @@ from infra.addons.karpenter.node_pools import (
 )
 from infra.addons.manifests import custom_resource
 from infra.charts import release
+from infra.component_args import ComponentArgs, child_options
 from infra.config.addons import KarpenterConfig
 from infra.config.platform import GpuPoolConfig
 from infra.platform import pod_identity
@@ -43,24 +43,21 @@ NAMESPACE = "kube-system"
 SERVICE_ACCOUNT = "karpenter"
 
 
-@dataclass(frozen=True, kw_only=True)
-class KarpenterArgs:
+class KarpenterArgs(ComponentArgs):
     config: KarpenterConfig
     # The stack's `gpuPools` with source karpenter: one NodePool each.
     gpu_pools: Sequence[GpuPoolConfig] = ()
-    cluster_name: pulumi.Input[str]
+    cluster_name: pulumi.Output[str] | str
     region: str
-    account_id: pulumi.Input[str]
+    account_id: pulumi.Output[str] | str
     k8s_provider: k8s.Provider
     # Tags on the private subnets (karpenter.sh/discovery: <cluster>) and the cluster security group.
     subnet_tags: dict[str, str]
-    security_group_id: pulumi.Input[str]
+    security_group_id: pulumi.Output[str] | str
     partition: str = "aws"
     # Create a ServiceMonitor for the controller's metrics (needs the Prometheus Operator CRDs).
     service_monitor: bool = False
-    tags: dict[str, str] = field(default_factory=dict)
-    # The cluster and its node groups: the controller must run before NodePools and go after them.
-    depends_on: Sequence[pulumi.Resource] = ()
+    tags: dict[str, str] = {}
 
 
 def karpenter_values(*, cluster_name: str, queue_name: str, service_monitor: bool) -> dict[str, Any]:
@@ -77,6 +74,9 @@ def karpenter_values(*, cluster_name: str, queue_name: str, service_monitor: boo
 
 
 class Karpenter(pulumi.ComponentResource):
+    """`opts.depends_on`: the cluster and its node groups. The controller starts after them and before its
+    NodePools, and goes before them on destroy."""
+
     node_role: aws.iam.Role
     interruption_queue: aws.sqs.Queue
     release: k8s.helm.v3.Release
@@ -201,10 +201,8 @@ class Karpenter(pulumi.ComponentResource):
             "karpenter",
             NAMESPACE,
             values,
-            pulumi.ResourceOptions(
-                parent=self,
-                provider=args.k8s_provider,
-                depends_on=[*args.depends_on, identity, access_entry, *attachments],
+            child_options(
+                self, opts, provider=args.k8s_provider, depends_on=[identity, access_entry, *attachments]
             ),
         )
 

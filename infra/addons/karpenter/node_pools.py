@@ -20,6 +20,7 @@ from typing import Any
 from infra.accelerators import CATALOG
 from infra.config.addons import KarpenterCpuPool
 from infra.config.platform import GpuPoolConfig
+from infra.contract import taint_spec
 
 NODE_CLASS_API = "karpenter.k8s.aws/v1"
 NODE_POOL_API = "karpenter.sh/v1"
@@ -86,7 +87,6 @@ def gpu_node_class_name(pool: GpuPoolConfig) -> str:
 
 def gpu_node_pool(pool: GpuPoolConfig) -> dict[str, Any]:
     acc = CATALOG[pool.accelerator]
-    taint = {"key": acc.taint.key, "value": acc.taint.value, "effect": acc.taint.effect}
     return {
         "apiVersion": NODE_POOL_API,
         "kind": "NodePool",
@@ -100,7 +100,7 @@ def gpu_node_pool(pool: GpuPoolConfig) -> dict[str, Any]:
                         "kind": "EC2NodeClass",
                         "name": gpu_node_class_name(pool),
                     },
-                    "taints": [taint],
+                    "taints": [taint_spec(acc.taint)],
                     "requirements": [
                         _requirement("node.kubernetes.io/instance-type", pool.instance_type_names),
                         _requirement("karpenter.sh/capacity-type", pool.capacity_types),

@@ -24,8 +24,6 @@ the release depends on the EBS CSI add-on and the nodes, so destroy removes it f
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -36,13 +34,13 @@ from infra.addons.monitoring import training_metrics
 from infra.addons.monitoring.alerts import alertmanager_config, prometheus_rules
 from infra.addons.monitoring.dashboards import DASHBOARDS
 from infra.charts import release
+from infra.component_args import ComponentArgs, child_options
 from infra.config.addons import ObservabilityConfig
 
 NAMESPACE = "monitoring"
 RELEASE = "kube-prometheus-stack"
 # The chart names its Prometheus service "<release>-prometheus".
 PROMETHEUS_URL = f"http://{RELEASE}-prometheus.{NAMESPACE}.svc:9090"
-GRAFANA_SERVICE = f"{RELEASE}-grafana"
 GRAFANA_SECRET = "grafana-admin"
 DASHBOARD_LABEL = "grafana_dashboard"
 # Holds the receiver's URL or routing key; the chart mounts alertmanagerSpec.secrets under
@@ -96,9 +94,11 @@ def kube_prometheus_stack_values(config: ObservabilityConfig, *, storage_class: 
         **{component: {"enabled": False} for component in UNSCRAPABLE},
         "defaultRules": {"rules": dict.fromkeys(UNSCRAPABLE_RULES, False)},
         "grafana": {
-            # The chart documents this block only as a commented example (grafana subchart values);
-            # tests check each key against that example. A StatefulSet keeps users, API keys and
-            # annotations across restarts; the dashboards themselves are code.
+            # `type: sts` makes Grafana a StatefulSet with a claim of its own: users, API keys and
+            # annotations survive restarts, and the claim goes with the StatefulSet (DELETE_VOLUMES), so
+            # `pulumi destroy` leaves no volume; the dashboards themselves are code. kube-prometheus-stack
+            # documents this block only as a commented example; the grafana subchart defaults the rest
+            # (persistentVolumeClaimRetentionPolicy): tests check each key against the two.
             "persistence": {
                 "enabled": True,
                 "type": "sts",
@@ -134,18 +134,16 @@ def metrics_server_values(*, service_monitor: bool) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True, kw_only=True)
-class ObservabilityArgs:
+class ObservabilityArgs(ComponentArgs):
     config: ObservabilityConfig
     k8s_provider: k8s.Provider
     # The gp3 StorageClass the platform creates.
     storage_class: str = "gp3"
     # From the stack's secret config; None: generate one.
-    grafana_admin_password: pulumi.Input[str] | None = None
+    grafana_admin_password: pulumi.Output[str] | str | None = None
     # The alert receiver's URL or routing key (secret config alertReceiverSecret); required unless
     # config.alert_receiver is "none".
-    alert_receiver_secret: pulumi.Input[str] | None = None
-    depends_on: Sequence[pulumi.Resource] = ()
+    alert_receiver_secret: pulumi.Output[str] | str | None = None
 
 
 class Observability(pulumi.ComponentResource):
@@ -154,9 +152,7 @@ class Observability(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ObservabilityArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("mlops-eks:infra:Observability", name, None, opts)
-        k8s_opts = pulumi.ResourceOptions(
-            parent=self, provider=args.k8s_provider, depends_on=list(args.depends_on)
-        )
+        k8s_opts = child_options(self, opts, provider=args.k8s_provider)
         if args.grafana_admin_password is None:
             generated = random.RandomPassword(
                 f"{name}-grafana-admin", length=32, special=False, opts=pulumi.ResourceOptions(parent=self)
@@ -223,11 +219,9 @@ class Observability(pulumi.ComponentResource):
         )
 
 
-@dataclass(frozen=True, kw_only=True)
-class MetricsServerArgs:
+class MetricsServerArgs(ComponentArgs):
     k8s_provider: k8s.Provider
     service_monitor_after: pulumi.Resource | None = None
-    depends_on: Sequence[pulumi.Resource] = ()
 
 
 class MetricsServer(pulumi.ComponentResource):
@@ -239,8 +233,6 @@ class MetricsServer(pulumi.ComponentResource):
             "metrics-server",
             "kube-system",
             metrics_server_values(service_monitor=args.service_monitor_after is not None),
-            pulumi.ResourceOptions(
-                parent=self, provider=args.k8s_provider, depends_on=[*args.depends_on, *after]
-            ),
+            child_options(self, opts, provider=args.k8s_provider, depends_on=after),
         )
         self.register_outputs({})

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-POD_JOB_LABEL = "mlops-eks.io/job"  # set by workloads on every training pod
-POD_ACCELERATOR_LABEL = "mlops-eks.io/accelerator"
+from infra.contract import ACCELERATOR_LABEL, JOB_LABEL
+
 METRICS_PORT_NAME = "metrics"
 METRICS_PORT = 9464  # the trainer's output.metrics_port default
 SCRAPE_INTERVAL = "30s"
@@ -25,11 +25,11 @@ def pod_monitor(namespace: str) -> dict[str, Any]:
         "kind": "PodMonitor",
         "metadata": {"name": "training-jobs", "namespace": namespace},
         "spec": {
-            "selector": {"matchExpressions": [{"key": POD_JOB_LABEL, "operator": "Exists"}]},
+            "selector": {"matchExpressions": [{"key": JOB_LABEL, "operator": "Exists"}]},
             "namespaceSelector": {"any": True},
             # The operator relabels `__meta_kubernetes_pod_label_<l>` onto `sanitizeLabelName(l)` (every
             # character outside [a-zA-Z0-9_] becomes "_"; prometheus-operator pkg/prometheus/promcfg.go).
-            "podTargetLabels": [POD_JOB_LABEL, POD_ACCELERATOR_LABEL],
+            "podTargetLabels": [JOB_LABEL, ACCELERATOR_LABEL],
             "podMetricsEndpoints": [
                 {
                     "port": METRICS_PORT_NAME,

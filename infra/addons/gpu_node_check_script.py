@@ -1,0 +1,150 @@
+"""The startup GPU check, run on every new NVIDIA GPU node by the gpu-node-check DaemonSet (shipped in a
+ConfigMap: the standard library only, so any image with Python runs it).
+
+1. `nvidia-smi` (the NVIDIA container runtime of the EKS GPU AMIs puts it and every GPU into a container
+   that sets NVIDIA_VISIBLE_DEVICES=all) must list exactly EXPECTED_GPUS GPUs, none with uncorrected
+   volatile ECC errors, pending page retirements or row remappings, or a failed row remapping. A GPU that
+   fell off the bus makes nvidia-smi itself fail.
+2. Then it removes the startup taint STARTUP_TAINT_KEY from its own node (NODE_NAME), so training pods
+   can land there, and idles (a DaemonSet's pod runs for good; a restart only repeats the check).
+A failed check exits 1 and leaves the taint: the kubelet retries with back-off, and the alert
+GpuNodeCheckNotPassed fires.
+
+Its only right is `patch` on nodes, so it reads the node through a JSON patch whose only operation is a
+`test` (the API server answers with the node and, with nothing changed, writes nothing), and removes the
+taint with a `test` of that taint at its index first, so a concurrent change fails (HTTP 422) instead of
+removing another taint; it then reads again and retries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+QUERY = (
+    "index,uuid,name,ecc.errors.uncorrected.volatile.total,retired_pages.pending,"
+    "remapped_rows.pending,remapped_rows.failure"
+)
+SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+# Values nvidia-smi prints for a field a GPU does not have (a T4 has no row remapping, an A100 no page
+# retirement).
+_NOT_AVAILABLE = {"n/a", "[n/a]", "[not supported]", "not supported"}
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def gpu_problems(csv_text: str, expected: int) -> list[str]:
+    """What is wrong with the GPUs `nvidia-smi --query-gpu=QUERY --format=csv,noheader,nounits` listed;
+    empty when they pass."""
+    rows = [[v.strip() for v in line.split(",")] for line in csv_text.strip().splitlines() if line.strip()]
+    problems = []
+    if len(rows) != expected:
+        problems.append(f"{len(rows)} GPUs visible, the instance type has {expected}")
+    for row in rows:
+        if len(row) != len(QUERY.split(",")):
+            problems.append(f"unexpected nvidia-smi line: {','.join(row)}")
+            continue
+        index, uuid, name, ecc, retired, remap_pending, remap_failure = row
+        gpu = f"GPU {index} ({name}, {uuid})"
+        if ecc.lower() not in _NOT_AVAILABLE and ecc != "0":
+            problems.append(f"{gpu}: {ecc} uncorrected ECC errors since the driver loaded")
+        for what, value in (
+            ("a page retirement is pending", retired),
+            ("a row remapping is pending", remap_pending),
+            ("a row remapping failed", remap_failure),
+        ):
+            if value.lower() == "yes":
+                problems.append(f"{gpu}: {what}")
+    return problems
+
+
+def check_gpus(expected: int) -> str:
+    """One line about the node's GPUs, or CheckFailed."""
+    try:
+        result = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+    except FileNotFoundError:
+        raise CheckFailed("nvidia-smi not found: the NVIDIA container runtime did not inject it") from None
+    except subprocess.TimeoutExpired:
+        raise CheckFailed("nvidia-smi hung for 120 s (a GPU that stopped answering)") from None
+    if result.returncode != 0:
+        raise CheckFailed(f"nvidia-smi failed ({result.returncode}): {(result.stderr or result.stdout).strip()}")
+    problems = gpu_problems(result.stdout, expected)
+    if problems:
+        raise CheckFailed("; ".join(problems))
+    return f"{expected} GPUs healthy"
+
+
+def read_patch(node: str) -> list[dict[str, Any]]:
+    """A JSON patch that changes nothing: the API server answers with the node."""
+    return [{"op": "test", "path": "/metadata/name", "value": node}]
+
+
+def taint_removal_patch(node: dict[str, Any], key: str) -> list[dict[str, Any]] | None:
+    """The JSON patch removing the taint `key` from `node`, guarded by a test of that very taint at its
+    index; None when the node does not carry it."""
+    for i, taint in enumerate(node.get("spec", {}).get("taints") or []):
+        if taint.get("key") == key:
+            path = f"/spec/taints/{i}"
+            return [{"op": "test", "path": path, "value": taint}, {"op": "remove", "path": path}]
+    return None
+
+
+def _patch(node: str, patch: list[dict[str, Any]]) -> dict[str, Any]:
+    host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
+    with open(f"{SERVICE_ACCOUNT}/token") as f:
+        token = f.read().strip()
+    request = urllib.request.Request(
+        f"https://{host}:{port}/api/v1/nodes/{node}",
+        data=json.dumps(patch).encode(),
+        method="PATCH",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json-patch+json"},
+    )
+    context = ssl.create_default_context(cafile=f"{SERVICE_ACCOUNT}/ca.crt")
+    with urllib.request.urlopen(request, context=context, timeout=30) as response:
+        return json.load(response)
+
+
+def remove_taint(node: str, key: str, attempts: int = 5) -> bool:
+    """Removes the taint `key` from `node`; False when it was not there."""
+    for attempt in range(attempts):
+        current = _patch(node, read_patch(node))
+        patch = taint_removal_patch(current, key)
+        if patch is None:
+            return False
+        try:
+            _patch(node, patch)
+            return True
+        except urllib.error.HTTPError as err:
+            if err.code != 422 or attempt == attempts - 1:  # 422: the taints changed under us
+                raise
+            time.sleep(1)
+    return False
+
+
+def main() -> int:
+    node, key = os.environ["NODE_NAME"], os.environ["STARTUP_TAINT_KEY"]
+    try:
+        print(f"{node}: {check_gpus(int(os.environ['EXPECTED_GPUS']))}", flush=True)
+    except CheckFailed as err:
+        print(f"{node}: GPU check failed, the node keeps its taint {key}: {err}", file=sys.stderr, flush=True)
+        return 1
+    removed = remove_taint(node, key)
+    print(f"{node}: taint {key} {'removed' if removed else 'already gone'}", flush=True)
+    while True:
+        time.sleep(3600)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

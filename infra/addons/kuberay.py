@@ -1,0 +1,63 @@
+"""KubeRay operator (chart kuberay-operator 1.7.0): RayJob and RayCluster for jobs with `operator: rayjob`.
+
+What the values change from the chart's defaults (helm-chart/kuberay-operator/values.yaml at v1.7.0):
+- Pod Security `restricted`: the chart's container securityContext already drops every capability, runs
+  as non-root with a read-only root and RuntimeDefault seccomp; the pod-level context (empty upstream) says
+  the same, so the pod passes whatever its container declares.
+- Resources: the chart's limits (100m CPU, 512Mi memory) are kept. With no requests set, Kubernetes takes
+  the limits as requests, so the scheduler counts the pod and it runs in the Guaranteed QoS class
+  (upstream's estimate: 500 Ray pods need about 500 MB). `resources.requests` exists in the chart only as
+  a comment, so it is not set here.
+- Metrics: the operator's /metrics (on by default) gets the chart's ServiceMonitor when the platform runs
+  Prometheus (templates/servicemonitor.yaml; our Prometheus selects every ServiceMonitor).
+- Watch scope: every namespace (the chart's default, `singleNamespaceInstall: false`). Each workload stack
+  creates its own job namespace after the platform is up, so a `watchNamespace` list would need a
+  platform update per job. The ClusterRole that comes with it (templates/_helpers.tpl `role.consistentRules`)
+  includes Secrets: the RayCluster controller owns Secrets (ray-operator/controllers/ray/
+  raycluster_controller.go SetupWithManager: `Owns(&corev1.Secret{})`, for its auth token and mTLS
+  Secrets), so its informer lists and watches them in every namespace and the operator does not start
+  without that permission. No feature that creates Secrets is turned on: authOptions, mTLS
+  (`RayClusterMTLS` gate, off) and GCS fault tolerance with Redis are not used by our RayJobs.
+- No batch scheduler: our RayJobs are not queued (workloads/placement.py refuses a queue on them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pulumi
+
+from infra.charts import release
+
+NAMESPACE = "kuberay-system"
+RELEASE = "kuberay-operator"
+CHART_KEY = "kuberay-operator"
+# The operator's pods (the chart's selector labels, templates/deployment.yaml); job namespaces admit it on
+# the Ray dashboard port only: it reads every RayJob's status from its head (workloads/rayjob.py).
+OPERATOR_POD = {"app.kubernetes.io/name": "kuberay-operator"}
+
+_RESTRICTED_CONTAINER = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def kuberay_values(*, service_monitor: bool) -> dict[str, Any]:
+    return {
+        "podSecurityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": dict(_RESTRICTED_CONTAINER),
+        "metrics": {"enabled": True, "serviceMonitor": {"enabled": service_monitor}},
+        "singleNamespaceInstall": False,
+    }
+
+
+def install(
+    opts: pulumi.ResourceOptions, *, service_monitor: bool, after: Sequence[pulumi.Resource] = ()
+) -> pulumi.Resource:
+    """The operator's release into NAMESPACE (created labelled by infra/addons/namespaces.py)."""
+    merged = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=list(after)))
+    return release(RELEASE, CHART_KEY, NAMESPACE, kuberay_values(service_monitor=service_monitor), merged)

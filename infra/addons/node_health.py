@@ -1,0 +1,124 @@
+"""GPU node health: the EKS node monitoring agent, node auto repair on every GPU node source, and the
+alerts on what they report. Pure (no Pulumi import); managed node groups get repair through
+infra/platform/node_repair.py.
+
+The agent (EKS add-on `eks-node-monitoring-agent`, a DaemonSet; it needs no IAM permissions: EKS user
+guide, "Amazon EKS add-ons", node monitoring agent) reads kernel logs, XID codes and DCGM diagnostics and
+sets one NodeCondition per category: AcceleratedHardwareReady (GPU), KernelReady, NetworkingReady,
+StorageReady, ContainerRuntimeReady. Repair acts on them:
+- managed node groups: EKS node auto repair (`nodeRepairConfig`), GA; it replaces (or, for accelerated
+  hardware, may reboot) a node 10 minutes after AcceleratedHardwareReady turns False and 30 minutes after
+  any other condition, and stops when more than 20% of a group of more than five nodes is unhealthy
+  (EKS user guide, "Node health");
+- Karpenter NodePools: Karpenter's node repair, the `nodeRepair` feature gate (alpha and off by default in
+  1.14.1). Its AWS repair policies are the same durations (karpenter-provider-aws
+  pkg/cloudprovider/cloudprovider.go, RepairPolicies: AcceleratedHardwareReady False 10m, the other agent
+  conditions False 30m, Ready False/Unknown 30m). It always replaces, and it does so by force: the health
+  controller (kubernetes-sigs/karpenter pkg/controllers/node/health) stamps the NodeClaim's termination
+  timestamp with the current time and deletes it, so neither `karpenter.sh/do-not-disrupt` nor the pool's
+  terminationGracePeriod holds the node; a pod gets its own terminationGracePeriodSeconds at most. It also
+  stops while more than 20% of a NodePool's nodes are unhealthy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infra.addons.monitoring.alerts import ROUTE_LABEL
+
+NODE_MONITORING_AGENT = "eks-node-monitoring-agent"
+
+# Condition -> minutes it must stay False before either repair acts (sources in the module docstring).
+REPAIR_AFTER_MINUTES = {
+    "AcceleratedHardwareReady": 10,
+    "KernelReady": 30,
+    "NetworkingReady": 30,
+    "StorageReady": 30,
+    "ContainerRuntimeReady": 30,
+}
+GPU_CONDITION = "AcceleratedHardwareReady"
+# What a replacement adds to the wait, from the repair decision to a Ready node: the instance launch and
+# boot of an EKS-optimized GPU AMI (about 1-3 minutes, README "How a job gets its nodes") plus the startup
+# GPU check. The alert below fires only once repair has had that long as well.
+REPLACEMENT_MARGIN_MINUTES = 20
+
+
+def karpenter_values(*, node_repair: bool) -> dict[str, Any]:
+    """The karpenter 1.14.1 chart values for its node repair (values.yaml `settings.featureGates`)."""
+    return {"settings": {"featureGates": {"nodeRepair": node_repair}}}
+
+
+def _alert(name: str, expr: str, for_: str, severity: str, summary: str, description: str) -> dict[str, Any]:
+    return {
+        "alert": name,
+        "expr": expr,
+        "for": for_,
+        "labels": {"severity": severity, ROUTE_LABEL[0]: ROUTE_LABEL[1]},
+        "annotations": {"summary": summary, "description": description},
+    }
+
+
+def _condition_false(conditions: str) -> str:
+    """kube-state-metrics exports every node condition, the agent's included, as kube_node_status_condition
+    with `condition` (its type) and `status` (true/false/unknown, lowercase)."""
+    return f'kube_node_status_condition{{condition=~"{conditions}",status="false"}} == 1'
+
+
+def node_health_rules(*, startup_taint_key: str | None) -> list[dict[str, Any]]:
+    """The alerting rules on the agent's conditions, on repair, and (with the startup GPU check) on GPU
+    nodes that never pass it."""
+    gpu_repair = REPAIR_AFTER_MINUTES[GPU_CONDITION]
+    others = "|".join(c for c in REPAIR_AFTER_MINUTES if c != GPU_CONDITION)
+    rules = [
+        _alert(
+            "GpuHardwareUnhealthy",
+            _condition_false(GPU_CONDITION),
+            "0m",
+            "critical",
+            "GPUs of node {{ $labels.node }} are unhealthy (AcceleratedHardwareReady=False)",
+            "The node monitoring agent saw an XID error or a failed DCGM diagnostic. With node repair on, "
+            f"the node is replaced after {gpu_repair} minutes; the jobs on it restart from their last "
+            "checkpoint. `kubectl describe node` shows the reason.",
+        ),
+        _alert(
+            "GpuHardwareUnhealthyNotRepaired",
+            _condition_false(GPU_CONDITION),
+            f"{gpu_repair + REPLACEMENT_MARGIN_MINUTES}m",
+            "critical",
+            "Node {{ $labels.node }} has had unhealthy GPUs for too long: nothing repaired it",
+            "Node repair is off for its pool (Karpenter's alpha gate in prod), or blocked because more than "
+            "20% of the pool is unhealthy. Cordon and drain it, then delete its NodeClaim or instance.",
+        ),
+        _alert(
+            "NodeHealthConditionFailing",
+            _condition_false(others),
+            "5m",
+            "warning",
+            "Node {{ $labels.node }}: {{ $labels.condition }} is False",
+            "The node monitoring agent reports a kernel, network, storage or container runtime fault. "
+            "Node repair replaces the node after 30 minutes where it is on.",
+        ),
+        _alert(
+            "KarpenterNodeRepaired",
+            'sum by (nodepool) (increase(karpenter_nodeclaims_disrupted_total{reason="unhealthy"}[30m])) > 0',
+            "0m",
+            "info",
+            "Karpenter replaced unhealthy nodes of NodePool {{ $labels.nodepool }}",
+            "Node repair deleted a NodeClaim whose node stayed unhealthy; training jobs on it resume from "
+            "their checkpoints on the replacement.",
+        ),
+    ]
+    if startup_taint_key:
+        rules.append(
+            _alert(
+                "GpuNodeCheckNotPassed",
+                f'max by (node) (kube_node_spec_taint{{key="{startup_taint_key}"}}) == 1',
+                "15m",
+                "warning",
+                "GPU node {{ $labels.node }} has not passed its startup GPU check",
+                "No training pod lands on it until the check removes the taint. Look at the gpu-node-check "
+                "pod on that node in gpu-system: an image that cannot be pulled, or GPUs that fail the check "
+                "(then replace the node).",
+            )
+        )
+    return rules

@@ -8,6 +8,7 @@ PyTorchJob `restartPolicy: ExitCode` and the TrainJob runtime rendered by `workl
   2    invalid configuration or data: permanent, the same pod would fail the same way
   137  killed by SIGKILL (OOM kill, grace period over), as the launcher reports it: 128 + 9
   143  stopped by SIGTERM after a checkpoint (Spot reclaim, eviction): 128 + 15
+       (or, with no step to checkpoint yet, while waiting for the node's tokenized data)
   200  storage unavailable: S3 unreachable, no credentials yet, or failing after the retries
   201  a GPU job that sees no GPU (device plugin not ready, a GPU fallen off the bus): never trains on CPU
   202  a peer rank went away or hung past train.dist_timeout_s (gloo "Timed out waiting", lost connection)

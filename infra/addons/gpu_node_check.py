@@ -98,10 +98,20 @@ def _container(expected_gpus: int, image: str) -> dict[str, Any]:
     }
 
 
-def daemon_set(namespace: str, expected_gpus: int, instance_types: Sequence[str], image: str) -> dict[str, Any]:
+def _instance_type_affinity(instance_types: Sequence[str]) -> dict[str, Any]:
+    term = {
+        "matchExpressions": [{"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": list(instance_types)}]
+    }
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+
+def daemon_set(
+    namespace: str, expected_gpus: int, instance_types: Sequence[str], image: str
+) -> dict[str, Any]:
     name = f"{NAME}-{expected_gpus}gpu"
     selector = {"app.kubernetes.io/name": NAME, "mlops-eks.io/expected-gpus": str(expected_gpus)}
     gpu_taint = CATALOG["t4"].taint
+    tolerations = [toleration_spec(STARTUP_TAINT), toleration_spec(gpu_taint, any_value=True)]
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
@@ -114,12 +124,8 @@ def daemon_set(namespace: str, expected_gpus: int, instance_types: Sequence[str]
                     "serviceAccountName": NAME,
                     "priorityClassName": "system-node-critical",
                     "nodeSelector": {"nvidia.com/gpu.present": "true"},
-                    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [{"matchExpressions": [
-                            {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": list(instance_types)}
-                        ]}]
-                    }}},  # fmt: skip
-                    "tolerations": [toleration_spec(STARTUP_TAINT), toleration_spec(gpu_taint, any_value=True)],
+                    "affinity": _instance_type_affinity(instance_types),
+                    "tolerations": tolerations,
                     "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
                     "containers": [_container(expected_gpus, image)],
                     "volumes": [{"name": "check", "configMap": {"name": NAME}}],
@@ -142,6 +148,10 @@ def admission_policy(namespace: str) -> list[dict[str, Any]]:
             f"(has(oldObject.{field}) ? oldObject.{field} : {empty})"
         )
 
+    unchanged = [
+        ("metadata.labels", "{}"), ("metadata.annotations", "{}"), ("metadata.finalizers", "[]"),
+        ("metadata.ownerReferences", "[]"), ("spec.unschedulable", "false"),
+    ]  # fmt: skip
     validations = [
         {
             "expression": f"has(request.userInfo.extra) && '{NODE_NAME_EXTRA}' in request.userInfo.extra && "
@@ -154,27 +164,21 @@ def admission_policy(namespace: str) -> list[dict[str, Any]]:
             "message": f"the GPU node check may only remove the taint {key}",
         },
         {
-            "expression": " && ".join(
-                [same("metadata.labels", "{}"), same("metadata.annotations", "{}"),
-                 same("metadata.finalizers", "[]"), same("metadata.ownerReferences", "[]"),
-                 same("spec.unschedulable", "false")]
-            ),  # fmt: skip
+            "expression": " && ".join(same(field, empty) for field, empty in unchanged),
             "message": "the GPU node check may change nothing but the node's taints",
         },
     ]
+    nodes = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes"]}
+    user = service_account_user(namespace)
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
         "metadata": _meta(NAME),
         "spec": {
             "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes"]}
-                ]
-            },
+            "matchConstraints": {"resourceRules": [nodes]},
             "matchConditions": [
-                {"name": "gpu-node-check", "expression": f"request.userInfo.username == '{service_account_user(namespace)}'"}
+                {"name": "gpu-node-check", "expression": f"request.userInfo.username == '{user}'"}
             ],
             "validations": validations,
         },
@@ -223,4 +227,3 @@ def startup_taints(accelerator: str, *, enabled: bool) -> tuple[PoolTaint, ...]:
     """The startup taints of a pool of `accelerator`: STARTUP_TAINT on NVIDIA pools while the check is on
     (AMD nodes have no nvidia-smi: they are not checked)."""
     return (STARTUP_TAINT,) if enabled and CATALOG[accelerator].vendor == "nvidia" else ()
-

@@ -79,7 +79,8 @@ def check_gpus(expected: int) -> str:
     except subprocess.TimeoutExpired:
         raise CheckFailed("nvidia-smi hung for 120 s (a GPU that stopped answering)") from None
     if result.returncode != 0:
-        raise CheckFailed(f"nvidia-smi failed ({result.returncode}): {(result.stderr or result.stdout).strip()}")
+        output = (result.stderr or result.stdout).strip()
+        raise CheckFailed(f"nvidia-smi failed ({result.returncode}): {output}")
     problems = gpu_problems(result.stdout, expected)
     if problems:
         raise CheckFailed("; ".join(problems))

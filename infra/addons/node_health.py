@@ -16,15 +16,19 @@ StorageReady, ContainerRuntimeReady. Repair acts on them:
   conditions False 30m, Ready False/Unknown 30m). It always replaces, and it does so by force: the health
   controller (kubernetes-sigs/karpenter pkg/controllers/node/health) stamps the NodeClaim's termination
   timestamp with the current time and deletes it, so neither `karpenter.sh/do-not-disrupt` nor the pool's
-  terminationGracePeriod holds the node; a pod gets its own terminationGracePeriodSeconds at most. It also
-  stops while more than 20% of a NodePool's nodes are unhealthy.
+  terminationGracePeriod holds the node, and its pods are deleted with their grace clamped to the time left
+  until that timestamp, about none (pkg/controllers/node/termination/terminator, DeleteExpiringPods): a
+  training pod is killed without its SIGTERM checkpoint and the job resumes from the last periodic one. It
+  also stops while more than 20% of a NodePool's nodes are unhealthy.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from infra.addons.monitoring.alerts import ROUTE_LABEL
+from infra.accelerators import CATALOG
+from infra.addons.gpu_node_check import STARTUP_TAINT
+from infra.contract import toleration_spec
 
 NODE_MONITORING_AGENT = "eks-node-monitoring-agent"
 
@@ -43,19 +47,27 @@ GPU_CONDITION = "AcceleratedHardwareReady"
 REPLACEMENT_MARGIN_MINUTES = 20
 
 
+def monitoring_agent_configuration() -> dict[str, Any]:
+    """The add-on's configuration values. Its node agent tolerates every taint, but its DCGM host engine
+    (the dcgm-server DaemonSet, which the agent's GPU monitor talks to) tolerates none
+    (aws/eks-node-monitoring-agent charts/eks-node-monitoring-agent/values.yaml: `nodeAgent.tolerations`
+    [{operator: Exists}], `dcgmAgent.tolerations` []): on our tainted GPU nodes it would never run, and
+    without a host engine the agent reports AcceleratedHardwareReady=False (DCGMError), which repair
+    answers by replacing every GPU node. `dcgmAgent.tolerations` is a key of the add-on's configuration
+    schema (charts/configuration.schema.json)."""
+    gpu_taints = {a.taint for a in CATALOG.values() if a.vendor == "nvidia"}
+    tolerations = [toleration_spec(t, any_value=True) for t in sorted(gpu_taints, key=lambda t: t.key)]
+    return {"dcgmAgent": {"tolerations": [*tolerations, toleration_spec(STARTUP_TAINT)]}}
+
+
 def karpenter_values(*, node_repair: bool) -> dict[str, Any]:
     """The karpenter 1.14.1 chart values for its node repair (values.yaml `settings.featureGates`)."""
     return {"settings": {"featureGates": {"nodeRepair": node_repair}}}
 
 
-def _alert(name: str, expr: str, for_: str, severity: str, summary: str, description: str) -> dict[str, Any]:
-    return {
-        "alert": name,
-        "expr": expr,
-        "for": for_,
-        "labels": {"severity": severity, ROUTE_LABEL[0]: ROUTE_LABEL[1]},
-        "annotations": {"summary": summary, "description": description},
-    }
+# An alerting rule before infra/addons/monitoring/alerts.py adds its routing labels: name, expression,
+# `for`, severity, summary, description.
+Rule = tuple[str, str, str, str, str, str]
 
 
 def _condition_false(conditions: str) -> str:
@@ -64,13 +76,13 @@ def _condition_false(conditions: str) -> str:
     return f'kube_node_status_condition{{condition=~"{conditions}",status="false"}} == 1'
 
 
-def node_health_rules(*, startup_taint_key: str | None) -> list[dict[str, Any]]:
+def node_health_rules(*, startup_taint_key: str | None) -> list[Rule]:
     """The alerting rules on the agent's conditions, on repair, and (with the startup GPU check) on GPU
     nodes that never pass it."""
     gpu_repair = REPAIR_AFTER_MINUTES[GPU_CONDITION]
     others = "|".join(c for c in REPAIR_AFTER_MINUTES if c != GPU_CONDITION)
-    rules = [
-        _alert(
+    rules: list[Rule] = [
+        (
             "GpuHardwareUnhealthy",
             _condition_false(GPU_CONDITION),
             "0m",
@@ -80,7 +92,7 @@ def node_health_rules(*, startup_taint_key: str | None) -> list[dict[str, Any]]:
             f"the node is replaced after {gpu_repair} minutes; the jobs on it restart from their last "
             "checkpoint. `kubectl describe node` shows the reason.",
         ),
-        _alert(
+        (
             "GpuHardwareUnhealthyNotRepaired",
             _condition_false(GPU_CONDITION),
             f"{gpu_repair + REPLACEMENT_MARGIN_MINUTES}m",
@@ -89,7 +101,7 @@ def node_health_rules(*, startup_taint_key: str | None) -> list[dict[str, Any]]:
             "Node repair is off for its pool (Karpenter's alpha gate in prod), or blocked because more than "
             "20% of the pool is unhealthy. Cordon and drain it, then delete its NodeClaim or instance.",
         ),
-        _alert(
+        (
             "NodeHealthConditionFailing",
             _condition_false(others),
             "5m",
@@ -98,7 +110,7 @@ def node_health_rules(*, startup_taint_key: str | None) -> list[dict[str, Any]]:
             "The node monitoring agent reports a kernel, network, storage or container runtime fault. "
             "Node repair replaces the node after 30 minutes where it is on.",
         ),
-        _alert(
+        (
             "KarpenterNodeRepaired",
             'sum by (nodepool) (increase(karpenter_nodeclaims_disrupted_total{reason="unhealthy"}[30m])) > 0',
             "0m",
@@ -110,7 +122,7 @@ def node_health_rules(*, startup_taint_key: str | None) -> list[dict[str, Any]]:
     ]
     if startup_taint_key:
         rules.append(
-            _alert(
+            (
                 "GpuNodeCheckNotPassed",
                 f'max by (node) (kube_node_spec_taint{{key="{startup_taint_key}"}}) == 1',
                 "15m",

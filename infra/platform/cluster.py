@@ -113,7 +113,8 @@ class Cluster(pulumi.ComponentResource):
         self.node_role = aws.iam.Role(
             f"{name}-node",
             assume_role_policy=assume_role_policy("ec2.amazonaws.com"),
-            description=f"Worker nodes of {args.cluster_name} (managed node groups and Karpenter)",
+            # Managed node groups only: Karpenter's nodes have their own role (addons/karpenter/).
+            description=f"Worker nodes of {args.cluster_name}'s managed node groups",
             tags=args.tags,
             opts=child,
         )

@@ -17,14 +17,20 @@ from policy import helm_render
 from policy.helm_render import HelmRelease
 
 KUBE_VERSION = "1.35"
-PROMETHEUS_STACK = HelmRelease("kube-prometheus-stack", "kube-prometheus-stack",
-                               CHARTS["kube-prometheus-stack"].version, "monitoring", {})  # fmt: skip
+PROMETHEUS_STACK = HelmRelease(
+    "kube-prometheus-stack",
+    "kube-prometheus-stack",
+    CHARTS["kube-prometheus-stack"].version,
+    "monitoring",
+    {},
+)
 
 
 def _release(service_monitor: bool = True) -> HelmRelease:
     values = kuberay.kuberay_values(service_monitor=service_monitor)
-    return HelmRelease(kuberay.RELEASE, kuberay.CHART_KEY, CHARTS[kuberay.CHART_KEY].version, kuberay.NAMESPACE,
-                       values)  # fmt: skip
+    return HelmRelease(
+        kuberay.RELEASE, kuberay.CHART_KEY, CHARTS[kuberay.CHART_KEY].version, kuberay.NAMESPACE, values
+    )
 
 
 def _objects(service_monitor: bool = True) -> list[dict]:
@@ -80,8 +86,9 @@ def test_the_operator_has_limits_that_kubernetes_also_takes_as_its_requests():
 
 
 def _upstream_check():
-    spec = importlib.util.spec_from_file_location("upstream_check", helm_render.SHARED / "tools" /
-                                                  "upstream_check.py")  # fmt: skip
+    spec = importlib.util.spec_from_file_location(
+        "upstream_check", helm_render.SHARED / "tools" / "upstream_check.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -92,8 +99,9 @@ def test_the_service_monitor_follows_prometheus_and_matches_its_crd():
     monitor = _one(_objects(service_monitor=True), "ServiceMonitor")
     service = _one(_objects(service_monitor=True), "Service")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
-    schema = helm_render.crd_schemas(helm_render.crds(PROMETHEUS_STACK))[("monitoring.coreos.com/v1",
-                                                                          "ServiceMonitor")]  # fmt: skip
+    schema = helm_render.crd_schemas(helm_render.crds(PROMETHEUS_STACK))[
+        ("monitoring.coreos.com/v1", "ServiceMonitor")
+    ]
     errors: list[str] = []
     _upstream_check().validate(monitor["spec"], schema["properties"]["spec"], "spec", errors)
     assert errors == []
@@ -103,8 +111,12 @@ def test_the_operator_watches_every_namespace_and_turns_on_no_secret_making_feat
     (container,) = pod_spec(_one(_objects(), "Deployment"))["containers"]
     args = container["args"]
     assert "--watch-namespace" not in args  # job namespaces come and go with workload stacks
-    gates = dict(g.split("=") for a in args if a.startswith("--feature-gates=")
-                 for g in a.removeprefix("--feature-gates=").split(","))  # fmt: skip
+    gates = dict(
+        g.split("=")
+        for a in args
+        if a.startswith("--feature-gates=")
+        for g in a.removeprefix("--feature-gates=").split(",")
+    )
     assert gates["RayClusterMTLS"] == "false"
     assert gates["RayJobDeletionPolicy"] == "true"
     assert "--enable-batch-scheduler" not in args and not any(a.startswith("--batch-scheduler") for a in args)
@@ -118,10 +130,12 @@ def test_the_operator_pods_are_what_job_namespaces_admit():
 
 @pytest.mark.parametrize("bad", [{"reconcileConcurrency": 0}, {"kubeClient": {"burst": -1}}])
 def test_the_chart_refuses_what_its_own_checks_refuse(bad):
-    """The render is the chart's real template engine: its `fail` checks run (kuberay-operator.validateConfig)."""
+    """The render is the chart's own template engine: its `fail` checks run (validateConfig)."""
     import helm_python
 
     release = _release()
-    broken = HelmRelease(release.name, release.chart, release.version, release.namespace, release.values | bad)
+    broken = HelmRelease(
+        release.name, release.chart, release.version, release.namespace, release.values | bad
+    )
     with pytest.raises(helm_python.HelmRenderError, match="must be"):
         helm_render.render(broken, KUBE_VERSION)

@@ -2,6 +2,7 @@
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 
@@ -28,7 +29,11 @@ def test_a_completed_run_leaves_nothing_in_tmpdir(tmp_path, tmpdir_of_runs):
     dead = subprocess.run(pid_of, capture_output=True, text=True, check=True).stdout.strip()
     (tmpdir_of_runs / "trainer-run-killed" / "stage-step-000000010").mkdir(parents=True)
     (tmpdir_of_runs / "trainer-run-killed.pid").write_text(dead)
-    proc = launch(tmp_path / "out", **{"train.max_steps": 20, "checkpoint.every_steps": 10})
+    with socket.socket() as s:  # a free port: the Prometheus exporter's node scratch is made too
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    steps = {"train.max_steps": 20, "checkpoint.every_steps": 10, "output.metrics_port": port}
+    proc = launch(tmp_path / "out", **steps)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [r["step"] for r in metrics(tmp_path / "out", "checkpoint")] == [10, 20]
     assert sorted(p.name for p in tmpdir_of_runs.iterdir()) == []

@@ -1,0 +1,157 @@
+"""The trainer under mpirun: Open MPI's per-process variables become torch.distributed's, and two ranks
+started as mpirun starts them train together."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from trainer_runs import REPO, run_env, trainer_args
+
+from trainer.config import ConfigError
+from trainer.dist import _ranks_from_env
+from trainer.mpi_env import MpiEnvError, started_by_mpirun, torch_env
+
+RANK_1_OF_4 = {
+    "OMPI_COMM_WORLD_RANK": "3",
+    "OMPI_COMM_WORLD_SIZE": "4",
+    "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+    "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+    "MASTER_ADDR": "10.0.3.7",
+}
+
+
+def test_open_mpi_variables_become_torchrun_variables():
+    assert torch_env(RANK_1_OF_4) == {
+        "RANK": "3",
+        "WORLD_SIZE": "4",
+        "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "10.0.3.7",
+        "MASTER_PORT": "29500",
+    }
+    assert torch_env({**RANK_1_OF_4, "MASTER_PORT": "23456"})["MASTER_PORT"] == "23456"
+
+
+def test_several_ranks_without_master_addr_are_refused_with_the_flag_to_pass():
+    env = {k: v for k, v in RANK_1_OF_4.items() if k != "MASTER_ADDR"}
+    with pytest.raises(MpiEnvError, match=r"MASTER_ADDR is unset.*mpirun -x MASTER_ADDR="):
+        torch_env(env)
+
+
+def test_a_single_rank_needs_no_master_addr():
+    env = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1"}
+    assert torch_env(env)["MASTER_ADDR"] == "localhost"
+    assert torch_env(env)["LOCAL_RANK"] == "0"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"OMPI_COMM_WORLD_SIZE": "3"}, "OMPI_COMM_WORLD_RANK=3 is not below OMPI_COMM_WORLD_SIZE=3"),
+        ({"OMPI_COMM_WORLD_LOCAL_RANK": "2"}, "OMPI_COMM_WORLD_LOCAL_RANK=2 is not below"),
+        ({"OMPI_COMM_WORLD_RANK": "three"}, "OMPI_COMM_WORLD_RANK='three' is not an integer"),
+        ({"OMPI_COMM_WORLD_SIZE": None}, "OMPI_COMM_WORLD_SIZE is unset"),
+        ({"MASTER_PORT": "70000"}, "MASTER_PORT='70000' is not a TCP port"),
+    ],
+)
+def test_a_broken_mpirun_environment_names_the_variable(change, message):
+    env = {k: v for k, v in {**RANK_1_OF_4, **change}.items() if v is not None}
+    with pytest.raises(MpiEnvError, match=message):
+        torch_env(env)
+
+
+def test_torchrun_variables_win_over_open_mpi_ones():
+    assert started_by_mpirun(RANK_1_OF_4)
+    assert not started_by_mpirun({**RANK_1_OF_4, "RANK": "0"})
+    assert not started_by_mpirun({"RANK": "0"})
+
+
+def test_the_trainer_takes_its_ranks_from_mpirun(monkeypatch):
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    assert _ranks_from_env(dict(RANK_1_OF_4)) == (3, 4, 1)
+    # init_process_group's env:// rendezvous reads these from the process environment.
+    assert (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]) == ("10.0.3.7", "29500")
+
+
+def test_a_bad_mpirun_environment_is_a_config_error_exit_2():
+    env = {k: v for k, v in RANK_1_OF_4.items() if k != "MASTER_ADDR"}
+    with pytest.raises(ConfigError, match="MASTER_ADDR is unset"):
+        _ranks_from_env(env)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _summary(out: Path) -> dict:
+    return json.loads((out / "summary.json").read_text())
+
+
+TRAIN = {"train.max_steps": 20, "train.device": "cpu"}
+
+
+def test_two_ranks_started_as_mpirun_starts_them_train_one_model(tmp_path):
+    """Two trainer processes with only the variables Open MPI gives its ranks (and the launcher's
+    MASTER_ADDR): they form one gloo process group and end with identical replicas."""
+    out, port = tmp_path / "out", str(_free_port())
+    base = {k: v for k, v in run_env().items() if k not in {"MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE"}}
+    procs = []
+    for rank in (0, 1):
+        env = base | {
+            "OMPI_COMM_WORLD_RANK": str(rank),
+            "OMPI_COMM_WORLD_SIZE": "2",
+            "OMPI_COMM_WORLD_LOCAL_RANK": str(rank),
+            "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": port,
+        }
+        cmd = [sys.executable, "-m", "trainer", *trainer_args(out, **TRAIN)]
+        procs.append(subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))  # fmt: skip
+    logs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], logs
+    summary = _summary(out)
+    assert summary["world_size"] == 2 and summary["ranks_identical"] is True and summary["steps"] == 20
+
+
+MPIRUN = shutil.which("mpirun")
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="no mpirun on this machine (Open MPI is in the CPU image only)")
+def test_the_launcher_runs_the_trainer_under_a_real_mpirun(tmp_path):
+    """trainer.mpi_launch with a real Open MPI: two 'worker pods' that are this machine, reached through a
+    kubexec.sh that runs the command here instead of `kubectl exec`, and a kubectl that says they run."""
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("job-worker-0 slots=1\njob-worker-1 slots=1\n")
+    agent = tmp_path / "kubexec.sh"
+    agent.write_text('#!/bin/sh\nPOD_NAME=$1\nshift\nexec /bin/sh -c "$*"\n')
+    kubectl = tmp_path / "kubectl"
+    kubectl.write_text('#!/bin/sh\ncase "$*" in *phase*) echo Running ;; *podIP*) echo 127.0.0.1 ;; esac\n')
+    for script in (agent, kubectl):
+        script.chmod(0o755)
+    out = tmp_path / "out"
+    env = run_env() | {
+        # Open MPI refuses root unless told; CI containers run tests as root.
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        "PYTHONPATH": str(REPO),
+    }
+    cmd = [
+        sys.executable, "-m", "trainer.mpi_launch", "--hostfile", str(hostfile), "--rsh-agent", str(agent),
+        "--kubectl", str(kubectl), "--state-dir", str(tmp_path / "state"), "--",
+        sys.executable, "-m", "trainer", *trainer_args(out, **TRAIN),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _summary(out)["world_size"] == 2
+    assert "exit 0 (done)" in proc.stderr

@@ -1,0 +1,214 @@
+"""trainer.ray_train: the Ray Train entry point. Ray itself is not installed here (an optional extra, see the
+README); these tests run the entry point against a stand-in `ray` package with Ray Train's call surface
+(TorchTrainer, ScalingConfig, RunConfig, FailureConfig) whose fit() calls the worker function in this
+process, and Ray's exception shapes (WorkerGroupError.worker_failures, RayTaskError.cause)."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from trainer import faults, ray_train
+from trainer.ray_train import ProgramExit, exit_code_of, fit_with_retries, run_program
+
+
+class ActorDiedError(RuntimeError):  # ray.exceptions.ActorDiedError's name: a worker (pod, node) gone
+    pass
+
+
+class RayTaskError(RuntimeError):  # ray.exceptions.RayTaskError: a task's error, with .cause
+    def __init__(self, cause: BaseException):
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class WorkerGroupError(RuntimeError):  # ray.train.WorkerGroupError: rank -> error
+    def __init__(self, failures: dict[int, BaseException]):
+        super().__init__("Training failed due to worker errors")
+        self.worker_failures = failures
+
+
+class PreemptionError(RuntimeError):
+    pass
+
+
+@dataclass
+class FakeRay:
+    """What main() handed to Ray Train, and how often it called fit()."""
+
+    trainers: list[dict[str, Any]] = field(default_factory=list)
+    fits: int = 0
+    inits: int = 0
+
+
+@pytest.fixture
+def fake_ray(monkeypatch) -> FakeRay:
+    seen = FakeRay()
+
+    def config(name: str):
+        return type(name, (), {"__init__": lambda self, **kw: self.__dict__.update(kw)})
+
+    class TorchTrainer:
+        def __init__(self, train_loop_per_worker, **kwargs):
+            self.fn = train_loop_per_worker
+            seen.trainers.append(kwargs)
+
+        def fit(self):
+            seen.fits += 1
+            try:
+                self.fn(self_config := seen.trainers[-1]["train_loop_config"])
+            except ProgramExit as err:  # rank 0's error, as Ray Train reports a worker's
+                raise WorkerGroupError({0: RayTaskError(pickle.loads(pickle.dumps(err)))}) from None
+            return self_config
+
+    ray = types.ModuleType("ray")
+    ray.init = lambda **kw: setattr(seen, "inits", seen.inits + 1)
+    train = types.ModuleType("ray.train")
+    train.ScalingConfig, train.RunConfig, train.FailureConfig = (
+        config(n) for n in ("ScalingConfig", "RunConfig", "FailureConfig")
+    )
+    torch_mod = types.ModuleType("ray.train.torch")
+    torch_mod.TorchTrainer = TorchTrainer
+    ray.train = train
+    train.torch = torch_mod
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    monkeypatch.setitem(sys.modules, "ray.train", train)
+    monkeypatch.setitem(sys.modules, "ray.train.torch", torch_mod)
+    return seen
+
+
+def _script(tmp_path, body: str):
+    path = tmp_path / "job.py"
+    path.write_text(body)
+    return str(path)
+
+
+def _failing_then_ok(tmp_path, first_code: int) -> str:
+    """A script that exits `first_code` on its first run and 0 afterwards (a marker file counts runs)."""
+    marker = tmp_path / "ran"
+    return _script(
+        tmp_path,
+        f"import pathlib, sys\nm = pathlib.Path({str(marker)!r})\n"
+        f"if not m.exists():\n    m.write_text('1')\n    sys.exit({first_code})\n",
+    )
+
+
+def test_without_ray_it_exits_2_and_says_what_to_install(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    assert ray_train.main(["--workers", "2", "--", "-m", "trainer", "--help"]) == faults.INVALID
+    err = capsys.readouterr().err
+    assert "Ray Train is not installed" in err and "pip install '.[ray]'" in err
+
+
+def test_workers_gpus_and_storage_reach_ray_train(fake_ray, tmp_path):
+    script = _script(tmp_path, "import sys\nsys.exit(0)\n")
+    argv = ["--workers", "4", "--gpus-per-worker", "1", "--storage-path", "s3://b/jobs/j/ray", "--name", "j"]
+    assert ray_train.main([*argv, "--", script]) == 0
+    (kwargs,) = fake_ray.trainers
+    scaling, run = kwargs["scaling_config"], kwargs["run_config"]
+    assert (scaling.num_workers, scaling.use_gpu, scaling.resources_per_worker) == (4, True, {"GPU": 1.0})
+    assert (run.storage_path, run.name) == ("s3://b/jobs/j/ray", "j")
+    assert run.failure_config.max_failures == 0  # retries are the driver's, by exit code
+    assert kwargs["train_loop_config"] == {"program": [script]}
+    assert fake_ray.inits == 1
+
+
+def test_cpu_workers_reserve_no_gpu(fake_ray, tmp_path):
+    assert ray_train.main(["--workers", "2", "--", _script(tmp_path, "pass\n")]) == 0
+    scaling = fake_ray.trainers[0]["scaling_config"]
+    assert (scaling.use_gpu, scaling.resources_per_worker) == (False, None)
+
+
+def test_a_retryable_exit_fits_again_within_the_budget(fake_ray, tmp_path):
+    script = _failing_then_ok(tmp_path, faults.STOPPED)
+    assert ray_train.main(["--restart-budget", "1", "--", script]) == 0
+    assert fake_ray.fits == 2
+
+
+def test_a_retryable_exit_past_the_budget_is_the_exit_code(fake_ray, tmp_path, capsys):
+    script = _failing_then_ok(tmp_path, faults.STORAGE_UNAVAILABLE)
+    assert ray_train.main(["--restart-budget", "0", "--", script]) == faults.STORAGE_UNAVAILABLE
+    assert fake_ray.fits == 1
+    assert "after 0 restart(s)" in capsys.readouterr().err
+
+
+def test_a_permanent_exit_is_never_retried(fake_ray, tmp_path):
+    script = _failing_then_ok(tmp_path, faults.INVALID)
+    assert ray_train.main(["--restart-budget", "3", "--", script]) == faults.INVALID
+    assert fake_ray.fits == 1
+
+
+def test_the_trainer_runs_in_the_worker_through_its_own_main(fake_ray, capsys):
+    assert ray_train.main(["--", "-m", "trainer", "--help"]) == 0
+    assert "usage" in capsys.readouterr().out.lower()
+    assert ray_train.main(["--", "-m", "trainer", "--no-such-flag"]) == faults.INVALID
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (WorkerGroupError({1: ActorDiedError("node gone"), 0: RayTaskError(ProgramExit(2))}), 2),
+        (WorkerGroupError({3: ActorDiedError("node gone")}), faults.PEER_LOST),
+        (WorkerGroupError({0: RayTaskError(ProgramExit(201)), 1: RayTaskError(ProgramExit(202))}), 201),
+        (PreemptionError("preempted"), faults.STOPPED),
+        (RuntimeError("a bug in the driver"), 1),
+    ],
+)
+def test_a_failed_fit_stands_for_the_trainers_exit_code(error, code):
+    assert exit_code_of(error) == code
+
+
+def test_an_error_chained_under_another_is_found():
+    try:
+        try:
+            raise RayTaskError(ProgramExit(2))
+        except RayTaskError as inner:
+            raise RuntimeError("wrapped") from inner
+    except RuntimeError as outer:
+        assert exit_code_of(outer) == 2
+
+
+def test_the_exit_code_survives_ray_pickling_it():
+    assert pickle.loads(pickle.dumps(ProgramExit(203))).exit_code == 203
+
+
+def test_fit_with_retries_counts_only_retries():
+    outcomes = [ProgramExit(202), ProgramExit(202), None]
+
+    def fit():
+        outcome = outcomes.pop(0)
+        if outcome is not None:
+            raise WorkerGroupError({0: outcome})
+
+    assert fit_with_retries(fit, restart_budget=2) == 0 and outcomes == []
+
+
+def test_a_script_exit_message_is_exit_1(tmp_path, capsys):
+    assert run_program([_script(tmp_path, "import sys\nsys.exit('bad input')\n")]) == 1
+    assert "bad input" in capsys.readouterr().err
+
+
+def test_a_module_gets_its_arguments(tmp_path, monkeypatch):
+    (tmp_path / "job_module.py").write_text("import sys\nsys.exit(int(sys.argv[1]))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert run_program(["-m", "job_module", "7"]) == 7
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--workers", "0", "--", "x.py"], "--workers 0: allowed 1 or more"),
+        (["--restart-budget", "-1", "--", "x.py"], "--restart-budget -1: allowed 0 or more"),
+        (["--workers", "2"], "PROGRAM: missing"),
+    ],
+)
+def test_bad_arguments_exit_2_naming_the_flag(argv, message, capsys):
+    with pytest.raises(SystemExit) as done:
+        ray_train.main(argv)
+    assert done.value.code == 2
+    assert message in capsys.readouterr().err

@@ -1,0 +1,170 @@
+"""A job whose node is repaired retries; it never fails for it. Checked on every committed workload
+stack's rendered objects, with the failure handling of the controllers that run them:
+
+- TrainJob: each node is a Job of the TrainingRuntime's JobSet. The Job's podFailurePolicy rules are
+  tried in order and the first match decides (kubernetes pkg/controller/job/pod_failure_policy.go,
+  matchPodFailurePolicy): Ignore replaces the pod without counting it, FailJob fails the Job (reason
+  PodFailurePolicy), Count or no match counts it against backoffLimit (0 here: the Job fails, reason
+  BackoffLimitExceeded). A failed Job is then matched against the JobSet's failurePolicy rules by its
+  reason; with none matching the JobSet restarts, up to maxRestarts (jobset pkg/controllers/
+  failure_policy.go: RestartJobSet is the default action).
+- PyTorchJob: the Training Operator v1.9 restarts a failed pod when its replica's restartPolicy is
+  ExitCode and the `pytorch` container's exit code is 128 or more; a pod without a terminated container
+  counts as the magic code 0xbeef, retryable as well (pkg/controller.v1/common/pod.go, ReconcilePods).
+
+What a repaired node does to its pods (node repair drains and replaces it: infra/addons/node_health.py):
+an eviction through the Eviction API marks the pod DisruptionTarget before its SIGTERM; Karpenter's forced
+termination and a drain past the grace period delete pods without that condition; an instance that
+vanishes leaves its pods to the pod garbage collector, which marks them DisruptionTarget and Failed
+without an exit code. The trainer exits 143 after its SIGTERM checkpoint, 137 when killed, and its ranks
+on healthy nodes exit 202 when their peer is gone (trainer/faults.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from workloads.platform import example_outputs_path, load_platform_outputs
+from workloads.render import render
+from workloads.stacks import load_stack, program_text, workload_stacks
+
+IGNORED, RESTARTED, FAILED = "replaced without counting", "restarted from the checkpoint", "failed"
+BEEF = 0xBEEF
+
+
+@dataclass(frozen=True)
+class PodEnd:
+    """How a training pod ended: its container's exit code (None: the kubelet never reported one) and
+    its conditions."""
+
+    exit_code: int | None
+    conditions: tuple[str, ...] = field(default=())
+
+
+REPAIR = {
+    "evicted, checkpointed (SIGTERM)": PodEnd(143, ("DisruptionTarget",)),
+    "evicted, killed at the end of its grace": PodEnd(137, ("DisruptionTarget",)),
+    "deleted by a forced termination, checkpointed": PodEnd(143),
+    "deleted by a forced termination, killed": PodEnd(137),
+    "instance gone, marked Failed by the pod GC": PodEnd(None, ("DisruptionTarget",)),
+    "a rank on a healthy node lost its peer": PodEnd(202),
+    "NCCL watchdog abort on a healthy node (128 + SIGABRT)": PodEnd(134),
+}
+PERMANENT = {"invalid configuration": PodEnd(2), "a bug": PodEnd(1)}
+
+
+def _exit_code_matches(rule: dict, end: PodEnd) -> bool:
+    codes = rule["onExitCodes"]
+    if end.exit_code is None:
+        return False
+    inside = end.exit_code in codes["values"]
+    return inside if codes["operator"] == "In" else (not inside and end.exit_code != 0)
+
+
+def train_job_outcome(runtime: dict, end: PodEnd) -> str:
+    jobset = runtime["spec"]["template"]["spec"]
+    (job,) = [j["template"]["spec"] for j in jobset["replicatedJobs"]]
+    action = "Count"
+    for rule in job.get("podFailurePolicy", {}).get("rules", []):
+        on_conditions = rule.get("onPodConditions", [])
+        if any(c["type"] in end.conditions and c.get("status", "True") == "True" for c in on_conditions) or (
+            "onExitCodes" in rule and _exit_code_matches(rule, end)
+        ):
+            action = rule["action"]
+            break
+    if action == "Ignore":
+        return IGNORED
+    if action == "Count" and job.get("backoffLimit", 6) > 0:
+        return RESTARTED  # the Job itself retries the pod
+    reason = "PodFailurePolicy" if action == "FailJob" else "BackoffLimitExceeded"
+    for rule in jobset.get("failurePolicy", {}).get("rules", []):
+        if reason in rule.get("onJobFailureReasons", [reason]):
+            return FAILED if rule["action"] == "FailJobSet" else RESTARTED
+    return RESTARTED if jobset.get("failurePolicy", {}).get("maxRestarts", 0) > 0 else FAILED
+
+
+def pytorch_job_outcome(job: dict, end: PodEnd) -> list[str]:
+    outcomes = []
+    for replica in job["spec"]["pytorchReplicaSpecs"].values():
+        assert any(c["name"] == "pytorch" for c in replica["template"]["spec"]["containers"])
+        code = BEEF if end.exit_code is None else end.exit_code
+        retryable = replica["restartPolicy"] in ("OnFailure", "Always") or (
+            replica["restartPolicy"] == "ExitCode" and code >= 128
+        )
+        outcomes.append(RESTARTED if retryable else FAILED)
+    return outcomes
+
+
+def _outcomes(objects: list[dict], end: PodEnd) -> list[str]:
+    outcomes = []
+    for obj in objects:
+        if obj["kind"] == "TrainingRuntime":
+            outcomes.append(train_job_outcome(obj, end))
+        elif obj["kind"] == "PyTorchJob":
+            outcomes += pytorch_job_outcome(obj, end)
+    return outcomes
+
+
+def _rendered(stack: str) -> list[dict]:
+    loaded = load_stack(stack)
+    platform = load_platform_outputs(example_outputs_path(loaded.platform_stack))
+    return render(loaded.spec, platform, program_text=program_text(loaded.spec))
+
+
+STACKS = {stack: _rendered(stack) for stack in workload_stacks()}
+JOB_STACKS = [
+    s for s, objs in STACKS.items() if {"TrainingRuntime", "PyTorchJob"} & {o["kind"] for o in objs}
+]
+# A job with `restartBudget: 0` (the one-shot gpu-check) asks not to be restarted: it is only spared the
+# failures that count nothing.
+RETRYING = [s for s in JOB_STACKS if load_stack(s).spec.restart_budget > 0]
+
+
+def test_both_kinds_are_among_the_committed_stacks_that_retry():
+    kinds = {o["kind"] for s in RETRYING for o in STACKS[s]}
+    assert {"TrainingRuntime", "PyTorchJob"} <= kinds
+
+
+@pytest.mark.parametrize("stack", RETRYING)
+@pytest.mark.parametrize("how", REPAIR)
+def test_a_repaired_nodes_job_retries(stack, how):
+    outcomes = _outcomes(STACKS[stack], REPAIR[how])
+    assert outcomes and FAILED not in outcomes, outcomes
+
+
+@pytest.mark.parametrize(
+    "stack", [s for s in JOB_STACKS if any(o["kind"] == "TrainingRuntime" for o in STACKS[s])]
+)
+def test_a_train_job_evicted_by_repair_does_not_spend_its_restart_budget(stack):
+    for end in (
+        REPAIR["evicted, checkpointed (SIGTERM)"],
+        REPAIR["instance gone, marked Failed by the pod GC"],
+    ):
+        assert _outcomes(STACKS[stack], end) == [IGNORED]
+
+
+@pytest.mark.parametrize("stack", JOB_STACKS)
+@pytest.mark.parametrize("how", PERMANENT)
+def test_a_permanent_failure_still_fails(stack, how):
+    assert set(_outcomes(STACKS[stack], PERMANENT[how])) == {FAILED}
+
+
+def test_the_model_tells_a_policy_that_would_fail_repaired_jobs():
+    """Without the DisruptionTarget rule, and with 143 among the permanent codes, a drained node fails
+    the job: what the checks above would catch."""
+    runtime = next(o for objs in STACKS.values() for o in objs if o["kind"] == "TrainingRuntime")
+    broken = {**runtime, "spec": {**runtime["spec"]}}
+    jobset = dict(broken["spec"]["template"]["spec"])
+    (node_job,) = jobset["replicatedJobs"]
+    spec = dict(node_job["template"]["spec"])
+    spec["podFailurePolicy"] = {
+        "rules": [
+            {"action": "FailJob", "onExitCodes": {"containerName": "node", "operator": "In", "values": [143]}}
+        ]
+    }
+    jobset["replicatedJobs"] = [{**node_job, "template": {**node_job["template"], "spec": spec}}]
+    broken["spec"]["template"] = {**broken["spec"]["template"], "spec": jobset}
+    assert train_job_outcome(broken, REPAIR["deleted by a forced termination, checkpointed"]) == FAILED
+    assert train_job_outcome(broken, REPAIR["instance gone, marked Failed by the pod GC"]) == RESTARTED

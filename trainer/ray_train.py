@@ -1,0 +1,266 @@
+"""`python -m trainer.ray_train [options] -- PROGRAM...`: PROGRAM in every worker of Ray Train's TorchTrainer.
+
+PROGRAM is what torchrun would run: `-m trainer --config FILE ...` (the trainer's own `main`), `-m MODULE ...`
+or `SCRIPT.py ...`. Ray Train starts `--workers` workers (one process each, `--gpus-per-worker` GPUs each;
+none: CPU and gloo), creates the torch.distributed process group and sets RANK, WORLD_SIZE, LOCAL_RANK,
+LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR and MASTER_PORT as torchrun does (ray/train/torch/config.py), then
+calls PROGRAM in each: the trainer finds the process group Ray made and trains in it.
+
+Exit codes are the trainer's (trainer/faults.py), and so is the split between permanent and retryable. Ray
+Train's own retries (FailureConfig.max_failures) count every worker error alike, so they are off; this
+driver retries instead, up to `--restart-budget` times, only what is retryable:
+  - a worker's PROGRAM exited 128 or more (200 storage, 201 no GPU, 202 peer lost, ...), or a worker, its
+    pod or its node went away (Ray's ActorDiedError and kin: a Spot reclaim or a repaired node; 202),
+    or Ray Train reports a preemption (143): fit() again, and the trainer resumes from its last checkpoint;
+  - a PROGRAM exit of 1-127 (2: invalid config or data) on any worker: exit with it at once, no retry;
+  - anything else (a Ray Train or driver bug): exit 1, permanent.
+Under a RayJob this process is the Ray job's entry point on the head: its exit code is the Ray job's
+outcome (workloads/rayjob.py maps that onto the RayJob's own retries).
+
+Ray is an optional dependency (`pip install '.[ray]'`): without it this exits 2 and says what to install.
+Only the standard library and the trainer's own modules are imported before Ray.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import runpy
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from trainer import faults
+
+INSTALL_HINT = "pip install '.[ray]' (ray[train]==2.60.0), or use the image built with the ray extra"
+# Ray's exceptions for a worker (actor), its process or its node gone, by class name: matched through the
+# class hierarchy so that no Ray import is needed to classify them (ray/exceptions.py).
+_LOST_WORKER = frozenset(
+    {
+        "RayActorError",
+        "ActorDiedError",
+        "ActorUnavailableError",
+        "WorkerCrashedError",
+        "NodeDiedError",
+        "OwnerDiedError",
+        "ObjectLostError",
+    }
+)
+_PREEMPTED = frozenset({"PreemptionError"})  # ray.train.v2.api.exceptions
+_PROGRAM_EXIT = frozenset({"ProgramExit"})
+
+log = logging.getLogger("trainer.ray_train")
+
+
+class ProgramExit(RuntimeError):
+    """PROGRAM ended with a non-zero exit code in a Ray worker; Ray carries it to the driver pickled."""
+
+    def __init__(self, exit_code: int):
+        super().__init__(f"the program exited {exit_code} ({faults.describe(exit_code)})")
+        self.exit_code = exit_code
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ProgramExit, (self.exit_code,))
+
+
+def _system_exit_code(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr, flush=True)  # sys.exit("message"): Python prints it and exits 1
+    return 1
+
+
+def run_program(program: list[str]) -> int:
+    """Run PROGRAM in this process as `python PROGRAM` would; its exit code."""
+    if not program:
+        raise ValueError("no program: pass it after `--`, e.g. -- -m trainer --config config.yaml")
+    if program[0] == "-m":
+        if len(program) < 2:
+            raise ValueError("`-m` needs a module name")
+        module, args = program[1], program[2:]
+        if module == "trainer":
+            from trainer.__main__ import main
+
+            try:
+                return main(args)
+            except SystemExit as done:  # --help, bad flags
+                return _system_exit_code(done.code)
+
+        def target() -> object:
+            return runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+        name = module
+    else:
+        name, args = program[0], program[1:]
+
+        def target() -> object:
+            return runpy.run_path(name, run_name="__main__")
+
+    saved = sys.argv
+    sys.argv = [name, *args]
+    try:
+        target()
+    except SystemExit as done:
+        return _system_exit_code(done.code)
+    finally:
+        sys.argv = saved
+    return 0
+
+
+def train_worker(config: dict[str, Any]) -> None:
+    """Ray Train's train_loop_per_worker: PROGRAM, with its non-zero exit as an error Ray reports."""
+    code = run_program(list(config["program"]))
+    if code != 0:
+        raise ProgramExit(code)
+
+
+def _causes(err: BaseException) -> Iterator[BaseException]:
+    """`err` and everything it wraps: Python's chaining, Ray's RayTaskError.cause, Ray Train's
+    WorkerGroupError.worker_failures (rank -> error) and ControllerError.controller_failure."""
+    seen: set[int] = set()
+    stack: list[Any] = [err]
+    while stack:
+        found = stack.pop()
+        if not isinstance(found, BaseException) or id(found) in seen:
+            continue
+        seen.add(id(found))
+        yield found
+        failures = getattr(found, "worker_failures", None)
+        if isinstance(failures, dict):
+            stack += [failures[rank] for rank in sorted(failures, reverse=True)]
+        stack += [
+            found.__context__,
+            found.__cause__,
+            getattr(found, "controller_failure", None),
+            getattr(found, "cause", None),
+        ]
+
+
+def _named(err: BaseException, names: frozenset[str]) -> bool:
+    return any(cls.__name__ in names for cls in type(err).__mro__)
+
+
+def exit_code_of(err: BaseException) -> int:
+    """The exit code a failed fit() stands for. A permanent code on any worker wins (a bad config fails
+    rank 0, and its peers then lose it: 2, not 202); otherwise the first retryable one; 1 if none is
+    known (a bug, permanent)."""
+    codes: list[int] = []
+    for cause in _causes(err):
+        code = getattr(cause, "exit_code", None)
+        if isinstance(code, int) and _named(cause, _PROGRAM_EXIT):  # also Ray's RayTaskError(ProgramExit)
+            codes.append(code)
+        elif _named(cause, _PREEMPTED):
+            codes.append(faults.STOPPED)
+        elif _named(cause, _LOST_WORKER):
+            codes.append(faults.PEER_LOST)
+    permanent = [c for c in codes if 0 < c < 128]
+    if permanent:
+        return permanent[0]
+    return codes[0] if codes else 1
+
+
+def fit_with_retries(fit: Callable[[], object], restart_budget: int) -> int:
+    """fit() until it succeeds (0), fails for good, or has been retried `restart_budget` times."""
+    restarts = 0
+    while True:
+        try:
+            fit()
+            return 0
+        except Exception as err:  # TrainingFailedError, or whatever Ray raised
+            code = exit_code_of(err)
+            if code < 128 or restarts >= restart_budget:
+                budget = "" if code < 128 else f" after {restarts} restart(s), the budget"
+                print(
+                    f"ray_train: training failed, exit {code} ({faults.describe(code)}){budget}: {err}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return code
+            restarts += 1
+            print(
+                f"ray_train: exit {code} ({faults.describe(code)}); restart {restarts} of {restart_budget}, "
+                "from the last checkpoint",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m trainer.ray_train",
+        description="Run PROGRAM (after --) in every worker of Ray Train's TorchTrainer.",
+        epilog="Exit codes: trainer/faults.py. Needs ray[train]: " + INSTALL_HINT,
+    )
+    parser.add_argument("--workers", type=int, default=1, help="Ray Train workers (processes); default 1")
+    parser.add_argument(
+        "--gpus-per-worker", type=float, default=0.0, help="GPUs each worker reserves; 0 (default): CPU, gloo"
+    )
+    parser.add_argument(
+        "--restart-budget",
+        type=int,
+        default=0,
+        help="retries of retryable failures (exit >= 128, lost workers); default 0",
+    )
+    parser.add_argument(
+        "--storage-path",
+        default=None,
+        help="Ray Train's run directory (s3://... on a cluster); default: Ray's",
+    )
+    parser.add_argument("--name", default=None, help="the run's name under --storage-path")
+    parser.add_argument(
+        "program", nargs=argparse.REMAINDER, help="-- -m trainer --config FILE ... | SCRIPT ..."
+    )
+    args = parser.parse_args(argv)
+    args.program = args.program[1:] if args.program[:1] == ["--"] else args.program
+    problems = [
+        f"--{key.replace('_', '-')} {value}: allowed {allowed}"
+        for key, value, ok, allowed in (
+            ("workers", args.workers, args.workers >= 1, "1 or more"),
+            ("gpus_per_worker", args.gpus_per_worker, args.gpus_per_worker >= 0, "0 or more"),
+            ("restart_budget", args.restart_budget, args.restart_budget >= 0, "0 or more"),
+        )
+        if not ok
+    ]
+    if not args.program:
+        problems.append(
+            "PROGRAM: missing; allowed: -- -m trainer --config FILE ..., -- -m MODULE ..., -- SCRIPT ..."
+        )
+    if problems:
+        parser.error("; ".join(problems))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s ray_train %(levelname)s %(message)s")
+    try:
+        import ray
+        from ray.train import FailureConfig, RunConfig, ScalingConfig
+        from ray.train.torch import TorchTrainer
+    except ImportError as err:
+        print(
+            f"ray_train: Ray Train is not installed ({err}); install it: {INSTALL_HINT}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return faults.INVALID
+    # In a Ray job (a RayJob's entry point) this joins the job's cluster; elsewhere it starts a local Ray.
+    ray.init()
+    gpus = args.gpus_per_worker
+    trainer = TorchTrainer(
+        train_worker,
+        train_loop_config={"program": args.program},
+        scaling_config=ScalingConfig(
+            num_workers=args.workers, use_gpu=gpus > 0, resources_per_worker={"GPU": gpus} if gpus else None
+        ),
+        run_config=RunConfig(
+            name=args.name, storage_path=args.storage_path, failure_config=FailureConfig(max_failures=0)
+        ),
+    )
+    return fit_with_retries(trainer.fit, args.restart_budget)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

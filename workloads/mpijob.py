@@ -1,0 +1,189 @@
+"""The MPIJob (Training Operator v1.9, kubeflow.org/v1): the trainer under Open MPI's `mpirun`.
+
+What the operator adds (pkg/controller.v1/mpi/mpijob_controller.go, read at release-1.9): a ConfigMap
+`<job>-config` with the hostfile (`<job>-worker-<i> slots=<slotsPerWorker>`) and kubexec.sh, the remote-shell
+agent that runs `kubectl exec <pod> --container <mainContainer> -- /bin/sh -c ...`; on the launcher an init
+container (kubectl-delivery) that copies kubectl to /opt/kube, a ServiceAccount `<job>-launcher` and a Role
+that may exec into the worker pods; on the workers the kubexec.sh mount. So no sshd, no root and no port 22:
+the workers stay Pod Security `restricted`. The launcher cannot: the operator's init container has no
+securityContext (allowPrivilegeEscalation unset, capabilities not dropped), which `restricted` refuses and
+`baseline` admits; its namespace enforces `baseline` (NAMESPACE_POD_SECURITY) and warns and audits at
+`restricted`. The launcher also needs its API token (kubectl), which every other job pod goes without.
+
+Launcher and workers run the same image: Open MPI does not mix versions between `mpirun` and the daemons
+it starts. The launcher runs `python -m trainer.mpi_launch` (trainer/mpi_launch.py: flags, MASTER_ADDR,
+exit codes); the workers' main process is `python -m trainer.mpi_worker`, which keeps the container up
+and passes SIGTERM to the ranks.
+
+Restarts: the operator never recreates a finished launcher, and `ExitCode` on an MPIJob replica only sets a
+Restarting condition (its ReconcilePods replaces the common one that implements ExitCode). Both replicas use
+`OnFailure`: the kubelet restarts a failed container in place and the operator fails the job once the
+restarts reach runPolicy.backoffLimit (core.PastBackoffLimit). A lost worker pod is recreated by name.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any
+
+from infra.addons.network_policies import PRIVATE_RANGES, network_policy
+from infra.contract import JOB_LABEL
+from workloads import pod
+from workloads.jobs import active_deadline_seconds
+from workloads.placement import Placement
+from workloads.platform import PlatformFacts
+from workloads.spec import TrainingJobSpec
+
+MPI_API = "kubeflow.org/v1"
+CONTAINER = "mpi"  # the operator's default container name; kubexec.sh targets it (mainContainer)
+# The operator labels the pods it creates with their replica type (kubeflow.org/v1 ReplicaTypeLabel).
+REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
+API_SERVER_PORT = 443
+LAUNCHER_CPU = 1
+LAUNCHER_MEMORY_GIB = 2
+# What `pod-security.kubernetes.io/*` an MPIJob's own namespace gets (see the module docstring).
+NAMESPACE_POD_SECURITY = {
+    "pod-security.kubernetes.io/enforce": "baseline",
+    "pod-security.kubernetes.io/warn": "restricted",
+    "pod-security.kubernetes.io/audit": "restricted",
+}
+
+
+def program_command(spec: TrainingJobSpec) -> list[str]:
+    """What every rank runs: the same program and arguments as under torchrun, started by Python."""
+    program = spec.program
+    if program.delivery == "image":
+        target = ["-m", program.module]
+    elif program.delivery == "configmap":
+        target = [posixpath.join(pod.PROGRAM_DIR, posixpath.basename(program.file or ""))]
+    else:
+        target = [posixpath.join(pod.PROGRAM_DIR, program.file or "")]
+    config = ["--config", pod.TRAINER_CONFIG_PATH] if program.runs_trainer else []
+    return ["python", *target, *config, *program.args]
+
+
+def launcher_command(spec: TrainingJobSpec) -> list[str]:
+    return ["python", "-m", "trainer.mpi_launch", "--container", CONTAINER, "--", *program_command(spec)]
+
+
+WORKER_COMMAND = ["python", "-m", "trainer.mpi_worker"]
+
+
+def _scheduling(spec: TrainingJobSpec, placement: Placement) -> dict[str, Any]:
+    return {
+        "nodeSelector": pod.node_selector(placement),
+        "affinity": pod.affinity(placement),
+        "tolerations": pod.tolerations(placement),
+        "securityContext": pod.pod_security(placement),
+        "terminationGracePeriodSeconds": pod.TERMINATION_GRACE_SECONDS,
+        **({"priorityClassName": spec.priority} if spec.priority else {}),
+    }
+
+
+def worker_template(
+    spec: TrainingJobSpec, placement: Placement, platform: PlatformFacts, digest: str | None
+) -> dict[str, Any]:
+    """A worker: the job's GPUs, volumes, identity and environment, as a PyTorchJob's pod has them."""
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": placement.image,
+        "command": WORKER_COMMAND,
+        "env": pod.env(spec, placement, platform.region),
+        "resources": pod.resources(spec, placement),
+        "securityContext": pod.container_security(),
+        "volumeMounts": pod.volume_mounts(spec),
+    }
+    if pod.ports(spec):
+        container["ports"] = pod.ports(spec)
+    pod_spec = {
+        "automountServiceAccountToken": False,
+        "serviceAccountName": spec.name,  # Pod Identity: the ranks read and write the job's S3 prefix
+        **_scheduling(spec, placement),
+        "volumes": pod.volumes(spec, placement),
+        "containers": [container],
+    }
+    return {"metadata": pod.template_metadata(spec, digest), "spec": pod_spec}
+
+
+def launcher_template(spec: TrainingJobSpec, placement: Placement, digest: str | None) -> dict[str, Any]:
+    """The launcher: no GPU and no S3 access, on a node of the job's pool (the image is there already)."""
+    container = {
+        "name": CONTAINER,
+        "image": placement.image,
+        "command": launcher_command(spec),
+        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}, {"name": "HOME", "value": "/tmp"}],
+        "resources": {
+            "requests": {"cpu": str(LAUNCHER_CPU), "memory": f"{LAUNCHER_MEMORY_GIB}Gi"},
+            "limits": {"memory": f"{LAUNCHER_MEMORY_GIB}Gi"},
+        },
+        "securityContext": pod.container_security(),
+        # /tmp: the launcher's state across in-place restarts (trainer/mpi_launch.py).
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    pod_spec = {
+        # No serviceAccountName: the operator makes `<job>-launcher`, bound to its exec Role; kubectl in
+        # the launcher needs that account's token.
+        "automountServiceAccountToken": True,
+        **_scheduling(spec, placement),
+        "volumes": [{"name": "tmp", "emptyDir": {}}],
+        "containers": [container],
+    }
+    return {"metadata": pod.template_metadata(spec, digest), "spec": pod_spec}
+
+
+def launcher_api_policy(spec: TrainingJobSpec) -> dict[str, Any]:
+    """The launcher's way to the API server, which job pods otherwise never reach (infra/addons/
+    network_policies.py): kubectl reads the workers' state and execs into them. In-cluster kubectl dials
+    the `kubernetes` Service's ClusterIP, which the VPC CNI's policy agent sees before it is translated to
+    the control plane's ENIs in the VPC: both are private addresses, so 443 to private ranges. The API
+    server's RBAC (the operator's Role: get/list/watch pods, exec into this job's workers) bounds the rest."""
+    launcher = {"matchLabels": {JOB_LABEL: spec.name, REPLICA_TYPE_LABEL: "launcher"}}
+    egress = [{"to": [{"ipBlock": {"cidr": cidr}} for cidr in PRIVATE_RANGES],
+               "ports": [{"port": API_SERVER_PORT, "protocol": "TCP"}]}]  # fmt: skip
+    name = f"{spec.name}-launcher-api"
+    return network_policy(name, spec.namespace_name, launcher, ["Egress"], pod.labels(spec), egress=egress)
+
+
+def run_policy(spec: TrainingJobSpec, platform: PlatformFacts) -> dict[str, Any]:
+    policy: dict[str, Any] = {
+        "cleanPodPolicy": "Running",
+        "backoffLimit": spec.restart_budget,
+        "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
+        "activeDeadlineSeconds": active_deadline_seconds(spec),
+        "suspend": spec.suspend,
+    }
+    if platform.gang_scheduler == "volcano":
+        # The operator's Volcano PodGroup (common/job.go ReconcileJobs): minMember from minAvailable, the
+        # queue ("default" when unset) and the priority class; the launcher is a member of the gang.
+        scheduling: dict[str, Any] = {"minAvailable": spec.nodes + 1}
+        if spec.queue:
+            scheduling["queue"] = spec.queue
+        if spec.priority:
+            scheduling["priorityClass"] = spec.priority
+        policy["schedulingPolicy"] = scheduling
+    return policy
+
+
+def mpi_job(
+    spec: TrainingJobSpec,
+    placement: Placement,
+    platform: PlatformFacts,
+    config_digest: str | None = None,
+) -> dict[str, Any]:
+    def replica(count: int, template: dict[str, Any]) -> dict[str, Any]:
+        return {"replicas": count, "restartPolicy": "OnFailure", "template": template}
+
+    return {
+        "apiVersion": MPI_API,
+        "kind": "MPIJob",
+        "metadata": pod.metadata(spec, spec.name),
+        "spec": {
+            "slotsPerWorker": spec.processes_per_node,
+            "mainContainer": CONTAINER,
+            "runPolicy": run_policy(spec, platform),
+            "mpiReplicaSpecs": {
+                "Launcher": replica(1, launcher_template(spec, placement, config_digest)),
+                "Worker": replica(spec.nodes, worker_template(spec, placement, platform, config_digest)),
+            },
+        },
+    }

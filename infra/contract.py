@@ -104,6 +104,9 @@ class AcceleratorPool(_Frozen):
     resource_name: str
     node_labels: dict[str, str]
     taints: tuple[PoolTaint, ...]
+    # Taints a new node starts with until the startup GPU check removes them (infra/addons/gpu_node_check.py):
+    # training pods never tolerate them, and the pool counts as schedulable once its nodes are checked.
+    startup_taints: tuple[PoolTaint, ...] = ()
     capacity_types: tuple[CapacityType, ...]
     # EFA interfaces each node gets (0: none). Karpenter attaches them when a pod requests
     # vpc.amazonaws.com/efa; a managed group's launch template always does.

@@ -14,9 +14,11 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
+from infra.addons.gpu_node_check import startup_taints
 from infra.addons.install import install_addons
+from infra.config.node_health import NodeHealthConfig
 from infra.config.platform import ConfigError, GpuPoolConfig, PlatformConfig
-from infra.contract import AcceleratorPool, PoolTaint
+from infra.contract import AcceleratorPool, PoolTaint, taint_spec
 from infra.platform.cluster import Cluster, ClusterArgs, ManagedAddons, ManagedAddonsArgs
 from infra.platform.keys import StackKey, StackKeyArgs
 from infra.platform.network import Network, NetworkArgs
@@ -127,6 +129,7 @@ def build(config: PlatformConfig, stack: str) -> Platform:
         ),
     )
     system = config.system_nodes
+    health = config.addons.node_health
     system_pool = ManagedNodeGroup(
         "system",
         ManagedNodeGroupArgs(
@@ -141,12 +144,13 @@ def build(config: PlatformConfig, stack: str) -> Platform:
             desired_size=system.desired,
             capacity_type=system.eks_capacity_type,
             disk_size_gib=system.disk_size_gib,
+            node_repair=health.managed_node_repair,
             tags=tags,
         ),
         opts=pulumi.ResourceOptions(depends_on=cluster.node_prerequisites),
     )
     gpu_pools = {
-        pool.name: _gpu_pool(pool, cluster, network, tags)
+        pool.name: _gpu_pool(pool, cluster, network, health, tags)
         for pool in config.gpu_pools
         if pool.source == "managed"
     }
@@ -158,6 +162,8 @@ def build(config: PlatformConfig, stack: str) -> Platform:
             pod_identity_agent=cluster.node_prerequisites[:1],
             partition=partition,
             k8s_provider=cluster.k8s_provider,
+            # GPU faults are what the agent is here for; a stack without GPU pools goes without it.
+            node_monitoring_agent=health.monitoring_agent and bool(config.gpu_pools),
             tags=tags,
         ),
         # The add-ons' pods need schedulable nodes before EKS reports them ACTIVE.
@@ -196,11 +202,13 @@ def build(config: PlatformConfig, stack: str) -> Platform:
 
 
 def _gpu_pool(
-    pool: GpuPoolConfig, cluster: Cluster, network: Network, tags: dict[str, str]
+    pool: GpuPoolConfig, cluster: Cluster, network: Network, health: NodeHealthConfig, tags: dict[str, str]
 ) -> ManagedNodeGroup:
-    """A fixed-size managed node group (`source: managed`): min = max = desired = size."""
+    """A fixed-size managed node group (`source: managed`): min = max = desired = size. Its nodes also
+    carry the startup GPU check's taint from the start; the check removes it once their GPUs passed."""
     acc = pool.catalog_entry
     labels, taints = gpu_pool_scheduling(acc)
+    taints += [taint_spec(t) for t in startup_taints(acc.key, enabled=health.gpu_check)]
     efa_interfaces = pool.efa_interfaces
     # A cluster placement group lives in one AZ: EFA pools use the first AZ's private subnet only.
     subnets = (
@@ -227,6 +235,7 @@ def _gpu_pool(
             disk_size_gib=pool.managed_disk_size_gib,
             efa_interfaces=efa_interfaces,
             cluster_info=cluster.info,
+            node_repair=health.managed_node_repair,
             tags={**tags, "mlops-eks:gpu-pool": pool.name},
         ),
         opts=pulumi.ResourceOptions(depends_on=cluster.node_prerequisites),
@@ -248,6 +257,7 @@ def accelerator_pools(config: PlatformConfig) -> dict[str, AcceleratorPool]:
             resource_name=acc.resource_name,
             node_labels=labels,
             taints=tuple(PoolTaint.model_validate(t) for t in taints),
+            startup_taints=startup_taints(acc.key, enabled=config.addons.node_health.gpu_check),
             capacity_types=tuple(pool.capacity_types),
             efa_interfaces=pool.efa_interfaces,
             gpu_limit=pool.gpu_limit,

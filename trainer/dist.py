@@ -1,8 +1,9 @@
 """Process group set-up and teardown, and the SIGTERM flag that every rank agrees on.
 
 Rank and world size come from torchrun (RANK, WORLD_SIZE, LOCAL_RANK). Without torchrun, a pod started by
-Kubeflow with one process per pod has only PET_NNODES/PET_NODE_RANK/PET_MASTER_*: those are mapped; with
-neither, the run is a single process without a process group.
+Kubeflow with one process per pod has only PET_NNODES/PET_NODE_RANK/PET_MASTER_*, and a rank started by
+Open MPI's mpirun (an MPIJob) only OMPI_COMM_WORLD_* and the launcher's MASTER_ADDR: those are mapped; with
+none of them, the run is a single process without a process group.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from trainer import mpi_env
 from trainer.config import ConfigError, TrainConfig
 from trainer.faults import GpuUnavailable
 
@@ -37,6 +39,13 @@ class DistEnv:
 
 
 def _ranks_from_env(env: dict[str, str]) -> tuple[int, int, int]:
+    if mpi_env.started_by_mpirun(env):  # an MPIJob's ranks (trainer/mpi_env.py)
+        try:
+            mapped = mpi_env.torch_env(env)
+        except mpi_env.MpiEnvError as err:
+            raise ConfigError(f"started by mpirun: {err}") from None
+        os.environ.update(mapped)  # init_process_group's env:// rendezvous reads MASTER_ADDR/PORT here
+        env = {**env, **mapped}
     if "RANK" in env:
         return int(env["RANK"]), int(env.get("WORLD_SIZE", "1")), int(env.get("LOCAL_RANK", "0"))
     if "PET_NNODES" in env:

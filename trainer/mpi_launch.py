@@ -1,14 +1,14 @@
 """`python -m trainer.mpi_launch -- PROGRAM...`: the MPIJob launcher: `mpirun` over the worker pods, with the
 trainer's exit codes.
 
-Training Operator v1 (mpijob_controller.go, v1.9) gives the launcher pod a hostfile (/etc/mpi/hostfile,
+Training Operator v1 (mpijob_controller.go, v1.9.2) gives the launcher pod a hostfile (/etc/mpi/hostfile,
 `<job>-worker-<i> slots=<slotsPerWorker>`), a remote-shell agent (/etc/mpi/kubexec.sh: `kubectl exec <pod>
 -- /bin/sh -c "<command>"`) and kubectl (/opt/kube/kubectl, copied by its kubectl-delivery init container,
-which also waits for the workers to run). No sshd, no root, no port 22. It sets OMPI_MCA_plm_rsh_agent and
-OMPI_MCA_orte_default_hostfile, Open MPI 4 (ORTE) names that Open MPI 5 (PRRTE, Debian 13's) ignores: so
-both are passed as flags here, which both versions read. This launcher:
+which does nothing else: only this launcher waits for the workers). No sshd, no root, no port 22. It sets
+OMPI_MCA_plm_rsh_agent and OMPI_MCA_orte_default_hostfile, Open MPI 4 (ORTE) names that Open MPI 5 (PRRTE,
+Debian 13's) ignores: so both are passed as flags here, which both versions read. This launcher:
 
-  - waits until every worker pod runs (again after an in-place restart: init containers do not rerun) and
+  - waits until every worker pod runs (at every start, in-place restarts included) and
     takes worker 0's pod IP as MASTER_ADDR: rank 0 runs there (`--map-by slot` fills the first host first),
     and the hostfile's pod names resolve nowhere (the operator creates no Service for MPI jobs);
   - runs `mpirun` without tree spawn (only this pod has kubectl), unbound (`--bind-to none`: the pod's

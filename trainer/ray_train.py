@@ -34,18 +34,16 @@ from trainer import faults
 
 INSTALL_HINT = "pip install '.[ray]' (ray[train]==2.60.0), or use the image built with the ray extra"
 # Ray's exceptions for a worker (actor), its process or its node gone, by class name: matched through the
-# class hierarchy so that no Ray import is needed to classify them (ray/exceptions.py).
+# class hierarchy so that no Ray import is needed to classify them (ray/exceptions.py; Ray Train 2.60's
+# ray/train/v2/_internal/exceptions.py: a dead worker reaches the driver as WorkerHealthCheckFailedError,
+# a hung one as WorkerHealthCheckTimeoutError, one lost while the group starts as WorkerGroupStartup*).
 _LOST_WORKER = frozenset(
     {
-        "RayActorError",
-        "ActorDiedError",
-        "ActorUnavailableError",
-        "WorkerCrashedError",
-        "NodeDiedError",
-        "OwnerDiedError",
-        "ObjectLostError",
+        "RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError", "NodeDiedError",
+        "OwnerDiedError", "ObjectLostError", "WorkerHealthCheckFailedError", "WorkerHealthCheckTimeoutError",
+        "WorkerGroupStartupFailedError", "WorkerGroupStartupTimeoutError",
     }
-)
+)  # fmt: skip
 _PREEMPTED = frozenset({"PreemptionError"})  # ray.train.v2.api.exceptions
 _PROGRAM_EXIT = frozenset({"ProgramExit"})
 
@@ -117,8 +115,8 @@ def train_worker(config: dict[str, Any]) -> None:
 
 
 def _causes(err: BaseException) -> Iterator[BaseException]:
-    """`err` and everything it wraps: Python's chaining, Ray's RayTaskError.cause, Ray Train's
-    WorkerGroupError.worker_failures (rank -> error) and ControllerError.controller_failure."""
+    """`err` and everything it wraps: Python's chaining, Ray's and Ray Train's wrappers, and
+    WorkerGroupError.worker_failures (rank -> error)."""
     seen: set[int] = set()
     stack: list[Any] = [err]
     while stack:
@@ -130,12 +128,10 @@ def _causes(err: BaseException) -> Iterator[BaseException]:
         failures = getattr(found, "worker_failures", None)
         if isinstance(failures, dict):
             stack += [failures[rank] for rank in sorted(failures, reverse=True)]
-        stack += [
-            found.__context__,
-            found.__cause__,
-            getattr(found, "controller_failure", None),
-            getattr(found, "cause", None),
-        ]
+        # Ray's wrappers: RayTaskError.cause, Ray Train's UserExceptionWithTraceback._base_exc (a worker's
+        # own exception), WorkerHealthCheckFailedError.health_check_failure, ControllerError's failure.
+        wrapped = ("cause", "_base_exc", "health_check_failure", "controller_failure")
+        stack += [found.__context__, found.__cause__, *(getattr(found, name, None) for name in wrapped)]
 
 
 def _named(err: BaseException, names: frozenset[str]) -> bool:

@@ -40,6 +40,13 @@ REPLACE_ON_CHANGES = {
         "spec.elasticPolicy",
         "spec.runPolicy.schedulingPolicy",
     ],
+    # The operator only creates missing pods; schedulingPolicy.queue is immutable (CEL self == oldSelf).
+    "MPIJob": [
+        "spec.mpiReplicaSpecs",
+        "spec.slotsPerWorker",
+        "spec.mainContainer",
+        "spec.runPolicy.schedulingPolicy",
+    ],
 }
 # Jobs keep their name (the job's identity in logs, dashboards and its S3 prefix), so the old one must go
 # before the new one can be created. pulumi-kubernetes deletes in the foreground (pulumi-kubernetes#2529):
@@ -47,7 +54,7 @@ REPLACE_ON_CHANGES = {
 # `resource-in-use` finalizer holds it while the old TrainJob exists (kubeflow/trainer#2608), so it is
 # replaced create-first under a new name and the old one is deleted at the end of the update, after the
 # TrainJob that used it.
-DELETE_BEFORE_REPLACE = {"TrainJob", "PyTorchJob"}
+DELETE_BEFORE_REPLACE = {"TrainJob", "PyTorchJob", "MPIJob"}
 
 
 def _job_labels(spec: TrainingJobSpec, platform: PlatformFacts) -> dict[str, str]:

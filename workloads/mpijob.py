@@ -1,14 +1,16 @@
 """The MPIJob (Training Operator v1.9, kubeflow.org/v1): the trainer under Open MPI's `mpirun`.
 
-What the operator adds (pkg/controller.v1/mpi/mpijob_controller.go, read at release-1.9): a ConfigMap
-`<job>-config` with the hostfile (`<job>-worker-<i> slots=<slotsPerWorker>`) and kubexec.sh, the remote-shell
-agent that runs `kubectl exec <pod> --container <mainContainer> -- /bin/sh -c ...`; on the launcher an init
-container (kubectl-delivery) that copies kubectl to /opt/kube, a ServiceAccount `<job>-launcher` and a Role
-that may exec into the worker pods; on the workers the kubexec.sh mount. So no sshd, no root and no port 22:
-the workers stay Pod Security `restricted`. The launcher cannot: the operator's init container has no
-securityContext (allowPrivilegeEscalation unset, capabilities not dropped), which `restricted` refuses and
-`baseline` admits; its namespace enforces `baseline` (NAMESPACE_POD_SECURITY) and warns and audits at
-`restricted`. The launcher also needs its API token (kubectl), which every other job pod goes without.
+What the operator adds (pkg/controller.v1/mpi/mpijob_controller.go at v1.9.2, the commit infra/charts.py
+pins): a ConfigMap `<job>-config` with the hostfile (`<job>-worker-<i> slots=<slotsPerWorker>`) and
+kubexec.sh, the remote-shell agent that runs `kubectl exec <pod> --container <mainContainer> -- /bin/sh -c
+...`; on the launcher an init container, kubectl-delivery (its --mpi-kubectl-delivery-image, by default
+ghcr.io/kubeflow/training-v1/kubectl-delivery:latest), that only copies kubectl to /opt/kube, a
+ServiceAccount `<job>-launcher` and a Role that may exec into the worker pods; on the workers the kubexec.sh
+mount. So no sshd, no root and no port 22: the workers stay Pod Security `restricted`. The launcher cannot:
+the operator's init container has no securityContext (allowPrivilegeEscalation unset, capabilities not
+dropped), which `restricted` refuses and `baseline` admits; its namespace enforces `baseline`
+(NAMESPACE_POD_SECURITY) and warns and audits at `restricted`. The launcher also needs its API token
+(kubectl), which every other job pod goes without, and a way to the API server (launcher_api_policy).
 
 Launcher and workers run the same image: Open MPI does not mix versions between `mpirun` and the daemons
 it starts. The launcher runs `python -m trainer.mpi_launch` (trainer/mpi_launch.py: flags, MASTER_ADDR,

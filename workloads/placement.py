@@ -100,6 +100,13 @@ def _check_platform_features(spec: TrainingJobSpec, platform: PlatformFacts) -> 
             f"{_key('queue')}: {spec.queue!r} is not a ClusterQueue of {platform.cluster_name}; "
             f"allowed: {', '.join(platform.kueue_queues) or 'none'}"
         )
+    if platform.gang_scheduler == "kueue" and spec.operator == "mpijob":
+        raise SpecError(
+            f"{_key('queue')}: {spec.queue!r}: Kueue's MPIJob integration is for mpi-operator's "
+            "kubeflow.org/v2beta1 MPIJob, not the Training Operator v1 kubeflow.org/v1 MPIJob that operator "
+            "mpijob creates: the queue would be ignored; allowed: leave queue unset (the job then runs "
+            f"without gang scheduling on {platform.cluster_name}), or a platform with gangScheduler: volcano"
+        )
     if platform.gang_scheduler == "kueue" and spec.operator != "trainjob":
         # Kueue 0.19's default integrations (what infra installs) cover TrainJob/JobSet, not PyTorchJob:
         # the queue label would be ignored and the job would run unqueued.
@@ -107,10 +114,10 @@ def _check_platform_features(spec: TrainingJobSpec, platform: PlatformFacts) -> 
             f"{_key('queue')}: {spec.queue!r}: Kueue on {platform.cluster_name} admits TrainJobs only; "
             "allowed with operator: trainjob"
         )
-    if platform.gang_scheduler == "volcano" and spec.operator != "pytorchjob":
+    if platform.gang_scheduler == "volcano" and spec.operator not in ("pytorchjob", "mpijob"):
         raise SpecError(
-            f"{_key('queue')}: Volcano queues are set through PyTorchJob's schedulingPolicy; "
-            "allowed with operator: pytorchjob"
+            f"{_key('queue')}: Volcano queues are set through a Training Operator v1 job's schedulingPolicy; "
+            "allowed with operator: pytorchjob or mpijob"
         )
 
 
@@ -163,7 +170,8 @@ def _format(value: Decimal, like: str) -> str:
 def _image(spec: TrainingJobSpec, platform: PlatformFacts, acc: Accelerator) -> str:
     if spec.image:
         return spec.image
-    repo = spec.image_repository or VENDOR_REPOSITORY[acc.vendor]
+    # An MPIJob's image must have Open MPI: only the cpu image does (spec._mpi_image_problems).
+    repo = spec.image_repository or ("cpu" if spec.operator == "mpijob" else VENDOR_REPOSITORY[acc.vendor])
     if repo not in platform.ecr_repository_urls:
         raise SpecError(
             f"{_key('imageRepository')}: {repo!r} is not an ECR repository of "

@@ -14,7 +14,7 @@ import yaml
 
 from infra.addons.network_policies import job_policies
 from infra.contract import EFA_RESOURCE, JOB_LABEL
-from workloads import jobs, pod
+from workloads import jobs, mpijob, pod
 from workloads.placement import Placement, place
 from workloads.platform import PlatformFacts
 from workloads.spec import CONFIG_KEY, SpecError, TrainingJobSpec, trainer_config_error
@@ -32,8 +32,10 @@ def trainer_config(spec: TrainingJobSpec, bucket: str) -> dict[str, Any]:
     """The spec's trainer config plus where data, checkpoints and outputs live."""
     config = {section: dict(values) for section, values in spec.trainer_config.items()}
     # Every rendered job requests GPUs: one that starts without them must exit (201, retryable), not train
-    # on CPU as `auto` would. `run-local` overrides it with --train.device cpu.
-    config.setdefault("train", {}).setdefault("device", "cuda")
+    # on CPU as `auto` would. `run-local` overrides it with --train.device cpu. An MPIJob from the cpu image
+    # (the one with Open MPI) has no CUDA torch: it trains on the CPU.
+    cpu_image = spec.operator == "mpijob" and not spec.image
+    config.setdefault("train", {}).setdefault("device", "cpu" if cpu_image else "cuda")
     for role, key in (("data", "source"), ("checkpoint", "dir"), ("output", "dir")):
         where = pod.location(spec, role, bucket)
         if where is not None:
@@ -45,18 +47,26 @@ def namespace(spec: TrainingJobSpec) -> list[dict[str, Any]]:
     if not spec.create_namespace:
         return []
     meta = pod.metadata(spec, spec.namespace_name, namespaced=False)
-    # The jobs' pods meet the `restricted` Pod Security Standard; enforcing it keeps it that way.
-    meta["labels"] |= {"pod-security.kubernetes.io/enforce": "restricted"}
+    # The jobs' pods meet the `restricted` Pod Security Standard; enforcing it keeps it that way. Not an
+    # MPIJob's launcher: the operator adds an init container `restricted` refuses (workloads/mpijob.py).
+    if spec.operator == "mpijob":
+        meta["labels"] |= mpijob.NAMESPACE_POD_SECURITY
+    else:
+        meta["labels"] |= {"pod-security.kubernetes.io/enforce": "restricted"}
     return [{"apiVersion": "v1", "kind": "Namespace", "metadata": meta}]
 
 
 def resource_quota(spec: TrainingJobSpec, placement: Placement) -> dict[str, Any]:
     pods = spec.max_nodes * QUOTA_GANGS
+    cpu, memory_gib = placement.cpu * pods, placement.memory_gib * pods
+    launchers = QUOTA_GANGS if spec.operator == "mpijob" else 0  # an MPIJob's gang has its launcher too
+    cpu += mpijob.LAUNCHER_CPU * launchers
+    memory_gib += mpijob.LAUNCHER_MEMORY_GIB * launchers
     hard = {
-        "pods": str(pods),
-        "requests.cpu": _quantity(placement.cpu * pods),
-        "requests.memory": f"{placement.memory_gib * pods}Gi",
-        "limits.memory": f"{placement.memory_gib * pods}Gi",
+        "pods": str(pods + launchers),
+        "requests.cpu": _quantity(cpu),
+        "requests.memory": f"{memory_gib}Gi",
+        "limits.memory": f"{memory_gib}Gi",
         f"requests.{placement.pool.resource_name}": str(spec.gpus_per_node * pods),
     }
     if placement.efa_interfaces:
@@ -186,6 +196,8 @@ def render(
     if spec.operator == "trainjob":
         runtime = jobs.training_runtime(spec, placement)
         objects += [runtime, jobs.train_job(spec, placement, platform, runtime["metadata"]["name"], digest)]
+    elif spec.operator == "mpijob":
+        objects += [mpijob.launcher_api_policy(spec), mpijob.mpi_job(spec, placement, platform, digest)]
     else:
         objects.append(jobs.pytorch_job(spec, placement, platform, digest))
     return objects

@@ -24,6 +24,8 @@ from workloads.platform import PlatformFacts
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 _BASIC = {"cpu", "memory", "ephemeral-storage", "pods"}
+# Training Operator v1 kinds: where each keeps its replicas (Master/Worker, Launcher/Worker).
+REPLICA_SPECS = {"PyTorchJob": "pytorchReplicaSpecs", "MPIJob": "mpiReplicaSpecs"}
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ def pod_templates(objects: Sequence[Mapping[str, Any]]) -> list[PodTemplate]:
         queue = local_queues.get(queue, queue) if queue else None
         if obj["kind"] == "TrainJob":
             templates += _train_job(obj, runtimes[obj["spec"]["runtimeRef"]["name"]], queue)
-        elif obj["kind"] == "PyTorchJob":
+        elif obj["kind"] in REPLICA_SPECS:
             policy = obj["spec"]["runPolicy"].get("schedulingPolicy", {})
             templates += _pytorch_job(obj, queue or policy.get("queue"))
     return templates
@@ -104,14 +106,14 @@ def _patched(spec: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
 def _pytorch_job(job: Mapping[str, Any], queue: str | None) -> list[PodTemplate]:
     templates = []
     elastic = job["spec"].get("elasticPolicy")
-    for role, replica in job["spec"]["pytorchReplicaSpecs"].items():
+    for role, replica in job["spec"][REPLICA_SPECS[job["kind"]]].items():
         count = max(replica["replicas"], elastic["maxReplicas"] if elastic else 0)
         spec = replica["template"]["spec"]
         requests: dict[str, Decimal] = {}
         for container in spec["containers"]:
             for k, v in container.get("resources", {}).get("requests", {}).items():
                 requests[k] = requests.get(k, Decimal(0)) + quantity(v)
-        templates.append(_template(f"PyTorchJob/{job['metadata']['name']}/{role}", count, spec,
+        templates.append(_template(f"{job['kind']}/{job['metadata']['name']}/{role}", count, spec,
                                    {k: f"{v}" for k, v in requests.items()}, queue))  # fmt: skip
     return templates
 
@@ -169,6 +171,11 @@ def _node_problems(t: PodTemplate, pool: AcceleratorPool, platform: PlatformFact
             for taint in pool.taints:
                 if taint.effect != "PreferNoSchedule" and not tolerated(t.tolerations, taint):
                     found.append(f"taint {taint.key}={taint.value}:{taint.effect} not tolerated")
+            # Startup taints are gone by the time a training pod can land (the startup GPU check removes
+            # them), so they need no toleration; a pod that tolerates one would land on unchecked GPUs.
+            for taint in pool.startup_taints:
+                if tolerated(t.tolerations, taint):
+                    found.append(f"tolerates the startup taint {taint.key}: it would land on unchecked GPUs")
             capacity = {
                 # Allocatable, not capacity: the kubelet's reservations and the DaemonSets come first.
                 "cpu": instance.allocatable_cpu,

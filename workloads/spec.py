@@ -132,7 +132,8 @@ class TrainingJobSpec(_Model):
     shm_gib: int | None = Field(
         default=None, ge=1, alias="shmGiB"
     )  # /dev/shm; default: a quarter of the memory
-    operator: Literal["trainjob", "pytorchjob"] = "trainjob"
+    # mpijob: Training Operator v1's MPIJob, the trainer under Open MPI's mpirun (workloads/mpijob.py)
+    operator: Literal["trainjob", "pytorchjob", "mpijob"] = "trainjob"
     program: Program = Program()
     trainer_config: dict[str, Any] = Field(default_factory=dict)
     data: Storage | None = None
@@ -196,6 +197,7 @@ class TrainingJobSpec(_Model):
                     "ReadWriteMany class (e.g. EFS); EBS attaches to one node"
                 )
         problems += self._foreign_s3_problems()
+        problems += self._mpi_image_problems()
         for role, key in (("data", "source"), ("checkpoint", "dir"), ("output", "dir")):
             section = self.trainer_config.get(role)
             if getattr(self, role) is not None and isinstance(section, dict) and key in section:
@@ -212,6 +214,27 @@ class TrainingJobSpec(_Model):
                     f"{self.elastic.max_nodes}]"
                 )
         return problems
+
+    def _mpi_image_problems(self) -> list[str]:
+        """An MPIJob's launcher and workers run one image, which must have Open MPI: the cpu image (the
+        default for operator mpijob; torch without CUDA) or a full `image` the user built with it."""
+        if self.operator != "mpijob" or self.image:
+            return []
+        if self.image_repository not in (None, "cpu"):
+            return [
+                f"imageRepository: {self.image_repository!r} has no Open MPI (its Dockerfile installs none) "
+                "and operator mpijob runs mpirun from the job's image; allowed: cpu (the default for "
+                "mpijob), or `image` with Open MPI and the trainer"
+            ]
+        train = self.trainer_config.get("train")
+        device = train.get("device") if isinstance(train, dict) else None
+        if device == "cuda":
+            return [
+                "trainerConfig.train.device: 'cuda': operator mpijob runs the cpu image, whose torch has no "
+                "CUDA; allowed: cpu (the default here: gloo, the job's GPUs stay unused), or `image` with "
+                "Open MPI and a CUDA torch"
+            ]
+        return []
 
     def _foreign_s3_problems(self) -> list[str]:
         """S3 URLs in trainerConfig the job's role cannot read: it reaches only its own prefix."""

@@ -32,6 +32,7 @@ UNREACHABLE = 200
 JOB_APIS = {
     "trainjob": ("trainer.kubeflow.org", "v1alpha1", "trainjobs", "node"),
     "pytorchjob": ("kubeflow.org", "v1", "pytorchjobs", "pytorch"),
+    "mpijob": ("kubeflow.org", "v1", "mpijobs", "mpi"),
 }
 KUEUE = ("kueue.x-k8s.io", "v1beta2", "workloads")
 NODECLAIMS = ("karpenter.sh", "v1", "nodeclaims")

@@ -16,6 +16,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.accelerators import CATALOG, Vendor
+from infra.addons import gpu_node_check
 from infra.charts import release
 from infra.component_args import ComponentArgs, child_options
 from infra.config.addons import GpuSoftwareConfig
@@ -129,11 +130,28 @@ def device_plugins(cfg: GpuSoftwareConfig) -> list[DevicePlugin]:
     return plugins
 
 
+# The kinds the startup GPU check is made of, and the Python names of their top-level fields.
+_CHECK_KINDS: dict[str, Any] = {
+    "ServiceAccount": k8s.core.v1.ServiceAccount,
+    "ConfigMap": k8s.core.v1.ConfigMap,
+    "ClusterRole": k8s.rbac.v1.ClusterRole,
+    "ClusterRoleBinding": k8s.rbac.v1.ClusterRoleBinding,
+    "ValidatingAdmissionPolicy": k8s.admissionregistration.v1.ValidatingAdmissionPolicy,
+    "ValidatingAdmissionPolicyBinding": k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding,
+    "DaemonSet": k8s.apps.v1.DaemonSet,
+}
+_SNAKE = {"roleRef": "role_ref"}
+
+
 class GpuSoftwareArgs(ComponentArgs):
     config: GpuSoftwareConfig
     k8s_provider: k8s.Provider
     # DCGM's ServiceMonitor needs the Prometheus Operator CRDs: pass the observability release.
     service_monitor_after: pulumi.Resource | None = None
+    # The startup GPU check (infra/addons/gpu_node_check.py) for the stack's GPU pools' instance types
+    # (its NVIDIA ones; none: no check), run from `node_check_image`.
+    node_check_instance_types: list[str] = []
+    node_check_image: str = gpu_node_check.CHECK_IMAGE
 
 
 class GpuSoftware(pulumi.ComponentResource):
@@ -167,4 +185,21 @@ class GpuSoftware(pulumi.ComponentResource):
                 "aws-efa-k8s-device-plugin", "aws-efa-k8s-device-plugin", NAMESPACE,
                 efa_device_plugin_values(), base,
             )  # fmt: skip
+        self._node_check(name, args, base)
         self.register_outputs({"releases": list(self.releases)})
+
+    def _node_check(self, name: str, args: GpuSoftwareArgs, base: pulumi.ResourceOptions) -> None:
+        """The check's objects; its pods start once the rights, the admission policy that narrows them
+        and the script are in place."""
+        objects = gpu_node_check.objects(NAMESPACE, args.node_check_instance_types, args.node_check_image)
+        prerequisites = []
+        for obj in objects:
+            after = prerequisites if obj["kind"] == "DaemonSet" else []
+            fields = {_SNAKE.get(k, k): v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+            created = _CHECK_KINDS[obj["kind"]](
+                f"{name}-check-{obj['kind'].lower()}-{obj['metadata']['name']}",
+                opts=pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(depends_on=after)),
+                **fields,
+            )
+            if obj["kind"] != "DaemonSet":
+                prerequisites.append(created)

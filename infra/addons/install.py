@@ -90,6 +90,12 @@ def install_addons(
             config=config.gpu,
             k8s_provider=provider,
             service_monitor_after=monitors_after,
+            node_check_instance_types=(
+                [t for p in platform.config.gpu_pools for t in p.instance_type_names]
+                if config.node_health.gpu_check
+                else []
+            ),
+            node_check_image=config.node_health.gpu_check_image,
         ),
         pulumi.ResourceOptions(depends_on=cluster_ready),
     )
@@ -116,6 +122,8 @@ def install_addons(
                 subnet_tags={"karpenter.sh/discovery": platform.cluster_name},
                 security_group_id=platform.cluster.info.vpc_config.cluster_security_group_id,
                 service_monitor=observability is not None,
+                node_repair=config.node_health.karpenter_node_repair,
+                gpu_check=config.node_health.gpu_check,
                 tags=platform.tags,
             ),
             # With monitoring, the ServiceMonitor's CRD (the observability release) must exist first.

@@ -24,6 +24,9 @@ from infra.config.addons import TeamQueue, TrainingConfig
 from infra.contract import EFA_RESOURCE, RUN_AS_UID, QueueQuota, quantity, toleration_spec
 
 TRAINER_NAMESPACE = "kubeflow-system"
+# The overlay of TRAINING_OPERATOR_V1_KUSTOMIZE with `--gang-scheduler-name=volcano` (see the file), relative
+# to the project root, where Pulumi runs the program.
+TRAINING_OPERATOR_V1_VOLCANO = "infra/addons/kustomize/training-operator-v1-volcano"
 TORCH_RUNTIME = "torch-distributed"
 # The upstream runtime's default image (pinned in infra/charts.py); every TrainJob sets its own.
 TORCH_RUNTIME_IMAGE = TRAINER_TORCH_RUNTIME_IMAGE
@@ -314,11 +317,16 @@ class Training(pulumi.ComponentResource):
             self.installed += [trainer, runtime]
             self.runtimes.append(TORCH_RUNTIME)
         if cfg.training_operator_v1:
+            # Under Volcano the operator must create the PodGroups that gang a job's pods.
+            by_volcano = cfg.gang_scheduler == "volcano"
+            directory = TRAINING_OPERATOR_V1_VOLCANO if by_volcano else TRAINING_OPERATOR_V1_KUSTOMIZE
             operator_v1 = k8s.kustomize.v2.Directory(
-                f"{name}-training-operator-v1", directory=TRAINING_OPERATOR_V1_KUSTOMIZE, opts=base
+                f"{name}-training-operator-v1", directory=directory, opts=base
             )
             self.installed.append(operator_v1)
-        self.operators = {"trainjob": cfg.trainer, "pytorchjob": cfg.training_operator_v1}
+        # Training Operator v1 runs both PyTorchJob and MPIJob (workloads/mpijob.py).
+        v1 = cfg.training_operator_v1
+        self.operators = {"trainjob": cfg.trainer, "pytorchjob": v1, "mpijob": v1}
 
         self.queues = []
         if cfg.gang_scheduler == "kueue":

@@ -14,6 +14,7 @@ from pydantic import Field, model_validator
 
 from infra.accelerators import CATALOG
 from infra.config.base import SHORT_NAME, ConfigModel, Invalid
+from infra.config.node_health import NodeHealthConfig
 from infra.config.nodes import GPU_NODE_DISK_GIB, on_demand
 from infra.contract import CapacityType
 
@@ -141,9 +142,15 @@ class AddonsConfig(ConfigModel):
     kubecost: Toggle = Field(default_factory=Toggle)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     metrics_server: Toggle = Field(default_factory=Toggle)
+    node_health: NodeHealthConfig = Field(default_factory=NodeHealthConfig)
 
     @model_validator(mode="after")
     def _check(self) -> AddonsConfig:
+        if self.node_health.karpenter_node_repair and not self.karpenter.enabled:
+            raise Invalid(
+                "nodeHealth.karpenterNodeRepair", True, "false when karpenter.enabled is false",
+                "it is a setting of the Karpenter controller",
+            )  # fmt: skip
         if self.kubecost.enabled and not self.observability.enabled:
             raise Invalid(
                 "kubecost.enabled", True, "false when observability.enabled is false",

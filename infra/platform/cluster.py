@@ -39,6 +39,7 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
+from infra.addons import node_health
 from infra.component_args import ComponentArgs, child_options
 from infra.config.cluster_rules import DEPLOY_FROM_VPC_TAG
 from infra.platform import keys, pod_identity
@@ -253,6 +254,8 @@ class ManagedAddonsArgs(ComponentArgs):
     pod_identity_agent: list[pulumi.Resource]
     partition: str
     k8s_provider: k8s.Provider
+    # The EKS node monitoring agent (infra/addons/node_health.py): node conditions for GPU and other faults.
+    node_monitoring_agent: bool = False
     tags: dict[str, str]
 
 
@@ -276,6 +279,11 @@ class ManagedAddons(pulumi.ComponentResource):
             )
 
         addon("coredns")
+        if args.node_monitoring_agent:
+            addon(
+                node_health.NODE_MONITORING_AGENT,
+                configuration_values=json.dumps(node_health.monitoring_agent_configuration()),
+            )
 
         # EBS CSI gets its own role, assumable only by the kube-system/ebs-csi-controller-sa service
         # account of this cluster (Pod Identity association below, session tags in the trust policy).

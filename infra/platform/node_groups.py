@@ -21,6 +21,7 @@ from infra.accelerators import Accelerator, NodeImage
 from infra.component_args import ComponentArgs, child_options
 from infra.contract import NODE_ROLE_LABEL, taint_spec
 from infra.platform.cluster import SERVICE_CIDR
+from infra.platform.node_repair import node_repair_transform
 
 # The EKS NodeGroup API spells taint effects differently from Kubernetes.
 _EFFECT = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE", "PreferNoSchedule": "PREFER_NO_SCHEDULE"}
@@ -50,6 +51,9 @@ class ManagedNodeGroupArgs(ComponentArgs):
     efa_interfaces: int = 0
     # aws.eks.get_cluster result: endpoint, CA, security group for custom AMIs and EFA interfaces.
     cluster_info: pulumi.Output[Any] | None = None
+    # EKS node auto repair (infra/platform/node_repair.py): replace a node whose health condition stays
+    # False (the node monitoring agent's, or the kubelet's Ready).
+    node_repair: bool = False
     tags: dict[str, str]
 
 
@@ -128,7 +132,7 @@ class ManagedNodeGroup(pulumi.ComponentResource):
                 id=template.id, version=template.latest_version.apply(str)
             ),
             tags=args.tags,
-            opts=child_options(self, opts),
+            opts=child_options(self, opts, transforms=[node_repair_transform] if args.node_repair else None),
         )
         self.register_outputs({"launch_template_id": template.id})
 

@@ -212,7 +212,7 @@ def test_training_installs_trainer_runtime_operator_v1_and_kueue_queues(mocks):
     )
 
     def check(_):
-        assert training.operators == {"trainjob": True, "pytorchjob": True}
+        assert training.operators == {"trainjob": True, "pytorchjob": True, "mpijob": True}
         assert training.runtimes == ["torch-distributed"] and training.queues == ["team-a"]
         runtimes = mocks.by_name("kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime")
         assert [r["metadata"]["name"] for r in runtimes.values()] == ["torch-distributed"]

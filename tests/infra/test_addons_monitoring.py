@@ -31,6 +31,11 @@ def test_the_alerts_the_platform_promises_exist():
         "GpuAllocatedButIdle",
         "TrainingPodRestarting",
         "KarpenterInterruptionEvents",
+        "GpuHardwareUnhealthy",
+        "GpuHardwareUnhealthyNotRepaired",
+        "NodeHealthConditionFailing",
+        "KarpenterNodeRepaired",
+        "GpuNodeCheckNotPassed",
     }
     idle = next(r for r in RULES if r["alert"] == "GpuAllocatedButIdle")
     assert "[30m]" in idle["expr"]

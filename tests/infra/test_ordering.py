@@ -160,8 +160,9 @@ def test_eks_addons_with_pods_wait_for_the_system_nodes_and_the_pod_identity_age
     CSI driver stay DEGRADED until the create times out. The Pod Identity agent is what nodes wait for."""
     system = next(n for n in graph if n.type == "eks:index:ManagedNodeGroup" and n.name == "system")
     addons = {n.inputs["addonName"]: n for n in graph if n.type == "aws:eks/addon:Addon"}
-    assert set(addons) == {"coredns", "aws-ebs-csi-driver", "eks-pod-identity-agent"}
-    for name in ("coredns", "aws-ebs-csi-driver"):
+    with_pods = ("coredns", "aws-ebs-csi-driver", "eks-node-monitoring-agent")
+    assert set(addons) == {*with_pods, "eks-pod-identity-agent"}
+    for name in with_pods:
         assert depends_on(graph, addons[name], system.urn), f"{name} is created before any node"
     assert depends_on(graph, system, addons["eks-pod-identity-agent"].urn)
     assert not depends_on(graph, addons["eks-pod-identity-agent"], system.urn)

@@ -136,7 +136,12 @@ def test_reserved_pools_are_fixed_size_managed_groups_with_the_eks_capacity_spel
         size = pool.size
         assert group["scalingConfig"] == {"minSize": size, "maxSize": size, "desiredSize": size}
         assert group["capacityType"] == {"spot": "SPOT", "on-demand": "ON_DEMAND"}[pool.capacity_types[0]]
-        assert group["taints"] == [{"key": acc.resource_name, "value": "true", "effect": "NO_SCHEDULE"}]
+        # NVIDIA nodes also start with the startup GPU check's taint (infra/addons/gpu_node_check.py).
+        startup = [{"key": "mlops-eks.io/gpu-check", "value": "pending", "effect": "NO_SCHEDULE"}]
+        assert group["taints"] == [
+            {"key": acc.resource_name, "value": "true", "effect": "NO_SCHEDULE"},
+            *(startup if acc.vendor == "nvidia" else []),
+        ]
         assert group["labels"] == acc.node_labels and group["instanceTypes"] == pool.instance_type_names
         # Nothing to keep on a fixed-size group; the system group (min < max) keeps a manual scale-up.
         assert group.get("ignoreScalingChanges") is False
@@ -232,7 +237,9 @@ def test_ecr_repositories_scan_on_push_refuse_tag_overwrites_and_expire_old_imag
 
 def test_coredns_is_our_addon_and_ebs_csi_has_its_own_pod_identity_role(stack):
     addons = {r.inputs["addonName"]: r.inputs for r in stack.of_type("aws:eks/addon:Addon")}
-    assert set(addons) == {"coredns", "eks-pod-identity-agent", "aws-ebs-csi-driver"}
+    assert set(addons) == {
+        "coredns", "eks-pod-identity-agent", "aws-ebs-csi-driver", "eks-node-monitoring-agent"
+    }
     # vpc-cni and kube-proxy: pulumi-eks's managed add-ons (not disabled); CoreDNS is ours (it waits for
     # the nodes, the Pod Identity agent does not: test_ordering.py).
     eks = stack.one("eks:index:Cluster").inputs
@@ -298,6 +305,7 @@ def test_exports_are_the_contract_and_describe_each_pool(stack):
         "resource_name": "nvidia.com/gpu",
         "node_labels": {"mlops-eks.io/accelerator": "t4", "nvidia.com/gpu.present": "true"},
         "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
+        "startup_taints": [{"key": "mlops-eks.io/gpu-check", "value": "pending", "effect": "NoSchedule"}],
         "capacity_types": ["spot", "on-demand"] if dev else ["on-demand"],
         "efa_interfaces": 0,
         "gpu_limit": 8 if dev else 16,

@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pulumi
 import pytest
 import yaml
-from pulumi.runtime import settings
-from pulumi.runtime.mocks import MockMonitor
+from recording_mocks import engine_config
 
 from infra.config.platform import REGION_KEY, ConfigError, PlatformConfig
 from infra.tools.synth import stack_config
@@ -318,21 +316,18 @@ def test_config_is_frozen():
 
 
 @pytest.mark.parametrize("passed_in", ["runtime", "environment"])
-def test_from_pulumi_parses_structured_values_passed_as_json(monkeypatch, passed_in):
+def test_from_pulumi_parses_structured_values_passed_as_json(pulumi_mocks, monkeypatch, passed_in):
     """The engine passes every value as a string, lists and objects as JSON: set in the SDK's runtime
     config, or only in PULUMI_CONFIG (what the language host hands the program's process)."""
-    # Offline, as under `infra synth`: the committed dev file's placeholders are accepted there.
-    monkeypatch.setattr(settings.SETTINGS, "monitor", MockMonitor(None))
     values = stack_config("dev")
-    as_strings = {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
     if passed_in == "environment":
-        monkeypatch.setenv("PULUMI_CONFIG", json.dumps(as_strings))
-        as_strings = {}
-    pulumi.runtime.set_all_config(as_strings)
-    try:
-        assert PlatformConfig.from_pulumi() == PlatformConfig.from_mapping(values)
-    finally:
-        pulumi.runtime.set_all_config({})
+        monkeypatch.setenv("PULUMI_CONFIG", json.dumps(engine_config(values)))
+        values_in_runtime: dict = {}
+    else:
+        values_in_runtime = values
+    # Offline, as under `infra synth`: the committed dev file's placeholders are accepted there.
+    pulumi_mocks(config=values_in_runtime)
+    assert PlatformConfig.from_pulumi() == PlatformConfig.from_mapping(values)
 
 
 def test_pulumi_yaml_documents_every_key_with_the_models_default():

@@ -105,6 +105,8 @@ def _templates(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for obj in objects:
         if obj["kind"] == "PyTorchJob":
             found += [r["template"] for r in obj["spec"]["pytorchReplicaSpecs"].values()]
+        elif obj["kind"] == "MPIJob":
+            found += [r["template"] for r in obj["spec"]["mpiReplicaSpecs"].values()]
         elif obj["kind"] == "TrainingRuntime":
             jobs = obj["spec"]["template"]["spec"]["replicatedJobs"]
             found += [j["template"]["spec"]["template"] for j in jobs]

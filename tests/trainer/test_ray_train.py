@@ -37,6 +37,18 @@ class PreemptionError(RuntimeError):
     pass
 
 
+class WorkerHealthCheckFailedError(RuntimeError):  # Ray Train 2.60: how a dead worker reaches the driver
+    def __init__(self, message: str, failure: BaseException):
+        super().__init__(message)
+        self.health_check_failure = failure
+
+
+class UserExceptionWithTraceback(RuntimeError):  # Ray Train 2.60: a worker's own exception, wrapped
+    def __init__(self, exc: BaseException, traceback_str: str):
+        super().__init__(traceback_str)
+        self._base_exc = exc
+
+
 @dataclass
 class FakeRay:
     """What main() handed to Ray Train, and how often it called fit()."""
@@ -156,6 +168,9 @@ def test_the_trainer_runs_in_the_worker_through_its_own_main(fake_ray, capsys):
         (WorkerGroupError({3: ActorDiedError("node gone")}), faults.PEER_LOST),
         (WorkerGroupError({0: RayTaskError(ProgramExit(201)), 1: RayTaskError(ProgramExit(202))}), 201),
         (PreemptionError("preempted"), faults.STOPPED),
+        (WorkerGroupError({1: WorkerHealthCheckFailedError("dead", RuntimeError("eof"))}), faults.PEER_LOST),
+        (WorkerGroupError({0: UserExceptionWithTraceback(ProgramExit(2), "Traceback ...")}), 2),
+        (WorkerGroupError({0: UserExceptionWithTraceback(ValueError("a bug"), "Traceback ...")}), 1),
         (RuntimeError("a bug in the driver"), 1),
     ],
 )

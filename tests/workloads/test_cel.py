@@ -23,6 +23,7 @@ from workloads.spec import CONFIG_KEY, parse_spec
 from workloads.stacks import PLATFORM_KEY, load_stack, program_text, stack_file, workload_stacks
 
 WORKLOAD_STACKS = workload_stacks()
+JOB_KINDS = {"trainjob": "TrainJob", "pytorchjob": "PyTorchJob", "mpijob": "MPIJob"}
 PLATFORM_STACKS = ["dev", "prod"]
 
 
@@ -206,7 +207,7 @@ def test_platform_custom_resources_pass_every_rule(rules, platform_objects, stac
 @pytest.mark.parametrize("stack", WORKLOAD_STACKS)
 def test_workload_custom_resources_pass_every_rule(rules, stack):
     crs = _custom_resources(_render(stack), rules)
-    assert {o["kind"] for o in crs} & {"TrainJob", "PyTorchJob"}
+    assert {o["kind"] for o in crs} & {"TrainJob", "PyTorchJob", "MPIJob"}
     violations = [str(v) for o in crs for v in rules.validate(o)]
     assert not violations, "\n".join(violations)
 
@@ -450,7 +451,7 @@ def test_a_changed_pod_replaces_the_job(stack, change):
     # pod (the Training Operator only creates missing ones), and the trainer reads its config only at
     # start, so a ConfigMap updated alone would change nothing or, worse, one restarted pod of a gang.
     spec = load_stack(stack).spec
-    kind = "TrainJob" if spec.operator == "trainjob" else "PyTorchJob"
+    kind = JOB_KINDS[spec.operator]
     changed = _changes(_one(_render(stack), kind), _one(_render(stack, UPDATES[change]), kind))
     assert changed
     assert all(_covered(p, jobs.REPLACE_ON_CHANGES[kind]) for p in changed), changed
@@ -459,7 +460,7 @@ def test_a_changed_pod_replaces_the_job(stack, change):
 @pytest.mark.parametrize("stack", WORKLOAD_STACKS)
 def test_every_job_has_a_deadline_and_a_changed_one_replaces_a_trainjob(rules, stack):
     spec = load_stack(stack).spec
-    kind = "TrainJob" if spec.operator == "trainjob" else "PyTorchJob"
+    kind = JOB_KINDS[spec.operator]
     path = "spec.activeDeadlineSeconds" if kind == "TrainJob" else "spec.runPolicy.activeDeadlineSeconds"
     old, new = _one(_render(stack), kind), _one(_render(stack, {"maxRuntimeHours": 1.5}), kind)
     assert _get(old, path) == round(spec.max_runtime_hours * 3600) and _get(new, path) == 5400

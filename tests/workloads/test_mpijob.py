@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
+from cel_rules import CrdRules
 from netpol import Endpoint, allowed
 from pod_security import baseline_violations, restricted_violations
 
@@ -132,13 +133,13 @@ def test_both_replicas_restart_in_place_within_the_restart_budget(dev):
 
 
 def _as_the_operator_creates_the_launcher(template: dict) -> dict:
-    """The launcher pod's spec as mpijob_controller.go newLauncher (v1.9) builds it from our template: its
+    """The launcher pod's spec as mpijob_controller.go newLauncher (v1.9.2) builds it from our template: its
     kubectl-delivery init container (no securityContext), its volumes and its container's mounts."""
     spec = copy.deepcopy(template["spec"])
     spec["initContainers"] = [
         {
             "name": "kubectl-delivery",
-            "image": "kubeflow/kubectl-delivery:latest",
+            "image": "ghcr.io/kubeflow/training-v1/kubectl-delivery:latest",
             "env": [{"name": "TARGET_DIR", "value": "/opt/kube"}, {"name": "NAMESPACE", "value": "ns"}],
             "volumeMounts": [
                 {"name": "mpi-job-kubectl", "mountPath": "/opt/kube"},
@@ -267,8 +268,15 @@ def test_an_image_of_ones_own_is_taken_as_it_is(dev):
     }
 
 
-def test_a_changed_replica_spec_or_queue_replaces_the_job():
-    assert {"spec.mpiReplicaSpecs", "spec.runPolicy.schedulingPolicy"} <= set(
-        jobs.REPLACE_ON_CHANGES["MPIJob"]
-    )
+def test_a_changed_queue_the_crd_refuses_to_update_replaces_the_job(volcano):
+    rules = CrdRules()
+    old = _kind(render(_spec(queue="ml-team"), volcano), "MPIJob")
+    other = volcano.queue_quotas[0].model_copy(update={"name": "other"})
+    facts = volcano.model_copy(update={"queue_quotas": (*volcano.queue_quotas, other)})
+    new = _kind(render(_spec(queue="other"), facts), "MPIJob")
+    assert rules.validate(old) == [] and rules.validate(new) == []
+    refused = {v.path for v in rules.validate(new, old)}
+    assert refused == {".spec.runPolicy.schedulingPolicy.queue"}
+    replaced = set(jobs.REPLACE_ON_CHANGES["MPIJob"])
+    assert {"spec.mpiReplicaSpecs", "spec.runPolicy.schedulingPolicy"} <= replaced
     assert "MPIJob" in jobs.DELETE_BEFORE_REPLACE

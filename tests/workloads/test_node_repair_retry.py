@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from infra.config.stack_files import PROJECT
 from workloads.platform import example_outputs_path, load_platform_outputs
 from workloads.render import render
-from workloads.stacks import load_stack, program_text, workload_stacks
+from workloads.stacks import load_stack, program_text, read_config, stack_file, workload_stacks
 
 IGNORED, RESTARTED, FAILED = "replaced without counting", "restarted from the checkpoint", "failed"
 BEEF = 0xBEEF
@@ -113,10 +114,16 @@ def _rendered(stack: str) -> list[dict]:
     return render(loaded.spec, platform, program_text=program_text(loaded.spec))
 
 
-STACKS = {stack: _rendered(stack) for stack in workload_stacks()}
+def _job(stack: str) -> dict:
+    return read_config(stack_file(stack))[f"{PROJECT}:job"]
+
+
+# The stacks of the two kinds this checks (Ray and MPI jobs have their own restart semantics), read from
+# the stack files so that a stack of another kind is never rendered here.
 JOB_STACKS = [
-    s for s, objs in STACKS.items() if {"TrainingRuntime", "PyTorchJob"} & {o["kind"] for o in objs}
+    s for s in workload_stacks() if _job(s).get("operator", "trainjob") in ("trainjob", "pytorchjob")
 ]
+STACKS = {stack: _rendered(stack) for stack in JOB_STACKS}
 # A job with `restartBudget: 0` (the one-shot gpu-check) asks not to be restarted: it is only spared the
 # failures that count nothing.
 RETRYING = [s for s in JOB_STACKS if load_stack(s).spec.restart_budget > 0]

@@ -26,9 +26,10 @@ def _pod_templates(objects: list[dict]) -> list[tuple[str, dict]]:
     """(where, pod template) of every pod a job object describes."""
     found = []
     for obj in objects:
-        if obj["kind"] == "PyTorchJob":
-            for role, replica in obj["spec"]["pytorchReplicaSpecs"].items():
-                found.append((f"PyTorchJob {role}", replica["template"]))
+        if obj["kind"] in ("PyTorchJob", "MPIJob"):
+            key = "pytorchReplicaSpecs" if obj["kind"] == "PyTorchJob" else "mpiReplicaSpecs"
+            for role, replica in obj["spec"][key].items():
+                found.append((f"{obj['kind']} {role}", replica["template"]))
         elif obj["kind"] == "TrainingRuntime":
             for job in obj["spec"]["template"]["spec"]["replicatedJobs"]:
                 found.append((f"TrainingRuntime {job['name']}", job["template"]["spec"]["template"]))

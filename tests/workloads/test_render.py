@@ -58,6 +58,9 @@ def pod_templates(objects: list[dict]) -> dict[str, dict]:
         if obj["kind"] == "PyTorchJob":
             for role, replica in obj["spec"]["pytorchReplicaSpecs"].items():
                 found[f"PyTorchJob {role}"] = replica["template"]["spec"]
+        elif obj["kind"] == "MPIJob":
+            for role, replica in obj["spec"]["mpiReplicaSpecs"].items():
+                found[f"MPIJob {role}"] = replica["template"]["spec"]
         elif obj["kind"] == "TrainingRuntime":
             for job in obj["spec"]["template"]["spec"]["replicatedJobs"]:
                 found[f"TrainingRuntime {job['name']}"] = job["template"]["spec"]["template"]["spec"]
@@ -87,6 +90,9 @@ def training_containers(objects: list[dict]) -> dict[str, dict]:
                     c for c in replica["template"]["spec"]["containers"] if c["name"] == "pytorch"
                 ]
                 found[f"PyTorchJob {role}"] = {**container, "resourcesPerNode": container["resources"]}
+        elif obj["kind"] == "MPIJob":  # the ranks run in the workers; the launcher only runs mpirun
+            (container,) = obj["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+            found["MPIJob Worker"] = {**container, "resourcesPerNode": container["resources"]}
     assert found, "no training container among the objects"
     return found
 
@@ -255,18 +261,19 @@ def test_pods_are_non_root_read_only_and_carry_no_api_token(stack):
             )
             assert security.get("capabilities") == {"drop": ["ALL"]}, where
         assert spec["terminationGracePeriodSeconds"] > 120, where  # the Spot notice is 2 minutes
-        assert spec.get("automountServiceAccountToken") is not True, where
+        # Only an MPIJob's launcher has a token: its kubectl execs into the workers (workloads/mpijob.py).
+        assert spec.get("automountServiceAccountToken") is not True or where == "MPIJob Launcher", where
     assert by_kind(objects, "ServiceAccount")["automountServiceAccountToken"] is False
-    pod_volumes = set_in_templates(objects, "volumes")
+    training = {w: s for w, s in pod_templates(objects).items() if w != "MPIJob Launcher"}
+    pod_volumes = [s["volumes"] for s in training.values() if "volumes" in s]
     assert pod_volumes
     for volumes in pod_volumes:  # NCCL's shared memory is RAM, not the 64 MiB container default
         assert {v["name"]: v["emptyDir"]["medium"] for v in volumes if v["name"] == "dshm"} == {
             "dshm": "Memory"
         }
-    assert (
-        by_kind(objects, "Namespace")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
-        == "restricted"
-    )
+    # An MPIJob's launcher gets the operator's init container, which only `baseline` admits.
+    level = "baseline" if load_stack(stack).spec.operator == "mpijob" else "restricted"
+    assert by_kind(objects, "Namespace")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == level
 
 
 @pytest.mark.parametrize("stack", STACKS)

@@ -54,7 +54,7 @@ def test_not_an_object_is_rejected():
             "mlops-eks:job.trainerConfig.checkpoint.dir: also",
         ),
         ({"program": {"delivery": "configmap"}}, "mlops-eks:job.program: delivery `configmap` needs `file`"),
-        ({"operator": "mpijob"}, "mlops-eks:job.operator: Input should be 'trainjob' or 'pytorchjob'"),
+        ({"operator": "tfjob"}, "mlops-eks:job.operator: Input should be 'trainjob', 'pytorchjob'"),
     ],
 )
 def test_inconsistent_spec_is_rejected_naming_the_key(change, expected):

@@ -21,6 +21,8 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from infra.accelerators import CATALOG
+from infra.addons import node_health
+from infra.addons.gpu_node_check import startup_taints
 from infra.addons.karpenter import iam
 from infra.addons.karpenter.node_pools import (
     CPU_NODE_CLASS,
@@ -57,14 +59,21 @@ class KarpenterArgs(ComponentArgs):
     partition: str = "aws"
     # Create a ServiceMonitor for the controller's metrics (needs the Prometheus Operator CRDs).
     service_monitor: bool = False
+    # Karpenter's node repair (alpha; infra/addons/node_health.py) and the startup GPU check's taint on
+    # NVIDIA NodePools (infra/addons/gpu_node_check.py).
+    node_repair: bool = False
+    gpu_check: bool = False
     tags: dict[str, str] = {}
 
 
-def karpenter_values(*, cluster_name: str, queue_name: str, service_monitor: bool) -> dict[str, Any]:
+def karpenter_values(
+    *, cluster_name: str, queue_name: str, service_monitor: bool, node_repair: bool = False
+) -> dict[str, Any]:
     """Helm values for the karpenter chart."""
+    settings = {"clusterName": cluster_name, "interruptionQueue": queue_name}
     return {
         "serviceAccount": {"name": SERVICE_ACCOUNT},
-        "settings": {"clusterName": cluster_name, "interruptionQueue": queue_name},
+        "settings": settings | node_health.karpenter_values(node_repair=node_repair)["settings"],
         "serviceMonitor": {"enabled": service_monitor},
         "controller": {
             "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
@@ -193,7 +202,10 @@ class Karpenter(pulumi.ComponentResource):
 
         values = pulumi.Output.all(args.cluster_name, self.interruption_queue.name).apply(
             lambda v: karpenter_values(
-                cluster_name=v[0], queue_name=v[1], service_monitor=args.service_monitor
+                cluster_name=v[0],
+                queue_name=v[1],
+                service_monitor=args.service_monitor,
+                node_repair=args.node_repair,
             )
         )
         self.release = release(
@@ -244,7 +256,10 @@ class Karpenter(pulumi.ComponentResource):
         if cfg.cpu_pool.enabled:
             node_class(CPU_NODE_CLASS)
 
-        pool_bodies = [gpu_node_pool(p) for p in gpu_pools]
+        pool_bodies = [
+            gpu_node_pool(p, startup_taints=startup_taints(p.accelerator, enabled=args.gpu_check))
+            for p in gpu_pools
+        ]
         if cfg.cpu_pool.enabled:
             pool_bodies.append(cpu_node_pool(cfg.cpu_pool))
         for body in pool_bodies:

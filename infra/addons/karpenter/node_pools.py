@@ -20,7 +20,7 @@ from typing import Any
 from infra.accelerators import CATALOG
 from infra.config.addons import KarpenterCpuPool
 from infra.config.platform import GpuPoolConfig
-from infra.contract import taint_spec
+from infra.contract import PoolTaint, taint_spec
 
 NODE_CLASS_API = "karpenter.k8s.aws/v1"
 NODE_POOL_API = "karpenter.sh/v1"
@@ -85,8 +85,11 @@ def gpu_node_class_name(pool: GpuPoolConfig) -> str:
     return NVIDIA_NODE_CLASS if CATALOG[pool.accelerator].vendor == "nvidia" else f"amd-{pool.name}"
 
 
-def gpu_node_pool(pool: GpuPoolConfig) -> dict[str, Any]:
+def gpu_node_pool(pool: GpuPoolConfig, *, startup_taints: Sequence[PoolTaint] = ()) -> dict[str, Any]:
+    """`startup_taints`: on every new node until something removes them (the startup GPU check); Karpenter
+    provisions for pods that do not tolerate them (karpenter.sh_nodepools CRD, `startupTaints`)."""
     acc = CATALOG[pool.accelerator]
+    startup = {"startupTaints": [taint_spec(t) for t in startup_taints]} if startup_taints else {}
     return {
         "apiVersion": NODE_POOL_API,
         "kind": "NodePool",
@@ -101,6 +104,7 @@ def gpu_node_pool(pool: GpuPoolConfig) -> dict[str, Any]:
                         "name": gpu_node_class_name(pool),
                     },
                     "taints": [taint_spec(acc.taint)],
+                    **startup,
                     "requirements": [
                         _requirement("node.kubernetes.io/instance-type", pool.instance_type_names),
                         _requirement("karpenter.sh/capacity-type", pool.capacity_types),

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from infra.addons.gpu_node_check import STARTUP_TAINT
+from infra.addons.node_health import node_health_rules
+
 GPU_RESOURCES = 'resource=~"nvidia_com_gpu|amd_com_gpu"'
 ROUTE_LABEL = ("platform", "mlops-eks")
 RECEIVER = "platform"
@@ -85,9 +88,13 @@ def prometheus_rules() -> dict[str, Any]:
             "training jobs on them resume from their checkpoints.",
         ),
     ]
+    # The node monitoring agent's conditions, repair, and GPU nodes stuck behind the startup check (a rule
+    # on a taint no node carries never fires, so it stays when the check is off).
+    health = [_alert(*rule) for rule in node_health_rules(startup_taint_key=STARTUP_TAINT.key)]
     return {
         "mlops-eks-gpu": {"groups": [{"name": "gpu-nodes", "rules": gpu}]},
         "mlops-eks-training": {"groups": [{"name": "training-jobs", "rules": training}]},
+        "mlops-eks-node-health": {"groups": [{"name": "gpu-node-health", "rules": health}]},
     }
 
 

@@ -37,7 +37,7 @@ SKIPS_FILE = Path(__file__).with_name("checkov_skips.yaml")
 # The hadolint config (docker/.hadolint.yaml; each ignored rule explained there); failure threshold: warning.
 HADOLINT_CONFIG = REPO / "docker" / ".hadolint.yaml"
 VENV_BIN = Path(sys.executable).parent
-PLATFORM_STACKS = ("dev", "prod")
+PLATFORM_STACKS = tuple(stack_files.platform_stacks(REPO))
 TRAINER_CONTAINER = "node"  # Kubeflow Trainer's trainer container in the torch runtimes
 # No network calls from checkov: it would try to fetch its guideline mappings on every run.
 CHECKOV_ENV = {"BC_SKIP_MAPPING": "TRUE", "CHECKOV_RUN_SCA_PACKAGE_SCAN_V2": "false", "LOG_LEVEL": "ERROR"}

@@ -30,6 +30,8 @@ COMMANDS = {
     },
     "trainer": ([*PY, "trainer", "--help"], "usage: python -m trainer"),
     "trainer.launch": ([*PY, "trainer.launch", "--help"], "usage: "),
+    "trainer.mpi_launch": ([*PY, "trainer.mpi_launch", "--help"], "usage: python -m trainer.mpi_launch"),
+    "trainer.mpi_worker": ([*PY, "trainer.mpi_worker", "--help"], "usage: python -m trainer.mpi_worker"),
     "trainer.bench": ([*PY, "trainer.bench", "--help"], "usage: python -m trainer.bench"),
     "trainer.checkpoint_bench": (
         [*PY, "trainer.checkpoint_bench", "--help"],

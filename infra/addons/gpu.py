@@ -192,7 +192,7 @@ class GpuSoftware(pulumi.ComponentResource):
         """The check's objects; its pods start once the rights, the admission policy that narrows them
         and the script are in place."""
         objects = gpu_node_check.objects(NAMESPACE, args.node_check_instance_types, args.node_check_image)
-        prerequisites = []
+        prerequisites: list[pulumi.Resource] = []
         for obj in objects:
             after = prerequisites if obj["kind"] == "DaemonSet" else []
             fields = {_SNAKE.get(k, k): v for k, v in obj.items() if k not in ("apiVersion", "kind")}

@@ -19,8 +19,10 @@ count, selected by instance type).
 Rights: the taint is on the Node object, so the check needs `patch` on nodes, a cluster-scoped right
 (RBAC cannot name the node a pod runs on). It gets that verb alone (no get, list, update, delete, nor
 nodes/status), and a ValidatingAdmissionPolicy narrows it to what it is for: its service account may
-only change the node its own pod is bound to (the node name the API server records in a pod-bound
-service account token, `authentication.kubernetes.io/node-name`, Kubernetes 1.32+) and only by removing
+only change the node its own pod is bound to (the node name the API server records for a pod-bound
+service account token: user extra `authentication.kubernetes.io/node-name`, k8s.io/apiserver
+pkg/authentication/serviceaccount NodeNameKey, on by default in every Kubernetes version the platform
+allows) and only by removing
 the startup taint: labels, annotations, finalizers, owner references, the other taints and
 `unschedulable` stay as they were.
 """
@@ -83,7 +85,7 @@ def _container(expected_gpus: int, image: str) -> dict[str, Any]:
         + [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
         "resources": {
             "requests": {"cpu": "10m", "memory": "32Mi"},
-            "limits": {"memory": "64Mi"},
+            "limits": {"cpu": "100m", "memory": "64Mi"},
         },
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -197,7 +199,7 @@ def objects(namespace: str, instance_types: Sequence[str], image: str = CHECK_IM
     counts = gpu_counts(instance_types)
     if not counts:
         return []
-    rbac = [
+    rbac: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(NAME, namespace)},
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -213,7 +215,7 @@ def objects(namespace: str, instance_types: Sequence[str], image: str = CHECK_IM
             "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": namespace}],
         },
     ]
-    config_map = {
+    config_map: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta(NAME, namespace),

@@ -13,6 +13,7 @@ import kubernetes_validate
 import pytest
 from pod_security import restricted_violations
 
+from infra.accelerators import CATALOG
 from infra.addons import gpu_node_check as check
 from infra.addons import gpu_node_check_script as script
 from infra.config.cluster_rules import DEFAULT_KUBERNETES_VERSION
@@ -53,6 +54,8 @@ def test_the_check_runs_on_tainted_gpu_nodes_and_requests_no_gpu():
         tolerations = [Toleration.model_validate(t) for t in spec["tolerations"]]
         for taint in (STARTUP, GPU_TAINT):
             assert tolerated(tolerations, PoolTaint.model_validate(taint)), taint
+        nvidia = [a.node_labels for a in CATALOG.values() if a.vendor == "nvidia"]
+        assert nvidia and all(spec["nodeSelector"].items() <= labels.items() for labels in nvidia)
         # Before the device plugin runs (it does not tolerate the startup taint) nothing is allocatable.
         assert "nvidia.com/gpu" not in str(spec["containers"][0]["resources"])
 

@@ -1,10 +1,11 @@
 """GPU node health: node auto repair reaches the managed groups' NodeGroup, Karpenter's repair gate
-renders with its chart, and the health alerts watch the conditions the node monitoring agent sets."""
+renders with its chart, the node monitoring agent's DCGM host engine runs on tainted GPU nodes, the health
+alerts watch the conditions the agent sets, and bad settings are refused naming the key.
+(On the whole platform program: test_node_health_on_the_platform.py.)"""
 
 from __future__ import annotations
 
 import copy
-import json
 
 import promql_parser
 import pulumi
@@ -13,11 +14,10 @@ import pytest
 from infra.addons import node_health
 from infra.addons.gpu_node_check import STARTUP_TAINT
 from infra.addons.karpenter.controller import karpenter_values
-from infra.addons.monitoring.alerts import _alert as alert
 from infra.addons.monitoring.alerts import prometheus_rules
-from infra.contract import taint_spec
+from infra.config.platform import ConfigError, PlatformConfig
 from infra.platform.node_repair import NODE_GROUP_TYPE, node_repair_transform, with_node_repair
-from infra.tools.synth import RecordingMonitor, stack_config, synth
+from infra.tools.synth import stack_config
 from policy import helm_render
 from policy.helm_render import HelmRelease
 
@@ -104,10 +104,6 @@ def test_the_repair_gate_is_a_key_of_the_chart(values_check):
     assert code == 0, out
 
 
-def _rules(startup_taint_key: str | None) -> list[dict]:
-    return [alert(*rule) for rule in node_health.node_health_rules(startup_taint_key=startup_taint_key)]
-
-
 # As kube-prometheus-stack gets them (additionalPrometheusRulesMap).
 RULES = prometheus_rules()["mlops-eks-node-health"]["groups"][0]["rules"]
 
@@ -144,8 +140,8 @@ def test_the_unrepaired_alert_waits_past_the_repair_and_a_replacement():
 def test_a_node_stuck_behind_the_startup_taint_is_an_alert_only_with_the_check():
     stuck = next(r for r in RULES if r["alert"] == "GpuNodeCheckNotPassed")
     assert f'key="{STARTUP_TAINT.key}"' in stuck["expr"]
-    without = _rules(None)
-    assert "GpuNodeCheckNotPassed" not in {r["alert"] for r in without}
+    without = node_health.node_health_rules(startup_taint_key=None)
+    assert "GpuNodeCheckNotPassed" not in {name for name, *_ in without}
 
 
 def test_the_agents_dcgm_host_engine_runs_on_every_nvidia_node_checked_or_not():
@@ -159,117 +155,32 @@ def test_the_agents_dcgm_host_engine_runs_on_every_nvidia_node_checked_or_not():
     assert set(config) == {"dcgmAgent"} and set(config["dcgmAgent"]) == {"tolerations"}
 
 
-# The platform program with a reserved (managed) T4 pool beside dev's Karpenter pools.
-RESERVED = {
-    "name": "t4-reserved",
-    "accelerator": "t4",
-    "source": "managed",
-    "size": 1,
-    "instanceTypes": ["g4dn.12xlarge"],
-    "capacityTypes": ["on-demand"],
-}
-
-
-class TransformsMonitor(RecordingMonitor):
-    """Also keeps how many transforms each registration asks the engine to run on it and its children."""
-
-    def __init__(self, mocks):
-        super().__init__(mocks)
-        self.transforms: dict[tuple[str, str], int] = {}
-
-    def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
-        self.transforms[(request.type, request.name)] = len(request.transforms)
-        return super().RegisterResource(request)
-
-
-def _synth(stack: str = "dev", *, health: dict | None = None, pools: list | None = None):
-    values = copy.deepcopy(stack_config(stack))
-    values["mlops-eks:gpuPools"] = [
-        *values["mlops-eks:gpuPools"],
-        *(pools if pools is not None else [RESERVED]),
-    ]
-    if pools == []:
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"nodeHealth": {"gpuCheckImage": "python:latest"}},
+            "addons.nodeHealth.gpuCheckImage: image 'python:latest': tag 'latest' moves",
+        ),
+        ({"nodeHealth": {"gpuCheckImage": "python"}}, "has no tag (means :latest)"),
+        (
+            {"nodeHealth": {"karpenterNodeRepair": True}, "karpenter": {"enabled": False}},
+            "addons.nodeHealth.karpenterNodeRepair: it is a setting of the Karpenter controller; got True; "
+            "allowed: false when karpenter.enabled is false",
+        ),
+        ({"nodeHealth": {"karpenterNodeRepair": "yes"}}, "true or false (a YAML boolean, unquoted)"),
+        ({"nodeHealth": {"autoRepair": True}}, "nodeHealth"),
+    ],
+    ids=["moving-tag", "no-tag", "repair-without-karpenter", "lax-bool", "unknown-key"],
+)
+def test_bad_node_health_settings_are_refused_naming_the_key(change, message):
+    values = copy.deepcopy(stack_config("prod"))
+    addons = values["mlops-eks:addons"]
+    for key, value in change.items():
+        addons[key] = {**addons.get(key, {}), **value}
+    if change.get("karpenter") == {"enabled": False}:
         values["mlops-eks:gpuPools"] = []
-        values["mlops-eks:addons"]["training"]["queues"] = []
-        values["mlops-eks:addons"]["training"]["gangScheduler"] = None
-    if health is not None:
-        values["mlops-eks:addons"]["nodeHealth"] = health
-    monitors: list[TransformsMonitor] = []
-
-    class Monitor(TransformsMonitor):
-        def __init__(self, mocks):
-            super().__init__(mocks)
-            monitors.append(self)
-
-    config, resources, exports = synth(stack, values, Monitor)
-    return resources, exports, monitors[0].transforms
-
-
-@pytest.fixture(scope="module")
-def reserved():
-    return _synth()
-
-
-def _one(resources, type_: str, name: str):
-    (found,) = [r for r in resources if r.type == type_ and r.name == name]
-    return found
-
-
-def test_every_managed_group_asks_for_the_repair_transform(reserved):
-    _, _, transforms = reserved
-    groups = {name: n for (type_, name), n in transforms.items() if type_ == "eks:index:ManagedNodeGroup"}
-    assert groups == {"system": 1, "gpu-t4-reserved": 1}
-    _, _, without = _synth(health={"managedNodeRepair": False})
-    assert {n for (t, _), n in without.items() if t == "eks:index:ManagedNodeGroup"} == {0}
-
-
-def test_a_reserved_nvidia_group_starts_with_the_startup_taint(reserved):
-    resources, exports, _ = reserved
-    group = _one(resources, "eks:index:ManagedNodeGroup", "gpu-t4-reserved")
-    assert {"key": STARTUP_TAINT.key, "value": STARTUP_TAINT.value, "effect": "NO_SCHEDULE"} in group.inputs[
-        "taints"
-    ]
-    exported = exports["accelerator_pools"]["t4-reserved"]
-    assert exported["startup_taints"] == [
-        {"key": STARTUP_TAINT.key, "value": "pending", "effect": "NoSchedule"}
-    ]
-    assert STARTUP_TAINT.key not in str(exported["taints"])
-
-
-def test_karpenter_nvidia_pools_start_tainted_and_validate_against_the_crd(reserved, crd_check):
-    resources, exports, _ = reserved
-    pools = {r.name: r.inputs for r in resources if r.type == "kubernetes:karpenter.sh/v1:NodePool"}
-    assert pools["karpenter-pool-gpu-t4"]["spec"]["template"]["spec"]["startupTaints"] == [
-        taint_spec(STARTUP_TAINT)
-    ]
-    assert "startupTaints" not in pools["karpenter-pool-gpu-amd"]["spec"]["template"]["spec"]
-    assert exports["accelerator_pools"]["amd"]["startup_taints"] == []
-    code, out = crd_check(list(pools.values()))
-    assert code == 0, out
-
-
-def test_the_agent_add_on_and_the_check_come_with_gpu_pools(reserved):
-    resources, _, _ = reserved
-    agent = _one(resources, "aws:eks/addon:Addon", "addons-eks-node-monitoring-agent")
-    assert json.loads(agent.inputs["configurationValues"]) == node_health.monitoring_agent_configuration()
-    daemon_sets = {
-        r.name for r in resources if r.type == "kubernetes:apps/v1:DaemonSet" and "check" in r.name
-    }
-    assert daemon_sets == {"gpu-check-daemonset-gpu-node-check-4gpu"}
-    without, _, _ = _synth(pools=[])
-    assert not [r for r in without if r.type == "aws:eks/addon:Addon" and "monitoring-agent" in r.name]
-    assert not [r for r in without if "gpu-node-check" in r.name]
-
-
-def test_without_the_check_no_pool_is_tainted_and_nothing_is_deployed():
-    resources, exports, _ = _synth(health={"gpuCheck": False})
-    assert all(p["startup_taints"] == [] for p in exports["accelerator_pools"].values())
-    assert not [r for r in resources if "gpu-node-check" in r.name]
-    assert STARTUP_TAINT.key not in json.dumps([r.inputs for r in resources if "NodeGroup" in r.type])
-
-
-@pytest.mark.parametrize(("stack", "on"), [("dev", "true"), ("prod", "false")])
-def test_karpenter_repair_is_on_in_dev_and_off_in_prod(stack, on, request):
-    synthesized = request.getfixturevalue(stack)
-    karpenter = synthesized.one("kubernetes:helm.sh/v3:Release", "karpenter")
-    assert karpenter.inputs["values"]["settings"]["featureGates"] == {"nodeRepair": on == "true"}
+        addons.get("training", {}).pop("queues", None)
+    with pytest.raises(ConfigError) as refused:
+        PlatformConfig.from_mapping(values)
+    assert message in str(refused.value)

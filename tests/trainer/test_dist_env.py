@@ -16,8 +16,10 @@ def test_torchrun_variables_give_rank_world_and_local_rank():
 
 
 def test_kubeflow_one_process_per_pod_variables_are_mapped(monkeypatch):
-    monkeypatch.delenv("MASTER_ADDR", raising=False)
-    monkeypatch.delenv("MASTER_PORT", raising=False)
+    # set, then delete: monkeypatch undoes only what it recorded, and _ranks_from_env sets both.
+    for name in ("MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     env = {
         "PET_NNODES": "4",
         "PET_NODE_RANK": "2",

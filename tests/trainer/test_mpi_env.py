@@ -75,7 +75,10 @@ def test_torchrun_variables_win_over_open_mpi_ones():
 
 def test_the_trainer_takes_its_ranks_from_mpirun(monkeypatch):
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        monkeypatch.delenv(key, raising=False)
+        # Set, then removed: monkeypatch removes again at the end what the trainer sets (a bare delenv of
+        # an absent variable records nothing to undo, and RANK would leak into later tests).
+        monkeypatch.setenv(key, "")
+        monkeypatch.delenv(key)
     assert _ranks_from_env(dict(RANK_1_OF_4)) == (3, 4, 1)
     # init_process_group's env:// rendezvous reads these from the process environment.
     assert (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]) == ("10.0.3.7", "29500")

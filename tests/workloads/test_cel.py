@@ -16,6 +16,7 @@ from google.protobuf import json_format
 from pulumi.runtime import mocks as runtime_mocks
 from recording_mocks import RecordingMocks
 
+from policy.scan import PLATFORM_STACKS as PLATFORM_STACK_NAMES
 from workloads import jobs
 from workloads.__main__ import platform_facts
 from workloads.render import render
@@ -24,7 +25,7 @@ from workloads.stacks import PLATFORM_KEY, load_stack, program_text, stack_file,
 
 WORKLOAD_STACKS = workload_stacks()
 JOB_KINDS = {"trainjob": "TrainJob", "pytorchjob": "PyTorchJob", "mpijob": "MPIJob"}
-PLATFORM_STACKS = ["dev", "prod"]
+PLATFORM_STACKS = PLATFORM_STACK_NAMES
 
 
 @pytest.fixture(scope="module")

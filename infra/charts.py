@@ -61,6 +61,10 @@ CHARTS: MappingProxyType[str, Chart] = MappingProxyType(
         "volcano": Chart(
             name="volcano", version="1.15.1", repository="https://volcano-sh.github.io/helm-charts"
         ),
+        # RayJob and RayCluster (infra/addons/kuberay.py).
+        "kuberay-operator": Chart(
+            name="kuberay-operator", version="1.7.0", repository="https://ray-project.github.io/kuberay-helm/"
+        ),
         "metrics-server": Chart(
             name="metrics-server",
             version="3.13.1",

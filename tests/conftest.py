@@ -18,10 +18,10 @@ from typing import Any
 import pulumi
 import pytest
 import yaml
-from recording_mocks import RecordingMocks, engine_config
+from recording_mocks import RecordingMocks
 
 from infra.config.platform import PlatformConfig
-from infra.tools.synth import RecordingMonitor, Registered, install_mocks, stack_config, synth
+from infra.tools.synth import RecordingMonitor, Registered, engine_config, install_mocks, stack_config, synth
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -65,7 +65,6 @@ def values_check(tmp_path):
         return p.returncode, p.stdout + p.stderr
 
     return check
-
 
 
 @pytest.fixture

@@ -3,9 +3,6 @@ infra.tools.synth.PlatformMocks). Set them through the `pulumi_mocks` fixture (t
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import pulumi
 
 from infra.tools.synth import ACCOUNT_ID
@@ -43,6 +40,3 @@ class RecordingMocks(pulumi.runtime.Mocks):
         return {r.name: r.inputs for r in self.of_type(typ)}
 
 
-def engine_config(values: dict[str, Any]) -> dict[str, str]:
-    """Stack config as the engine hands it to a program: structured values as JSON strings."""
-    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import os
 import signal
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,7 +89,7 @@ def _device(choice: str, local_rank: int) -> torch.device:
 def setup(cfg: TrainConfig) -> DistEnv:
     rank, world, local_rank = _ranks_from_env(dict(os.environ))
     device = _device(cfg.device, local_rank)
-    if world > 1:
+    if world > 1 and not dist.is_initialized():  # Ray Train (trainer.ray_train) makes it before the program
         # nccl on CUDA (PyTorch's ROCm build maps it to RCCL), gloo on CPU.
         dist.init_process_group(
             backend="nccl" if device.type == "cuda" else "gloo",
@@ -152,7 +153,10 @@ class StopFlag:
 
     def __init__(self) -> None:
         self.requested = False
-        signal.signal(signal.SIGTERM, self._on_signal)
+        # Only the main thread may set a handler: Ray Train runs the program in a worker thread, where
+        # SIGTERM ends the worker and Ray restarts the gang from the last periodic checkpoint instead.
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.requested = True

@@ -6,13 +6,17 @@ none: CPU and gloo), creates the torch.distributed process group and sets RANK, 
 LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR and MASTER_PORT as torchrun does (ray/train/torch/config.py), then
 calls PROGRAM in each: the trainer finds the process group Ray made and trains in it.
 
-Exit codes are the trainer's (trainer/faults.py), and so is the split between permanent and retryable. Ray
-Train's own retries (FailureConfig.max_failures) count every worker error alike, so they are off; this
-driver retries instead, up to `--restart-budget` times, only what is retryable:
+Exit codes are the trainer's (trainer/faults.py), and so is the split between permanent and retryable.
+Ray Train restarts its worker group from the last checkpoint on a worker's error (FailureConfig), inside
+the same Ray cluster; it cannot tell a permanent error from a retryable one, so this driver stops it for
+the permanent ones:
   - a worker's PROGRAM exited 128 or more (200 storage, 201 no GPU, 202 peer lost, ...), or a worker, its
-    pod or its node went away (Ray's ActorDiedError and kin: a Spot reclaim or a repaired node; 202),
-    or Ray Train reports a preemption (143): fit() again, and the trainer resumes from its last checkpoint;
-  - a PROGRAM exit of 1-127 (2: invalid config or data) on any worker: exit with it at once, no retry;
+    pod or its node went away (a Spot reclaim, a repaired node: 202 when it ends the run): Ray Train
+    restarts the workers, up to `--restart-budget` times (max_failures; a failing group start counts
+    against the same budget); node preemptions Ray Train recognises are not counted, as a TrainJob does
+    not count a pod's DisruptionTarget;
+  - a PROGRAM exit of 1-127 (2: invalid config or data) on any worker: the worker reports it to the driver
+    (a named actor) before failing, and the driver exits with it at once, before Ray Train retries;
   - anything else (a Ray Train or driver bug): exit 1, permanent.
 Under a RayJob this process is the Ray job's entry point on the head: its exit code is the Ray job's
 outcome (workloads/rayjob.py maps that onto the RayJob's own retries).
@@ -25,8 +29,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import runpy
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -46,6 +52,8 @@ _LOST_WORKER = frozenset(
 )  # fmt: skip
 _PREEMPTED = frozenset({"PreemptionError"})  # ray.train.v2.api.exceptions
 _PROGRAM_EXIT = frozenset({"ProgramExit"})
+PERMANENT_EXIT_ACTOR = "trainer-ray-train-permanent-exit"
+POLL_SECONDS = 2.0
 
 log = logging.getLogger("trainer.ray_train")
 
@@ -107,9 +115,22 @@ def run_program(program: list[str]) -> int:
     return 0
 
 
+def report_permanent_exit(code: int) -> None:
+    """Tell the driver (its named actor) that a worker's PROGRAM failed for good; best effort: if the
+    driver cannot be told, Ray Train's retries end the run with the same code, later."""
+    try:
+        import ray
+
+        ray.get(ray.get_actor(PERMANENT_EXIT_ACTOR).record.remote(code), timeout=30)
+    except Exception as err:  # no actor (run outside this driver), Ray unavailable
+        print(f"ray_train: could not report exit {code} to the driver: {err}", file=sys.stderr, flush=True)
+
+
 def train_worker(config: dict[str, Any]) -> None:
     """Ray Train's train_loop_per_worker: PROGRAM, with its non-zero exit as an error Ray reports."""
     code = run_program(list(config["program"]))
+    if 0 < code < 128:
+        report_permanent_exit(code)
     if code != 0:
         raise ProgramExit(code)
 
@@ -157,30 +178,52 @@ def exit_code_of(err: BaseException) -> int:
     return codes[0] if codes else 1
 
 
-def fit_with_retries(fit: Callable[[], object], restart_budget: int) -> int:
-    """fit() until it succeeds (0), fails for good, or has been retried `restart_budget` times."""
-    restarts = 0
-    while True:
+def supervise(fit: Callable[[], object], permanent_exit: Callable[[], int | None]) -> int:
+    """fit() in a thread: 0 when it returns; the exit code its error stands for when it raises (Ray Train
+    has spent its retries); at once, a permanent exit a worker reported (which Ray Train would retry)."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
         try:
             fit()
-            return 0
+            outcome["code"] = 0
         except Exception as err:  # TrainingFailedError, or whatever Ray raised
-            code = exit_code_of(err)
-            if code < 128 or restarts >= restart_budget:
-                budget = "" if code < 128 else f" after {restarts} restart(s), the budget"
-                print(
-                    f"ray_train: training failed, exit {code} ({faults.describe(code)}){budget}: {err}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                return code
-            restarts += 1
-            print(
-                f"ray_train: exit {code} ({faults.describe(code)}); restart {restarts} of {restart_budget}, "
-                "from the last checkpoint",
-                file=sys.stderr,
-                flush=True,
-            )
+            outcome["code"], outcome["error"] = exit_code_of(err), err
+
+    thread = threading.Thread(target=run, name="ray-train-fit", daemon=True)
+    thread.start()
+    reported = None
+    while thread.is_alive() and reported is None:
+        thread.join(POLL_SECONDS)
+        # Also once the run has ended: Ray Train may have given up, or raced on to another attempt.
+        reported = permanent_exit()
+    if reported is not None:
+        print(f"ray_train: a worker exited {reported} ({faults.describe(reported)}): run ends, no restart",
+              file=sys.stderr, flush=True)  # fmt: skip
+        return reported
+    code = int(outcome["code"])
+    if code:
+        print(f"ray_train: training failed, exit {code} ({faults.describe(code)}): {outcome['error']}",
+              file=sys.stderr, flush=True)  # fmt: skip
+    return code
+
+
+def _permanent_exit_actor(ray: Any) -> Callable[[], int | None]:
+    """The named actor workers report a permanent exit to; returns how the driver reads it."""
+
+    @ray.remote(num_cpus=0)
+    class PermanentExit:
+        def __init__(self) -> None:
+            self.code: int | None = None
+
+        def record(self, code: int) -> None:
+            self.code = self.code or code
+
+        def get(self) -> int | None:
+            return self.code
+
+    actor = PermanentExit.options(name=PERMANENT_EXIT_ACTOR).remote()
+    return lambda: ray.get(actor.get.remote())
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -197,7 +240,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--restart-budget",
         type=int,
         default=0,
-        help="retries of retryable failures (exit >= 128, lost workers); default 0",
+        help="restarts after retryable failures (exit >= 128, lost workers); default 0",
     )
     parser.add_argument(
         "--storage-path",
@@ -252,11 +295,20 @@ def main(argv: list[str] | None = None) -> int:
             num_workers=args.workers, use_gpu=gpus > 0, resources_per_worker={"GPU": gpus} if gpus else None
         ),
         run_config=RunConfig(
-            name=args.name, storage_path=args.storage_path, failure_config=FailureConfig(max_failures=0)
+            name=args.name,
+            storage_path=args.storage_path,
+            failure_config=FailureConfig(
+                max_failures=args.restart_budget, controller_failure_limit=args.restart_budget
+            ),
         ),
     )
-    return fit_with_retries(trainer.fit, args.restart_budget)
+    return supervise(trainer.fit, _permanent_exit_actor(ray))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_code = main()
+    if exit_code:  # a failure: no waiting on Ray Train's thread and actors, they end with this job
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exit_code)
+    sys.exit(0)

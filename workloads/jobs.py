@@ -47,6 +47,9 @@ REPLACE_ON_CHANGES = {
         "spec.mainContainer",
         "spec.runPolicy.schedulingPolicy",
     ],
+    # KubeRay builds the RayCluster from rayClusterSpec once ("Disregard changes in RayClusterSpec of
+    # RayJob", rayjob_controller.go getOrCreateRayClusterInstance) and submits the entry point once.
+    "RayJob": ["spec.rayClusterSpec", "spec.entrypoint", "spec.submitterPodTemplate", "spec.submissionMode"],
 }
 # Jobs keep their name (the job's identity in logs, dashboards and its S3 prefix), so the old one must go
 # before the new one can be created. pulumi-kubernetes deletes in the foreground (pulumi-kubernetes#2529):
@@ -54,7 +57,7 @@ REPLACE_ON_CHANGES = {
 # `resource-in-use` finalizer holds it while the old TrainJob exists (kubeflow/trainer#2608), so it is
 # replaced create-first under a new name and the old one is deleted at the end of the update, after the
 # TrainJob that used it.
-DELETE_BEFORE_REPLACE = {"TrainJob", "PyTorchJob", "MPIJob"}
+DELETE_BEFORE_REPLACE = {"TrainJob", "PyTorchJob", "MPIJob", "RayJob"}
 
 
 def _job_labels(spec: TrainingJobSpec, platform: PlatformFacts) -> dict[str, str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from workloads.local_ray import ray_launcher, ray_missing
 from workloads.render import trainer_config
 from workloads.spec import CONFIG_KEY, SpecError
 from workloads.stacks import REPO, WorkloadStack
@@ -48,6 +49,8 @@ def command(stack: WorkloadStack, nproc: int, run_dir: Path, overrides: list[str
     # The cluster's launcher too: trainer.launch for the trainer (its exit codes), torchrun otherwise.
     launch = "trainer.launch" if program.runs_trainer else "torch.distributed.run"
     launcher = [sys.executable, "-m", launch, "--standalone", f"--nproc_per_node={nproc}"]
+    if stack.spec.operator == "rayjob":  # the RayJob's entry point, Ray Train on a local Ray
+        launcher = ray_launcher(nproc, run_dir, stack.spec.name)
     if program.runs_trainer:
         config_file = run_dir / "config.yaml"
         config_file.write_text(
@@ -69,6 +72,9 @@ def command(stack: WorkloadStack, nproc: int, run_dir: Path, overrides: list[str
 def run_local(stack: WorkloadStack, *, nproc: int | None, out: Path, overrides: list[str]) -> int:
     overrides = overrides[1:] if overrides[:1] == ["--"] else overrides
     spec = stack.spec
+    if spec.operator == "rayjob" and (missing := ray_missing(stack.name)):
+        print(missing, file=sys.stderr, flush=True)
+        return 2
     wanted = spec.max_nodes * spec.processes_per_node
     n, why = local_processes(wanted, nproc)
     run_dir = (out / stack.name).resolve()

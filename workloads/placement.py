@@ -95,6 +95,16 @@ def _check_platform_features(spec: TrainingJobSpec, platform: PlatformFacts) -> 
             f"{_key('queue')}: {spec.queue!r}, but {platform.cluster_name} runs no Kueue or "
             "Volcano; allowed: leave queue unset"
         )
+    if spec.operator == "rayjob":
+        # Kueue 0.19.2 can admit RayJobs (integration `ray.io/rayjob`), but the platform enables only
+        # TrainJob and JobSet (infra/addons/training.py KUEUE_FRAMEWORKS: every integration adds webhooks
+        # that fail closed in job namespaces), and KubeRay runs without a batch scheduler (Volcano's
+        # PodGroups); the queue label would be ignored and the job would run unqueued.
+        raise SpecError(
+            f"{_key('queue')}: {spec.queue!r}: {platform.cluster_name} queues no RayJob (Kueue manages "
+            "TrainJob and JobSet only, KubeRay runs without a batch scheduler); allowed: leave queue unset, "
+            "or operator: trainjob"
+        )
     if platform.gang_scheduler == "kueue" and spec.queue not in platform.kueue_queues:
         raise SpecError(
             f"{_key('queue')}: {spec.queue!r} is not a ClusterQueue of {platform.cluster_name}; "

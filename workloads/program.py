@@ -127,7 +127,7 @@ def deploy(
     created: list[pulumi.Resource] = []
     identity: list[pulumi.Resource] = []
     for obj in objects:
-        if obj["kind"] in ("TrainingRuntime", "TrainJob", "PyTorchJob", "MPIJob") and not identity:
+        if obj["kind"] in ("TrainingRuntime", "TrainJob", "PyTorchJob", "MPIJob", "RayJob") and not identity:
             identity = _identity(spec, facts, after=created)
         # In render's order: the namespace first, the job after everything it mounts or runs as.
         opts = pulumi.ResourceOptions(provider=provider, depends_on=list(created) + identity)

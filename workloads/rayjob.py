@@ -55,7 +55,7 @@ HEAD_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001}
 NODE_TYPE_LABEL = "ray.io/node-type"
 RAY_CLUSTER_TTL_SECONDS = 60
 # The submitter runs `ray job submit` and then follows the driver's log: a CLI, no GPU.
-# Whole GiB: the namespace quota (workloads/render.py) adds it per gang.
+# Whole GiB: the namespace quota (workloads/render.py) adds the submitter's to each gang's.
 SUBMITTER_CPU, SUBMITTER_MEMORY_GIB = 0.5, 1
 SUBMITTER_RESOURCES = {
     "requests": {"cpu": f"{SUBMITTER_CPU:g}", "memory": f"{SUBMITTER_MEMORY_GIB}Gi"},
@@ -212,11 +212,6 @@ def ray_job(
             "rayClusterSpec": cluster,
         },
     }
-
-
-def submitter_quota() -> tuple[float, int, int]:
-    """(CPU, memory GiB, pods) a gang needs beyond its Ray nodes: the submitter pod."""
-    return SUBMITTER_CPU, SUBMITTER_MEMORY_GIB, 1
 
 
 def pod_templates(job: dict[str, Any]) -> list[tuple[str, int, dict[str, Any]]]:

@@ -14,7 +14,7 @@ import yaml
 
 from infra.addons.network_policies import job_policies
 from infra.contract import EFA_RESOURCE, JOB_LABEL
-from workloads import jobs, mpijob, pod
+from workloads import jobs, mpijob, pod, rayjob
 from workloads.placement import Placement, place
 from workloads.platform import PlatformFacts
 from workloads.spec import CONFIG_KEY, SpecError, TrainingJobSpec, trainer_config_error
@@ -62,8 +62,11 @@ def resource_quota(spec: TrainingJobSpec, placement: Placement) -> dict[str, Any
     launchers = QUOTA_GANGS if spec.operator == "mpijob" else 0  # an MPIJob's gang has its launcher too
     cpu += mpijob.LAUNCHER_CPU * launchers
     memory_gib += mpijob.LAUNCHER_MEMORY_GIB * launchers
+    submitters = QUOTA_GANGS if spec.operator == "rayjob" else 0  # a RayJob's gang has its submitter too
+    cpu += rayjob.SUBMITTER_CPU * submitters
+    memory_gib += rayjob.SUBMITTER_MEMORY_GIB * submitters
     hard = {
-        "pods": str(pods + launchers),
+        "pods": str(pods + launchers + submitters),
         "requests.cpu": _quantity(cpu),
         "requests.memory": f"{memory_gib}Gi",
         "limits.memory": f"{memory_gib}Gi",
@@ -157,10 +160,11 @@ def network_policies(spec: TrainingJobSpec) -> list[dict[str, Any]]:
     ports = pod.ports(spec)
     metrics = ports[0]["containerPort"] if ports else None
     selector = {JOB_LABEL: spec.name}
-    return job_policies(
+    policies = job_policies(
         spec.name, spec.namespace_name, selector, metrics, default_deny=spec.create_namespace,
         labels=pod.labels(spec),
     )  # fmt: skip
+    return policies + (rayjob.network_policies(spec) if spec.operator == "rayjob" else [])
 
 
 def local_queue(spec: TrainingJobSpec, platform: PlatformFacts) -> list[dict[str, Any]]:
@@ -198,6 +202,8 @@ def render(
         objects += [runtime, jobs.train_job(spec, placement, platform, runtime["metadata"]["name"], digest)]
     elif spec.operator == "mpijob":
         objects += [mpijob.launcher_api_policy(spec), mpijob.mpi_job(spec, placement, platform, digest)]
+    elif spec.operator == "rayjob":
+        objects.append(rayjob.ray_job(spec, placement, platform, digest))
     else:
         objects.append(jobs.pytorch_job(spec, placement, platform, digest))
     return objects

@@ -15,12 +15,12 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from fractions import Fraction
 from typing import Any
 
 from infra.accelerators import CATALOG
 from infra.contract import EFA_RESOURCE, AcceleratorPool, Toleration, quantity, tolerated
 from workloads.platform import PlatformFacts
+from workloads.rayjob import pod_specs as ray_job_pod_specs
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 _BASIC = {"cpu", "memory", "ephemeral-storage", "pods"}
@@ -68,6 +68,10 @@ def pod_templates(objects: Sequence[Mapping[str, Any]]) -> list[PodTemplate]:
         elif obj["kind"] in REPLICA_SPECS:
             policy = obj["spec"]["runPolicy"].get("schedulingPolicy", {})
             templates += _pytorch_job(obj, queue or policy.get("queue"))
+        elif obj["kind"] == "RayJob":
+            name = f"RayJob/{obj['metadata']['name']}"
+            templates += [_template(f"{name}/{role}", count, spec, _requests(spec), queue)
+                          for role, count, spec in ray_job_pod_specs(obj)]  # fmt: skip
     return templates
 
 
@@ -116,6 +120,15 @@ def _pytorch_job(job: Mapping[str, Any], queue: str | None) -> list[PodTemplate]
         templates.append(_template(f"{job['kind']}/{job['metadata']['name']}/{role}", count, spec,
                                    {k: f"{v}" for k, v in requests.items()}, queue))  # fmt: skip
     return templates
+
+
+def _requests(spec: Mapping[str, Any]) -> dict[str, str]:
+    """A pod's requests: the sum over its containers."""
+    requests: dict[str, Decimal] = {}
+    for container in spec["containers"]:
+        for k, v in container.get("resources", {}).get("requests", {}).items():
+            requests[k] = requests.get(k, Decimal(0)) + quantity(v)
+    return {k: f"{v}" for k, v in requests.items()}
 
 
 def _template(
@@ -216,6 +229,38 @@ def pods_per_node(t: PodTemplate, pool: AcceleratorPool) -> int:
     return best
 
 
+def nodes_needed(templates: Sequence[PodTemplate], pool: AcceleratorPool) -> int:
+    """Nodes of the pool's best instance type that the pods of `templates` take together: first-fit
+    decreasing (largest GPU, then CPU, then memory request first), as a bin-packing bound on what the
+    scheduler and Karpenter achieve. A pod no empty node can take counts as needing more than any pool."""
+    pods = sorted(
+        ({r: quantity(v) for r, v in t.requests.items()} for t in templates for _ in range(t.count)),
+        key=lambda r: tuple(r.get(k, Decimal(0)) for k in (pool.resource_name, "cpu", "memory")),
+        reverse=True,
+    )
+    best = math.inf
+    for it in pool.instance_types:
+        instance = CATALOG[pool.accelerator].instance(it)
+        capacity = {
+            "cpu": instance.allocatable_cpu, "memory": instance.allocatable_memory,
+            pool.resource_name: Decimal(instance.gpus), EFA_RESOURCE: Decimal(instance.efa_interfaces),
+        }  # fmt: skip
+        nodes: list[dict[str, Decimal]] = []
+        for requests in pods:
+            if any(amount > capacity.get(r, Decimal(0)) for r, amount in requests.items() if r in capacity):
+                nodes = [{}] * (pool.max_nodes + 1)
+                break
+            free = next((n for n in nodes if all(a <= n[r] for r, a in requests.items() if r in n)), None)
+            if free is None:
+                free = dict(capacity)
+                nodes.append(free)
+            for r, amount in requests.items():
+                if r in free:
+                    free[r] -= amount
+        best = min(best, len(nodes))
+    return int(best) if best != math.inf else pool.max_nodes + 1
+
+
 def _queue_problems(job: str, members: Sequence[Verdict], platform: PlatformFacts) -> list[str]:
     """The whole gang against its queue's nominal quota, GPUs against the flavor of the pool that hosts
     them (Kueue 0.19 refuses a resource no resource group covers: flavorassigner.go)."""
@@ -277,10 +322,9 @@ def simulate(objects: Sequence[Mapping[str, Any]], platform: PlatformFacts) -> l
         # Templates of one job on one pool share its nodes (a PyTorchJob's Master and Workers).
         for name, pool in platform.accelerator_pools.items():
             on_pool = [v for v in members if v.source == name]
-            share = sum(Fraction(v.template.count, max(pods_per_node(v.template, pool), 1)) for v in on_pool)
-            if len(on_pool) > 1 and math.ceil(share) > pool.max_nodes:
+            needed = nodes_needed([v.template for v in on_pool], pool) if len(on_pool) > 1 else 0
+            if needed > pool.max_nodes:
                 for v in on_pool:
-                    needed = math.ceil(share)
                     v.reasons.append(f"{job}: needs {needed} nodes of {name}, it scales to {pool.max_nodes}")
         for problem in _queue_problems(job, members, platform):
             for v in members:

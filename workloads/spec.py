@@ -133,7 +133,7 @@ class TrainingJobSpec(_Model):
         default=None, ge=1, alias="shmGiB"
     )  # /dev/shm; default: a quarter of the memory
     # mpijob: Training Operator v1's MPIJob, the trainer under Open MPI's mpirun (workloads/mpijob.py)
-    operator: Literal["trainjob", "pytorchjob", "mpijob"] = "trainjob"
+    operator: Literal["trainjob", "pytorchjob", "mpijob", "rayjob"] = "trainjob"
     program: Program = Program()
     trainer_config: dict[str, Any] = Field(default_factory=dict)
     data: Storage | None = None

@@ -10,6 +10,7 @@ ever allocatable (a common AL2023 pitfall).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pulumi
@@ -20,14 +21,21 @@ from infra.addons import gpu_node_check
 from infra.charts import release
 from infra.component_args import ComponentArgs, child_options
 from infra.config.addons import GpuSoftwareConfig
-from infra.contract import EFA_RESOURCE, INSTANCE_TYPE_LABEL, DevicePlugin, Toleration, toleration_spec
+from infra.contract import (
+    EFA_RESOURCE,
+    INSTANCE_TYPE_LABEL,
+    JOB_LABEL,
+    DevicePlugin,
+    Toleration,
+    toleration_spec,
+)
 
 NAMESPACE = "gpu-system"
 # Workload pod labels DCGM copies onto GPU metrics (set by the workload renderer on every training pod):
 # `mlops-eks.io/job` (job name) and `mlops-eks.io/accelerator`. The exporter sanitises label names the
 # Prometheus way, so they appear as `mlops_eks_io_job` and `mlops_eks_io_accelerator`.
 POD_LABEL_ALLOWLIST = [r"^mlops-eks\.io/.*$"]
-JOB_LABEL = "mlops_eks_io_job"
+JOB_METRIC_LABEL = re.sub(r"[^a-zA-Z0-9_]", "_", JOB_LABEL)  # mlops_eks_io_job
 
 
 def vendor_node_selector(vendor: Vendor) -> dict[str, str]:

@@ -19,6 +19,7 @@ from infra.addons.gpu import NAMESPACE as GPU_NAMESPACE
 from infra.addons.gpu import GpuSoftware, GpuSoftwareArgs, device_plugins
 from infra.addons.karpenter.controller import NAMESPACE as KARPENTER_NAMESPACE
 from infra.addons.karpenter.controller import Karpenter, KarpenterArgs
+from infra.addons.kuberay import NAMESPACE as KUBERAY_NAMESPACE
 from infra.addons.monitoring.kube_prometheus import NAMESPACE as MONITORING_NAMESPACE
 from infra.addons.monitoring.kube_prometheus import (
     MetricsServer,
@@ -149,7 +150,8 @@ def install_addons(
             service_monitor_after=monitors_after,
             kueue_after=releases,
             platform_namespaces=[
-                GPU_NAMESPACE, MONITORING_NAMESPACE, KUBECOST_NAMESPACE, KARPENTER_NAMESPACE
+                GPU_NAMESPACE, MONITORING_NAMESPACE, KUBECOST_NAMESPACE, KARPENTER_NAMESPACE,
+                KUBERAY_NAMESPACE,
             ],  # fmt: skip
         ),
         pulumi.ResourceOptions(depends_on=cluster_ready),

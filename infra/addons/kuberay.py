@@ -1,4 +1,5 @@
 """KubeRay operator (chart kuberay-operator 1.7.0): RayJob and RayCluster for jobs with `operator: rayjob`.
+Pure data (workload stacks read its namespace and pod labels); infra/addons/training.py installs it.
 
 What the values change from the chart's defaults (helm-chart/kuberay-operator/values.yaml at v1.7.0):
 - Pod Security `restricted`: the chart's container securityContext already drops every capability, runs
@@ -23,12 +24,7 @@ What the values change from the chart's defaults (helm-chart/kuberay-operator/va
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
-
-import pulumi
-
-from infra.charts import release
 
 NAMESPACE = "kuberay-system"
 RELEASE = "kuberay-operator"
@@ -53,11 +49,3 @@ def kuberay_values(*, service_monitor: bool) -> dict[str, Any]:
         "metrics": {"enabled": True, "serviceMonitor": {"enabled": service_monitor}},
         "singleNamespaceInstall": False,
     }
-
-
-def install(
-    opts: pulumi.ResourceOptions, *, service_monitor: bool, after: Sequence[pulumi.Resource] = ()
-) -> pulumi.Resource:
-    """The operator's release into NAMESPACE (created labelled by infra/addons/namespaces.py)."""
-    merged = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=list(after)))
-    return release(RELEASE, CHART_KEY, NAMESPACE, kuberay_values(service_monitor=service_monitor), merged)

@@ -16,6 +16,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.addons.gpu import NAMESPACE as GPU_NAMESPACE
+from infra.addons.kuberay import NAMESPACE as KUBERAY_NAMESPACE
 from infra.addons.network_policies import KUBECOST_NAMESPACE, MONITORING_NAMESPACE, platform_policies
 from infra.addons.training import KUEUE_NAMESPACE, TRAINER_NAMESPACE, VOLCANO_NAMESPACE
 from infra.component_args import ComponentArgs, child_options
@@ -40,6 +41,7 @@ POD_SECURITY: dict[str, tuple[str, str]] = {
     ),
     KUBECOST_NAMESPACE: ("restricted", ""),
     TRAINER_NAMESPACE: ("restricted", ""),
+    KUBERAY_NAMESPACE: ("restricted", ""),
     KUEUE_NAMESPACE: ("restricted", ""),
     VOLCANO_NAMESPACE: (
         "baseline",
@@ -74,6 +76,7 @@ def platform_namespaces(config: AddonsConfig) -> list[str]:
         or gpu.efa_device_plugin,
         KUBECOST_NAMESPACE: config.kubecost.enabled and config.observability.enabled,
         TRAINER_NAMESPACE: config.training.trainer,
+        KUBERAY_NAMESPACE: config.training.kuberay,
         KUEUE_NAMESPACE: config.training.gang_scheduler == "kueue",
         VOLCANO_NAMESPACE: config.training.gang_scheduler == "volcano",
     }

@@ -17,6 +17,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from infra.accelerators import CATALOG
+from infra.addons import kuberay
 from infra.addons.manifests import custom_resource
 from infra.charts import TRAINER_TORCH_RUNTIME_IMAGE, TRAINING_OPERATOR_V1_KUSTOMIZE, release
 from infra.component_args import ComponentArgs, child_options
@@ -326,7 +327,13 @@ class Training(pulumi.ComponentResource):
             self.installed.append(operator_v1)
         # Training Operator v1 runs both PyTorchJob and MPIJob (workloads/mpijob.py).
         v1 = cfg.training_operator_v1
+        if cfg.kuberay:
+            monitored = args.service_monitor_after is not None
+            after = [args.service_monitor_after] if args.service_monitor_after else []
+            self.installed.append(kuberay.install(base, service_monitor=monitored, after=after))
         self.operators = {"trainjob": cfg.trainer, "pytorchjob": v1, "mpijob": v1}
+        if cfg.kuberay:  # exported only when on: platforms without it export what they did before
+            self.operators["rayjob"] = True
 
         self.queues = []
         if cfg.gang_scheduler == "kueue":

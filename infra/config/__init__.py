@@ -4,6 +4,7 @@
   platform.py       PlatformConfig (the model of a platform stack), ConfigError
   nodes.py          the system node group and the GPU pools
   addons.py         AddonsConfig: the `addons` object
+  node_health.py    the `addons.nodeHealth` object: repair, the node monitoring agent, the GPU check
   base.py           the model base every config model shares, and the `Invalid` error validators raise
   errors.py         ConfigError and the one-line messages: key, value found, what is allowed
   secrets.py        the secret keys: encrypted in the stack file, placeholders offline

@@ -124,6 +124,8 @@ class TrainingConfig(ConfigModel):
     trainer: bool = True
     # Training Operator v1.9 (PyTorchJob, MPIJob), for jobs not yet moved to TrainJob.
     training_operator_v1: bool = False
+    # KubeRay operator (RayJob, RayCluster): jobs with `operator: rayjob`, run by Ray Train.
+    kuberay: bool = False
     gang_scheduler: Literal["kueue", "volcano"] | None = None
     queues: list[TeamQueue] = Field(default_factory=list)
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-ENVIRONMENT_KEY = "mlops-eks:environment"
+from infra.config.stack_files import PROJECT
+
+ENVIRONMENT_KEY = f"{PROJECT}:environment"
 Environment = Literal["dev", "prod"]
-ENVIRONMENTS: tuple[Environment, ...] = ("dev", "prod")
 DEFAULT_ENVIRONMENT: Environment = "prod"
 
 

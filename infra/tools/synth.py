@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,8 @@ from pulumi.runtime import mocks as runtime_mocks
 from pulumi.runtime import rpc
 
 from infra.config import stack_files
-from infra.config.platform import PROJECT, ConfigError, PlatformConfig
+from infra.config.platform import ConfigError, PlatformConfig
+from infra.config.stack_files import PROJECT
 
 ACCOUNT_ID = "123456789012"
 REPO = Path(__file__).resolve().parents[2]
@@ -190,6 +192,11 @@ def available_stacks() -> list[str]:
     return sorted(stack_files.platform_stacks(REPO))
 
 
+def engine_config(values: Mapping[str, Any]) -> dict[str, str]:
+    """Stack config as the engine hands it to a program: structured values as JSON strings."""
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
+
+
 def synth(
     stack: str, values: dict[str, Any], monitor_type: type[RecordingMonitor] | None = None
 ) -> tuple[PlatformConfig, list[Registered], dict[str, Any]]:
@@ -202,7 +209,7 @@ def synth(
     config.check_deployable()
     mocks = PlatformMocks(config.region)
     monitor = (monitor_type or RecordingMonitor)(mocks)
-    pulumi.runtime.set_all_config({k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()})
+    pulumi.runtime.set_all_config(engine_config(values))
     install_mocks(mocks, stack, monitor)
     exports: dict[str, Any] = {}
 

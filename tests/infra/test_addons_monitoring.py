@@ -5,7 +5,7 @@ from __future__ import annotations
 import promql_parser
 import pytest
 
-from infra.addons.gpu import JOB_LABEL
+from infra.addons.gpu import JOB_METRIC_LABEL
 from infra.addons.monitoring.alerts import prometheus_rules
 from infra.addons.monitoring.dashboards import DASHBOARDS
 
@@ -56,7 +56,7 @@ def test_dashboard_queries_are_valid_promql(where, query):
 
 def test_training_dashboard_groups_by_the_job_label_workloads_set():
     queries = [q for where, q in _dashboard_queries() if where.startswith("training-jobs.json")]
-    assert queries and all(JOB_LABEL in q for q in queries)
+    assert queries and all(JOB_METRIC_LABEL in q for q in queries)
 
 
 def test_promql_check_rejects_a_broken_expression():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.infra.test_ordering import Node, depends_on
+from tests.infra.dependency_graph import Node, build_graph, depends_on
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 NODE_GROUP = "eks:index:ManagedNodeGroup"
@@ -14,10 +14,7 @@ NODE_GROUP = "eks:index:ManagedNodeGroup"
 
 @pytest.fixture
 def graph(stack) -> list[Node]:
-    return [
-        Node(r.type, r.name, e.urn, r.inputs, e.dependencies | e.property_dependencies, e.provider)
-        for r, e in zip(stack.resources, stack.edges, strict=True)
-    ]
+    return build_graph(stack)
 
 
 def one(graph: list[Node], type_: str, name: str) -> Node:

@@ -19,6 +19,7 @@ from infra.addons.gpu import (
 )
 from infra.addons.karpenter.controller import karpenter_values
 from infra.addons.karpenter.node_pools import NodeClassFacts, cpu_node_pool, ec2_node_class, gpu_node_pool
+from infra.addons.kuberay import kuberay_values
 from infra.addons.monitoring.kube_prometheus import kube_prometheus_stack_values, metrics_server_values
 from infra.addons.training import (
     kueue_objects,
@@ -73,6 +74,7 @@ VALUES = {
     "kubeflow-trainer": trainer_values(),
     "kueue": kueue_values(service_monitor=True),
     "volcano": volcano_values(),
+    "kuberay-operator": kuberay_values(service_monitor=True),
     "metrics-server": metrics_server_values(service_monitor=True),
 }
 

@@ -5,14 +5,14 @@ for the Helm release that installs its CRD (the CRDs each chart package in ../sh
 
 from __future__ import annotations
 
-import copy
 import re
 import tarfile
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 import pytest
+
+from tests.infra.dependency_graph import Node, build_graph, depends_on
 
 HELM = Path(__file__).resolve().parents[3] / "shared" / "upstream" / "helm"
 CLUSTER = "eks:index:Cluster"
@@ -20,37 +20,9 @@ K8S_PROVIDER = "pulumi:providers:kubernetes"
 RELEASE = "kubernetes:helm.sh/v3:Release"
 
 
-@dataclass
-class Node:
-    type: str
-    name: str
-    urn: str
-    inputs: dict
-    dependencies: set[str]
-    provider: str  # the provider reference "urn::id" ("" for none)
-
-
 @pytest.fixture(scope="module", params=["dev", "prod"])
 def graph(request) -> list[Node]:
-    platform = request.getfixturevalue(request.param)
-    nodes = []
-    for r, e in zip(platform.resources, platform.edges, strict=True):
-        deps = e.dependencies | e.property_dependencies
-        nodes.append(Node(r.type, r.name, e.urn, copy.deepcopy(r.inputs), deps, e.provider))
-    return nodes
-
-
-def depends_on(nodes: list[Node], node: Node, target_urn: str) -> bool:
-    by_urn = {n.urn: n for n in nodes}
-    seen, todo = set(), list(node.dependencies)
-    while todo:
-        urn = todo.pop()
-        if urn == target_urn:
-            return True
-        if urn not in seen and urn in by_urn:
-            seen.add(urn)
-            todo += by_urn[urn].dependencies
-    return False
+    return build_graph(request.getfixturevalue(request.param))
 
 
 def names_cluster(node: Node) -> bool:

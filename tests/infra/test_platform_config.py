@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from recording_mocks import engine_config
 
 from infra.config.platform import REGION_KEY, ConfigError, PlatformConfig
-from infra.tools.synth import stack_config
+from infra.tools.synth import engine_config, stack_config
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = {REGION_KEY: "us-east-1"}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.addons.gpu import JOB_LABEL
+from infra.addons.gpu import JOB_METRIC_LABEL
 from infra.addons.monitoring import training_metrics
 from infra.addons.monitoring.dashboards import training_dashboard
 from infra.charts import CHARTS
@@ -82,8 +82,8 @@ def test_pod_monitor_selects_the_rendered_training_pods_on_the_trainers_port(sta
 def test_pod_label_reaches_the_series_as_the_label_the_dashboard_filters_by():
     # prometheus-operator's sanitizeLabelName, applied to podTargetLabels (pkg/prometheus/promcfg.go)
     copied = training_metrics.pod_monitor("monitoring")["spec"]["podTargetLabels"]
-    assert JOB_LABEL in {re.sub(r"[^a-zA-Z0-9_]", "_", label) for label in copied}
-    assert all(JOB_LABEL in t["expr"] for p in training_dashboard()["panels"] for t in p["targets"])
+    assert JOB_METRIC_LABEL in {re.sub(r"[^a-zA-Z0-9_]", "_", label) for label in copied}
+    assert all(JOB_METRIC_LABEL in t["expr"] for p in training_dashboard()["panels"] for t in p["targets"])
 
 
 def test_trainer_default_port_is_the_one_workloads_declare():

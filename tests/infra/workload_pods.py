@@ -13,6 +13,7 @@ from pod_security import pod_spec
 
 from infra.contract import JOB_LABEL
 from workloads.__main__ import platform_facts
+from workloads.rayjob import pod_templates as ray_job_pod_templates
 from workloads.render import render
 from workloads.stacks import load_stack, program_text, workload_stacks
 
@@ -105,6 +106,8 @@ def _templates(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for obj in objects:
         if obj["kind"] == "PyTorchJob":
             found += [r["template"] for r in obj["spec"]["pytorchReplicaSpecs"].values()]
+        elif obj["kind"] == "RayJob":
+            found += [template for _, _, template in ray_job_pod_templates(obj)]
         elif obj["kind"] == "MPIJob":
             found += [r["template"] for r in obj["spec"]["mpiReplicaSpecs"].values()]
         elif obj["kind"] == "TrainingRuntime":

@@ -20,13 +20,12 @@ CFG = ModelConfig(dim=16, layers=2, heads=2, ffn_dim=32)
 
 @pytest.fixture
 def layer_runs(monkeypatch) -> list[nn.Module]:
-    """The encoder layers, once per forward they run in training mode."""
+    """The encoder layers, once per forward they run (a recompute in backward counts as a run)."""
     runs: list[nn.Module] = []
     forward = nn.TransformerEncoderLayer.forward
 
     def counted(self, *args, **kwargs):
-        if self.training:
-            runs.append(self)
+        runs.append(self)
         return forward(self, *args, **kwargs)
 
     monkeypatch.setattr(nn.TransformerEncoderLayer, "forward", counted)
@@ -50,10 +49,11 @@ def test_each_layer_runs_again_in_backward_only_when_checkpointing(layer_runs, c
 
 
 def test_evaluation_never_recomputes(layer_runs):
+    """Checkpointing is for training only: an eval-mode pass, even one that is differentiated, runs each
+    layer once."""
     model = build_model(CFG, vocab_size=50, max_positions=8, grad_checkpointing=True).eval()
-    with torch.no_grad():
-        model(torch.randint(1, 50, (3, 8)), torch.ones(3, 8, dtype=torch.bool))
-    assert layer_runs == []  # eval mode: not counted, and nothing to recompute
+    _step(model)
+    assert len(layer_runs) == CFG.layers
 
 
 @pytest.fixture
@@ -72,5 +72,6 @@ def test_the_config_flag_reaches_the_model_a_run_trains(tmp_path, layer_runs, ke
         args["train.grad_checkpointing"] = flag
         assert run(from_args(trainer_args(tmp_path / flag, **args))) == 0
         runs[flag] = len(layer_runs)
-    assert runs["false"] == steps * layers  # one forward per layer per step
-    assert runs["true"] == 2 * runs["false"]  # and each again in backward
+    # Evaluation runs the layers as often in both; checkpointing adds one recompute per layer per step.
+    assert runs["false"] >= steps * layers
+    assert runs["true"] - runs["false"] == steps * layers

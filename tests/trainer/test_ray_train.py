@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pickle
 import sys
+import threading
+import time
 import types
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 
 from trainer import faults, ray_train
-from trainer.ray_train import ProgramExit, exit_code_of, fit_with_retries, run_program
+from trainer.ray_train import ProgramExit, exit_code_of, run_program
 
 
 class ActorDiedError(RuntimeError):  # ray.exceptions.ActorDiedError's name: a worker (pod, node) gone
@@ -51,15 +53,18 @@ class UserExceptionWithTraceback(RuntimeError):  # Ray Train 2.60: a worker's ow
 
 @dataclass
 class FakeRay:
-    """What main() handed to Ray Train, and how often it called fit()."""
+    """What main() handed to Ray Train, how often fit() ran the workers, and the permanent-exit actor."""
 
     trainers: list[dict[str, Any]] = field(default_factory=list)
     fits: int = 0
     inits: int = 0
+    actors: dict[str, Any] = field(default_factory=dict)
 
 
 @pytest.fixture
 def fake_ray(monkeypatch) -> FakeRay:
+    """Ray and Ray Train's surface as the driver and its workers use it. fit() runs the worker function
+    here, restarting it as Ray Train's FailureConfig would (max_failures), with Ray's error shapes."""
     seen = FakeRay()
 
     def config(name: str):
@@ -71,15 +76,41 @@ def fake_ray(monkeypatch) -> FakeRay:
             seen.trainers.append(kwargs)
 
         def fit(self):
-            seen.fits += 1
-            try:
-                self.fn(self_config := seen.trainers[-1]["train_loop_config"])
-            except ProgramExit as err:  # rank 0's error, as Ray Train reports a worker's
-                raise WorkerGroupError({0: RayTaskError(pickle.loads(pickle.dumps(err)))}) from None
-            return self_config
+            failures = 0
+            while True:
+                seen.fits += 1
+                try:
+                    return self.fn(seen.trainers[-1]["train_loop_config"])
+                except ProgramExit as err:  # rank 0's error, as Ray Train reports a worker's
+                    failures += 1
+                    if failures > seen.trainers[-1]["run_config"].failure_config.max_failures:
+                        raise WorkerGroupError({0: RayTaskError(pickle.loads(pickle.dumps(err)))}) from None
+
+    class Handle:  # an actor handle: method.remote(...) runs at once, ray.get returns the value
+        def __init__(self, instance):
+            self.instance = instance
+
+        def __getattr__(self, method):
+            return types.SimpleNamespace(remote=getattr(self.instance, method))
+
+    def remote(**_options):
+        def wrap(cls):
+            def options(name):
+                def create(*args):
+                    seen.actors[name] = Handle(cls(*args))
+                    return seen.actors[name]
+
+                return types.SimpleNamespace(remote=create)
+
+            return types.SimpleNamespace(options=options)
+
+        return wrap
 
     ray = types.ModuleType("ray")
     ray.init = lambda **kw: setattr(seen, "inits", seen.inits + 1)
+    ray.remote = remote
+    ray.get = lambda value, timeout=None: value
+    ray.get_actor = lambda name: seen.actors[name]
     train = types.ModuleType("ray.train")
     train.ScalingConfig, train.RunConfig, train.FailureConfig = (
         config(n) for n in ("ScalingConfig", "RunConfig", "FailureConfig")
@@ -91,6 +122,7 @@ def fake_ray(monkeypatch) -> FakeRay:
     monkeypatch.setitem(sys.modules, "ray", ray)
     monkeypatch.setitem(sys.modules, "ray.train", train)
     monkeypatch.setitem(sys.modules, "ray.train.torch", torch_mod)
+    monkeypatch.setattr(ray_train, "POLL_SECONDS", 0.01)
     return seen
 
 
@@ -125,7 +157,8 @@ def test_workers_gpus_and_storage_reach_ray_train(fake_ray, tmp_path):
     scaling, run = kwargs["scaling_config"], kwargs["run_config"]
     assert (scaling.num_workers, scaling.use_gpu, scaling.resources_per_worker) == (4, True, {"GPU": 1.0})
     assert (run.storage_path, run.name) == ("s3://b/jobs/j/ray", "j")
-    assert run.failure_config.max_failures == 0  # retries are the driver's, by exit code
+    assert run.failure_config.max_failures == 0  # --restart-budget (default 0)
+    assert run.failure_config.controller_failure_limit == 0
     assert kwargs["train_loop_config"] == {"program": [script]}
     assert fake_ray.inits == 1
 
@@ -136,23 +169,24 @@ def test_cpu_workers_reserve_no_gpu(fake_ray, tmp_path):
     assert (scaling.use_gpu, scaling.resources_per_worker) == (False, None)
 
 
-def test_a_retryable_exit_fits_again_within_the_budget(fake_ray, tmp_path):
+def test_a_retryable_exit_is_restarted_by_ray_train_within_the_budget(fake_ray, tmp_path):
     script = _failing_then_ok(tmp_path, faults.STOPPED)
     assert ray_train.main(["--restart-budget", "1", "--", script]) == 0
     assert fake_ray.fits == 2
+    assert fake_ray.trainers[0]["run_config"].failure_config.max_failures == 1
 
 
 def test_a_retryable_exit_past_the_budget_is_the_exit_code(fake_ray, tmp_path, capsys):
     script = _failing_then_ok(tmp_path, faults.STORAGE_UNAVAILABLE)
     assert ray_train.main(["--restart-budget", "0", "--", script]) == faults.STORAGE_UNAVAILABLE
     assert fake_ray.fits == 1
-    assert "after 0 restart(s)" in capsys.readouterr().err
+    assert "training failed, exit 200 (retryable" in capsys.readouterr().err
 
 
-def test_a_permanent_exit_is_never_retried(fake_ray, tmp_path):
-    script = _failing_then_ok(tmp_path, faults.INVALID)
-    assert ray_train.main(["--restart-budget", "3", "--", script]) == faults.INVALID
-    assert fake_ray.fits == 1
+def test_a_permanent_exit_reaches_the_driver_which_ends_the_run(fake_ray, tmp_path):
+    for script in (_failing_then_ok(tmp_path, faults.INVALID), _script(tmp_path, "raise SystemExit(2)\n")):
+        assert ray_train.main(["--restart-budget", "3", "--", script]) == faults.INVALID
+        assert fake_ray.actors[ray_train.PERMANENT_EXIT_ACTOR].instance.code == faults.INVALID
 
 
 def test_the_trainer_runs_in_the_worker_through_its_own_main(fake_ray, capsys):
@@ -192,15 +226,45 @@ def test_the_exit_code_survives_ray_pickling_it():
     assert pickle.loads(pickle.dumps(ProgramExit(203))).exit_code == 203
 
 
-def test_fit_with_retries_counts_only_retries():
-    outcomes = [ProgramExit(202), ProgramExit(202), None]
+def test_supervise_returns_at_once_on_a_permanent_exit_while_ray_train_would_go_on(monkeypatch):
+    monkeypatch.setattr(ray_train, "POLL_SECONDS", 0.01)
+    forever = threading.Event()
+    reported: list[int] = []
+    fit_thread_running = threading.Event()
 
+    def fit():  # Ray Train restarting a group whose rank 0 failed for good, again and again
+        fit_thread_running.set()
+        forever.wait(30)
+
+    def permanent_exit():
+        if fit_thread_running.is_set():
+            reported.append(2)
+        return reported[0] if reported else None
+
+    started = time.monotonic()
+    assert ray_train.supervise(fit, permanent_exit) == 2
+    assert time.monotonic() - started < 5
+    forever.set()
+
+
+def test_supervise_gives_the_code_of_the_error_ray_train_ends_with():
     def fit():
-        outcome = outcomes.pop(0)
-        if outcome is not None:
-            raise WorkerGroupError({0: outcome})
+        raise WorkerGroupError({2: ActorDiedError("node gone")})
 
-    assert fit_with_retries(fit, restart_budget=2) == 0 and outcomes == []
+    assert ray_train.supervise(fit, lambda: None) == faults.PEER_LOST
+    assert ray_train.supervise(lambda: None, lambda: None) == 0
+
+
+def test_a_worker_reports_only_a_permanent_exit(fake_ray, tmp_path):
+    box = types.SimpleNamespace(codes=[])
+    fake_ray.actors[ray_train.PERMANENT_EXIT_ACTOR] = types.SimpleNamespace(
+        record=types.SimpleNamespace(remote=box.codes.append)
+    )
+    for code in (faults.INVALID, faults.STOPPED):
+        with pytest.raises(ProgramExit):
+            ray_train.train_worker({"program": [_script(tmp_path, f"raise SystemExit({code})\n")]})
+    ray_train.train_worker({"program": [_script(tmp_path, "pass\n")]})
+    assert box.codes == [faults.INVALID]
 
 
 def test_a_script_exit_message_is_exit_1(tmp_path, capsys):
@@ -227,3 +291,45 @@ def test_bad_arguments_exit_2_naming_the_flag(argv, message, capsys):
         ray_train.main(argv)
     assert done.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_trainer_trains_in_the_process_group_ray_train_made(monkeypatch):
+    """Ray Train initialises torch.distributed before the program runs; the trainer joins it instead of
+    initialising a second one (which torch refuses), and initialises its own under torchrun."""
+    import torch.distributed as torch_dist
+
+    from trainer import dist
+    from trainer.config import build
+
+    cfg = build({"train": {"device": "cpu"}}).train
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    made: list[dict] = []
+    monkeypatch.setattr(torch_dist, "init_process_group", lambda **kw: made.append(kw))
+    monkeypatch.setattr(torch_dist, "is_initialized", lambda: True)
+    env = dist.setup(cfg)
+    assert (env.rank, env.world_size, made) == (1, 2, [])
+    monkeypatch.setattr(torch_dist, "is_initialized", lambda: False)
+    dist.setup(cfg)
+    assert [(m["rank"], m["world_size"], m["backend"]) for m in made] == [(1, 2, "gloo")]
+
+
+def test_the_sigterm_flag_works_in_ray_trains_worker_thread():
+    """Ray Train runs the program in a thread, where Python refuses signal handlers."""
+    import signal
+
+    from trainer.dist import StopFlag
+
+    before = signal.getsignal(signal.SIGTERM)
+    made: list[StopFlag] = []
+    worker = threading.Thread(target=lambda: made.append(StopFlag()))
+    worker.start()
+    worker.join()
+    assert len(made) == 1 and made[0].requested is False
+    assert signal.getsignal(signal.SIGTERM) is before  # a worker thread leaves the process's handler alone
+    try:
+        flag = StopFlag()
+        assert signal.getsignal(signal.SIGTERM) == flag._on_signal  # the main thread (torchrun) sets it
+    finally:
+        signal.signal(signal.SIGTERM, before)

@@ -24,7 +24,7 @@ from workloads.spec import CONFIG_KEY, parse_spec
 from workloads.stacks import PLATFORM_KEY, load_stack, program_text, stack_file, workload_stacks
 
 WORKLOAD_STACKS = workload_stacks()
-JOB_KINDS = {"trainjob": "TrainJob", "pytorchjob": "PyTorchJob", "mpijob": "MPIJob"}
+JOB_KINDS = {"trainjob": "TrainJob", "pytorchjob": "PyTorchJob", "mpijob": "MPIJob", "rayjob": "RayJob"}
 PLATFORM_STACKS = PLATFORM_STACK_NAMES
 
 
@@ -208,7 +208,7 @@ def test_platform_custom_resources_pass_every_rule(rules, platform_objects, stac
 @pytest.mark.parametrize("stack", WORKLOAD_STACKS)
 def test_workload_custom_resources_pass_every_rule(rules, stack):
     crs = _custom_resources(_render(stack), rules)
-    assert {o["kind"] for o in crs} & {"TrainJob", "PyTorchJob", "MPIJob"}
+    assert {o["kind"] for o in crs} & {"TrainJob", "PyTorchJob", "MPIJob", "RayJob"}
     violations = [str(v) for o in crs for v in rules.validate(o)]
     assert not violations, "\n".join(violations)
 
@@ -462,7 +462,8 @@ def test_a_changed_pod_replaces_the_job(stack, change):
 def test_every_job_has_a_deadline_and_a_changed_one_replaces_a_trainjob(rules, stack):
     spec = load_stack(stack).spec
     kind = JOB_KINDS[spec.operator]
-    path = "spec.activeDeadlineSeconds" if kind == "TrainJob" else "spec.runPolicy.activeDeadlineSeconds"
+    top_level = kind in ("TrainJob", "RayJob")  # the others': runPolicy
+    path = "spec.activeDeadlineSeconds" if top_level else "spec.runPolicy.activeDeadlineSeconds"
     old, new = _one(_render(stack), kind), _one(_render(stack, {"maxRuntimeHours": 1.5}), kind)
     assert _get(old, path) == round(spec.max_runtime_hours * 3600) and _get(new, path) == 5400
     assert rules.validate(new) == []

@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from workloads.__main__ import platform_facts
+from workloads.rayjob import pod_templates as ray_job_pod_templates
 from workloads.render import render
 from workloads.spec import CONFIG_KEY, parse_spec
 from workloads.stacks import load_stack, program_text, stack_file, workload_stacks
@@ -30,6 +31,8 @@ def _pod_templates(objects: list[dict]) -> list[tuple[str, dict]]:
             key = "pytorchReplicaSpecs" if obj["kind"] == "PyTorchJob" else "mpiReplicaSpecs"
             for role, replica in obj["spec"][key].items():
                 found.append((f"{obj['kind']} {role}", replica["template"]))
+        elif obj["kind"] == "RayJob":
+            found += [(f"RayJob {role}", template) for role, _, template in ray_job_pod_templates(obj)]
         elif obj["kind"] == "TrainingRuntime":
             for job in obj["spec"]["template"]["spec"]["replicatedJobs"]:
                 found.append((f"TrainingRuntime {job['name']}", job["template"]["spec"]["template"]))

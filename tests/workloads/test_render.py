@@ -9,12 +9,13 @@ from kubeflow_trainer_api.models import TrainerV1alpha1TrainingRuntime, TrainerV
 from infra.accelerators import CATALOG
 from infra.config.cluster_rules import DEFAULT_KUBERNETES_VERSION
 from workloads.platform import example_outputs_path, load_platform_outputs
+from workloads.rayjob import pod_specs as ray_job_pod_specs
 from workloads.render import render
 from workloads.spec import parse_spec
 from workloads.stacks import load_stack, program_text, workload_stacks
 
 EKS_KUBERNETES = f"{DEFAULT_KUBERNETES_VERSION}.0"  # the EKS version the platform pins
-CRD_GROUPS = ("trainer.kubeflow.org/", "kubeflow.org/", "kueue.x-k8s.io/")
+CRD_GROUPS = ("trainer.kubeflow.org/", "kubeflow.org/", "kueue.x-k8s.io/", "ray.io/")
 STACKS = workload_stacks()
 VOLUMES_SPEC = {
     "name": "big",
@@ -64,6 +65,10 @@ def pod_templates(objects: list[dict]) -> dict[str, dict]:
         elif obj["kind"] == "TrainingRuntime":
             for job in obj["spec"]["template"]["spec"]["replicatedJobs"]:
                 found[f"TrainingRuntime {job['name']}"] = job["template"]["spec"]["template"]["spec"]
+        elif obj["kind"] == "RayJob":
+            for role, _, spec in ray_job_pod_specs(obj):
+                if role != "submitter":  # runs `ray job submit`, no training (tests/workloads/test_rayjob.py)
+                    found[f"RayJob {role}"] = spec
         elif obj["kind"] == "TrainJob":
             for patch in obj["spec"]["runtimePatches"]:
                 for job in patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]:
@@ -84,6 +89,11 @@ def training_containers(objects: list[dict]) -> dict[str, dict]:
     for obj in objects:
         if obj["kind"] == "TrainJob":
             found["TrainJob trainer"] = obj["spec"]["trainer"]
+        elif obj["kind"] == "RayJob":
+            for role, _, spec in ray_job_pod_specs(obj):
+                if role != "submitter":  # KubeRay runs `ray start` in the first container
+                    container = spec["containers"][0]
+                    found[f"RayJob {role}"] = {**container, "resourcesPerNode": container["resources"]}
         elif obj["kind"] == "PyTorchJob":
             for role, replica in obj["spec"]["pytorchReplicaSpecs"].items():
                 (container,) = [

@@ -46,7 +46,8 @@ def test_every_pod_of_every_committed_workload_stack_finds_a_node_source(stack):
     assert verdicts, f"{stack}: no pod templates found"
     assert unschedulable(verdicts) == []
     spec = load_stack(stack).spec
-    launcher = 1 if spec.operator == "mpijob" else 0  # an MPIJob's mpirun pod, beside its workers
+    # An MPIJob's mpirun pod or a RayJob's submitter, beside the gang.
+    launcher = 1 if spec.operator in ("mpijob", "rayjob") else 0
     assert sum(v.template.count for v in verdicts) == spec.max_nodes + launcher
 
 

@@ -1,7 +1,7 @@
 """Karpenter 1.14: GPU and CPU nodes on demand, sized to the pending pods.
 
 The controller's AWS identity is an IAM role bound to its service account with EKS Pod Identity, holding
-the reference policies of `karpenter_iam` scoped to this cluster. Nodes get their own role with an
+the reference policies of `iam.py` (this package) scoped to this cluster. Nodes get their own role with an
 `EC2_LINUX` access entry. Spot interruptions, rebalance recommendations, instance state changes, AWS
 Health and capacity-reservation events reach the controller through an SQS queue fed by EventBridge.
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from infra.addons.gpu import JOB_LABEL
+from infra.addons.gpu import JOB_METRIC_LABEL
 
 _DATASOURCE = {"type": "prometheus", "uid": "prometheus"}
 
@@ -96,16 +96,17 @@ def gpu_dashboard() -> dict[str, Any]:
 
 
 def training_dashboard() -> dict[str, Any]:
-    job = f'{JOB_LABEL}=~"$job", {JOB_LABEL}!=""'
-    legend = f"{{{{{JOB_LABEL}}}}}"
+    job = f'{JOB_METRIC_LABEL}=~"$job", {JOB_METRIC_LABEL}!=""'
+    legend = f"{{{{{JOB_METRIC_LABEL}}}}}"
 
     def per_job(agg: str, metric: str) -> dict[str, str]:
-        return {legend: f"{agg} by ({JOB_LABEL}) ({metric}{{{job}}})"}
+        return {legend: f"{agg} by ({JOB_METRIC_LABEL}) ({metric}{{{job}}})"}
 
-    running = {"jobs": f"count(count by ({JOB_LABEL}) (DCGM_FI_DEV_GPU_UTIL{{{job}}}))"}
+    running = {"jobs": f"count(count by ({JOB_METRIC_LABEL}) (DCGM_FI_DEV_GPU_UTIL{{{job}}}))"}
     # One sample per GPU per minute of the dashboard range = 1/60 GPU-hour.
     gpu_hours = {
-        legend: f"sum by ({JOB_LABEL}) (count_over_time(DCGM_FI_DEV_GPU_UTIL{{{job}}}[$__range:1m])) / 60"
+        legend: f"sum by ({JOB_METRIC_LABEL}) "
+        f"(count_over_time(DCGM_FI_DEV_GPU_UTIL{{{job}}}[$__range:1m])) / 60"
     }
     util, memory = per_job("avg", "DCGM_FI_DEV_GPU_UTIL"), per_job("sum", "DCGM_FI_DEV_FB_USED")
     # Tensor-core activity: the closest thing to throughput the GPU itself reports.
@@ -116,7 +117,7 @@ def training_dashboard() -> dict[str, Any]:
     loss, lr = per_job("max", "trainer_loss"), per_job("max", "trainer_learning_rate")
     samples = per_job("max", "trainer_samples_per_second")
     tokens = per_job("max", "trainer_tokens_per_second")
-    progress = {legend: f"max by ({JOB_LABEL}) (trainer_step{{{job}}} / trainer_total_steps{{{job}}})"}
+    progress = {legend: f"max by ({JOB_METRIC_LABEL}) (trainer_step{{{job}}} / trainer_total_steps{{{job}}})"}
     mfu = per_job("max", "trainer_mfu_ratio")
     trainer_panels = [
         _panel(7, "Training loss per job", loss, "none", (0, 22, 12, 8)),
@@ -139,7 +140,7 @@ def training_dashboard() -> dict[str, Any]:
     ]
     # Jobs with GPUs (DCGM) and jobs that run the trainer (CPU jobs have no DCGM series).
     jobs = '{__name__=~"DCGM_FI_DEV_GPU_UTIL|trainer_step"}'
-    variables = [_variable("job", "Job", f"label_values({jobs}, {JOB_LABEL})")]
+    variables = [_variable("job", "Job", f"label_values({jobs}, {JOB_METRIC_LABEL})")]
     return _dashboard("mlops-eks-training", "Training jobs", panels, variables)
 
 

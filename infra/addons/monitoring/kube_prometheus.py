@@ -162,7 +162,8 @@ class Observability(pulumi.ComponentResource):
             password = pulumi.Output.secret(args.grafana_admin_password)
         self.grafana_admin_password = pulumi.Output.secret(password)
 
-        # The namespace (Pod Security labels, NetworkPolicies) is infra/addons/namespaces.py's, in depends_on.
+        # The namespace (Pod Security labels, NetworkPolicies) is infra/addons/namespaces.py's, in
+        # opts.depends_on.
         in_namespace = k8s_opts
         secret = k8s.core.v1.Secret(
             f"{name}-grafana-admin",

@@ -44,8 +44,8 @@ class Platform:
     account_id: pulumi.Output[str]
     network: Network
     cluster: Cluster
-    system_pool: ManagedNodeGroup
-    gpu_pools: dict[str, ManagedNodeGroup]
+    system_node_group: ManagedNodeGroup
+    managed_gpu_groups: dict[str, ManagedNodeGroup]
     managed_addons: ManagedAddons
     storage: Storage
     # Tags on every AWS resource of the stack (and on the EC2 instances Karpenter launches).
@@ -67,7 +67,7 @@ class Platform:
     @property
     def node_groups(self) -> list[eks.ManagedNodeGroup]:
         """Every managed node group; Helm releases that need nodes depend on these."""
-        return [self.system_pool.node_group, *(p.node_group for p in self.gpu_pools.values())]
+        return [self.system_node_group.node_group, *(g.node_group for g in self.managed_gpu_groups.values())]
 
 
 def build(config: PlatformConfig, stack: str) -> Platform:
@@ -130,7 +130,7 @@ def build(config: PlatformConfig, stack: str) -> Platform:
     )
     system = config.system_nodes
     health = config.addons.node_health
-    system_pool = ManagedNodeGroup(
+    system_node_group = ManagedNodeGroup(
         "system",
         ManagedNodeGroupArgs(
             cluster=cluster.eks,
@@ -149,8 +149,8 @@ def build(config: PlatformConfig, stack: str) -> Platform:
         ),
         opts=pulumi.ResourceOptions(depends_on=cluster.node_prerequisites),
     )
-    gpu_pools = {
-        pool.name: _gpu_pool(pool, cluster, network, health, tags)
+    managed_gpu_groups = {
+        pool.name: _managed_gpu_group(pool, cluster, network, health, tags)
         for pool in config.gpu_pools
         if pool.source == "managed"
     }
@@ -167,7 +167,7 @@ def build(config: PlatformConfig, stack: str) -> Platform:
             tags=tags,
         ),
         # The add-ons' pods need schedulable nodes before EKS reports them ACTIVE.
-        opts=pulumi.ResourceOptions(depends_on=[system_pool.node_group]),
+        opts=pulumi.ResourceOptions(depends_on=[system_node_group.node_group]),
     )
     storage = Storage(
         "storage",
@@ -193,15 +193,15 @@ def build(config: PlatformConfig, stack: str) -> Platform:
         account_id=account_id,
         network=network,
         cluster=cluster,
-        system_pool=system_pool,
-        gpu_pools=gpu_pools,
+        system_node_group=system_node_group,
+        managed_gpu_groups=managed_gpu_groups,
         managed_addons=managed_addons,
         storage=storage,
         tags=tags,
     )
 
 
-def _gpu_pool(
+def _managed_gpu_group(
     pool: GpuPoolConfig, cluster: Cluster, network: Network, health: NodeHealthConfig, tags: dict[str, str]
 ) -> ManagedNodeGroup:
     """A fixed-size managed node group (`source: managed`): min = max = desired = size. Its nodes also

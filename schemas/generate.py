@@ -21,6 +21,7 @@ from infra.config import stack_files
 from infra.config.platform import PlatformConfig
 from infra.config.stack_files import JOB_KEY, PROJECT, PROVIDER_NAMESPACES, REGION_KEY, WORKLOAD_STACK_KEY
 from workloads.spec import TrainingJobSpec
+from workloads.stacks import PLATFORM_STACK_PATTERN
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -93,7 +94,7 @@ def workload_schema() -> dict[str, Any]:
     model.pop("title", None)
     values = {
         WORKLOAD_STACK_KEY: stack_value(
-            {"type": "string", "pattern": "^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)?$"},
+            {"type": "string", "pattern": PLATFORM_STACK_PATTERN},
             docs.get("platformStack"),
         ),
         JOB_KEY: stack_value(model, docs.get("job")),

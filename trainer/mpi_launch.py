@@ -17,7 +17,7 @@ Debian 13's) ignores: so both are passed as flags here, which both versions read
     rank's code (2 stays permanent, 143 and 200+ stay retryable; a rank killed by signal N gives 128 + N),
     but exits 0 when it loses a daemon mid-run (Open MPI 5.0.11: a worker pod gone): its message is
     recognised and turned into 202, peer lost, retryable;
-  - on SIGTERM (its own pod stopped), asks the ranks for their SIGTERM checkpoint through
+  - on SIGTERM before mpirun starts, exits 143 at once; once it runs, asks the ranks for their SIGTERM checkpoint through
     `trainer.mpi_worker --stop` in each worker, since mpirun itself SIGKILLs them moments after forwarding
     a SIGTERM.
 
@@ -149,7 +149,14 @@ def run_mpirun(argv: list[str]) -> tuple[int, bool]:
     return proc.wait(), lost
 
 
+def _stop_before_mpirun(signum: int, frame: object) -> None:
+    # As PID 1 the launcher would ignore a SIGTERM it has no handler for, and its pod's deletion would
+    # last the whole grace period while it waits for the workers: no rank runs yet, so it just stops.
+    raise SystemExit(faults.STOPPED)
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _stop_before_mpirun)
     parser = argparse.ArgumentParser(
         prog="python -m trainer.mpi_launch", description=__doc__.split("\n\n")[0]
     )

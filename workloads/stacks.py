@@ -17,7 +17,10 @@ REPO = Path(__file__).resolve().parents[1]
 PLATFORM_KEY = stack_files.WORKLOAD_STACK_KEY
 # The organization DIY backends (local, S3) use in fully qualified stack names.
 DIY_ORGANIZATION = "organization"
-_NAME_PART = re.compile(r"^[A-Za-z0-9_.-]+$")
+# A stack name part (stack, or organization/project/stack); also the schema's pattern (schemas/generate.py).
+NAME_PART = r"[A-Za-z0-9_.-]+"
+PLATFORM_STACK_PATTERN = f"^{NAME_PART}(/{NAME_PART}/{NAME_PART})?$"
+_NAME_PART = re.compile(f"^{NAME_PART}$")
 
 
 def platform_stack_ref(value: str, organization: str | None) -> str:

@@ -330,7 +330,10 @@ class Training(pulumi.ComponentResource):
         if cfg.kuberay:
             monitored = args.service_monitor_after is not None
             after = [args.service_monitor_after] if args.service_monitor_after else []
-            self.installed.append(kuberay.install(base, service_monitor=monitored, after=after))
+            values = kuberay.kuberay_values(service_monitor=monitored)
+            ray_opts = pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(depends_on=after))
+            ray = release(kuberay.RELEASE, kuberay.CHART_KEY, kuberay.NAMESPACE, values, ray_opts)
+            self.installed.append(ray)
         self.operators = {"trainjob": cfg.trainer, "pytorchjob": v1, "mpijob": v1}
         if cfg.kuberay:  # exported only when on: platforms without it export what they did before
             self.operators["rayjob"] = True

@@ -161,7 +161,8 @@ def test_install_script_stops_at_the_first_failing_step(tmp_path):
 
 # Packages the trainer imports only for an option it validates first (config.py: "needs the datasets
 # package"); the images leave them out, so such a job fails at config validation, naming the package.
-OPTIONAL_IN_TRAINER = {"datasets", "transformers", "tensorboard"}
+# ray: only trainer.ray_train (operator rayjob) imports it, and exits 2 naming the `ray` extra without it.
+OPTIONAL_IN_TRAINER = {"datasets", "transformers", "tensorboard", "ray"}
 
 
 def _closure(requirements: list[str]) -> set[str]:

@@ -126,7 +126,8 @@ class Synth:
         return json.loads(json.dumps([asdict(r) for r in self.resources]))
 
 
-def synth_with_edges(stack: str) -> Synth:
+def synth_with_edges(stack: str, values: dict | None = None) -> Synth:
+    """`values`: a config mapping instead of the stack file's (a variant of a committed stack)."""
     edges: dict[int, Edges] = {}  # by registration index: a registration may finish after a later one
 
     class GraphMonitor(RecordingMonitor):
@@ -138,7 +139,8 @@ def synth_with_edges(stack: str) -> Synth:
             edges[index] = Edges(response.urn, set(request.dependencies), property_deps, provider)
             return response
 
-    config, resources, exports = synth(stack, stack_config(stack), GraphMonitor)
+    values = stack_config(stack) if values is None else values
+    config, resources, exports = synth(stack, values, GraphMonitor)
     return Synth(config, resources, exports, [edges[i] for i in range(len(resources))])
 
 

@@ -17,9 +17,9 @@ Debian 13's) ignores: so both are passed as flags here, which both versions read
     rank's code (2 stays permanent, 143 and 200+ stay retryable; a rank killed by signal N gives 128 + N),
     but exits 0 when it loses a daemon mid-run (Open MPI 5.0.11: a worker pod gone): its message is
     recognised and turned into 202, peer lost, retryable;
-  - on SIGTERM before mpirun starts, exits 143 at once; once it runs, asks the ranks for their SIGTERM checkpoint through
-    `trainer.mpi_worker --stop` in each worker, since mpirun itself SIGKILLs them moments after forwarding
-    a SIGTERM.
+  - on SIGTERM before mpirun starts (waiting for the workers), exits 143 at once; once mpirun runs, asks
+    the ranks for their SIGTERM checkpoint through `trainer.mpi_worker --stop` in each worker, since
+    mpirun itself SIGKILLs them moments after forwarding a SIGTERM.
 
 The operator never recreates a finished launcher and its `ExitCode` policy only sets a Restarting condition
 there (ReconcilePods of mpijob_controller.go), so the launcher runs with `restartPolicy: OnFailure`: the

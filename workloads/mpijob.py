@@ -20,7 +20,10 @@ and passes SIGTERM to the ranks.
 Restarts: the operator never recreates a finished launcher, and `ExitCode` on an MPIJob replica only sets a
 Restarting condition (its ReconcilePods replaces the common one that implements ExitCode). Both replicas use
 `OnFailure`: the kubelet restarts a failed container in place and the operator fails the job once the
-restarts reach runPolicy.backoffLimit (core.PastBackoffLimit). A lost worker pod is recreated by name.
+restarts reach runPolicy.backoffLimit (core.PastBackoffLimit). A deleted worker pod is recreated by name,
+but one the operator sees in phase Failed first, as node repair leaves it, fails the job, and so does a
+Failed launcher under any policy: the README's MPI jobs section says what to do, and
+tests/workloads/test_node_repair_retry.py models it.
 """
 
 from __future__ import annotations

@@ -33,6 +33,8 @@ JOB_APIS = {
     "trainjob": ("trainer.kubeflow.org", "v1alpha1", "trainjobs", "node"),
     "pytorchjob": ("kubeflow.org", "v1", "pytorchjobs", "pytorch"),
     "mpijob": ("kubeflow.org", "v1", "mpijobs", "mpi"),
+    # Head, workers and submitter each run one container, each named differently: the pod's only one.
+    "rayjob": ("ray.io", "v1", "rayjobs", ""),
 }
 KUEUE = ("kueue.x-k8s.io", "v1beta2", "workloads")
 NODECLAIMS = ("karpenter.sh", "v1", "nodeclaims")
@@ -193,7 +195,9 @@ class Cluster:
     ) -> Any:
         """The container's log as text, or with `follow` the open response to iterate line by line.
         Raw in both cases: the client's "str" deserialisation would return the bytes' repr."""
-        kwargs: dict[str, Any] = {"container": container, "follow": follow, "_preload_content": False}
+        kwargs: dict[str, Any] = {"follow": follow, "_preload_content": False}
+        if container:  # "": the pod's only container
+            kwargs["container"] = container
         if tail_lines is not None:
             kwargs["tail_lines"] = tail_lines
         name, namespace = p["metadata"]["name"], p["metadata"]["namespace"]

@@ -16,15 +16,31 @@ NVIDIA_VISIBLE_DEVICES=all, as the DCGM exporter's pods do: the pod requests no 
 runs before the device plugin, and its pods differ only in the GPU count they expect (one DaemonSet per
 count, selected by instance type).
 
+A node that keeps failing must go away by itself: Karpenter never replaces it. While a node carries a
+startup taint Karpenter packs pending pods onto it as if the taint were absent (kubernetes-sigs/karpenter
+1.14.1 pkg/controllers/state/statenode.go, Taints(): an uninitialized node's startup taints are dropped),
+so the training pods waiting for it launch no other node; it never consolidates an uninitialized node; and
+node repair only acts on the monitoring agent's conditions, which a failed check does not set (a pod
+cannot set them either: the agent owns and rewrites them). So after a few failed tries the check deletes
+its node's NodeClaim (named by the Node's owner reference, which Karpenter adds at registration:
+pkg/controllers/nodeclaim/lifecycle/registration.go, syncNode), and Karpenter drains the node, terminates
+the instance and launches a replacement for the pods still pending. A managed node group's node has no
+NodeClaim: it stays tainted, GpuNodeCheckNotPassed fires, and a person replaces it (README).
+
 Rights: the taint is on the Node object, so the check needs `patch` on nodes, a cluster-scoped right
-(RBAC cannot name the node a pod runs on). It gets that verb alone (no get, list, update, delete, nor
-nodes/status), and a ValidatingAdmissionPolicy narrows it to what it is for: its service account may
-only change the node its own pod is bound to (the node name the API server records for a pod-bound
-service account token: user extra `authentication.kubernetes.io/node-name`, k8s.io/apiserver
+(RBAC cannot name the node a pod runs on), and `delete` on NodeClaims, cluster-scoped too. It gets those
+verbs alone (no get, list, update, nor nodes/status), and two ValidatingAdmissionPolicies narrow them to
+what they are for, keyed on the node its own pod is bound to (the node name the API server records for
+a pod-bound service account token: user extra `authentication.kubernetes.io/node-name`, k8s.io/apiserver
 pkg/authentication/serviceaccount NodeNameKey, on by default in every Kubernetes version the platform
-allows) and only by removing
-the startup taint: labels, annotations, finalizers, owner references, the other taints and
-`unschedulable` stay as they were.
+allows): it may change only that node, and only by removing the startup taint (labels, annotations,
+finalizers, owner references, the other taints and `unschedulable` stay as they were); it may delete only
+the NodeClaim whose `status.nodeName` is that node (on a DELETE the policy sees the stored claim, status
+included, as `oldObject`). A refusal answers 403 (`reason: Forbidden`), apart from the 422 of a JSON patch
+whose `test` failed, which the script retries.
+
+`pulumi up` does not wait for the DaemonSets' rollout (annotation `pulumi.com/skipAwait`: pulumi-kubernetes
+waits for a DaemonSet's pods to be ready, and a node failing its check keeps one unready for good).
 """
 
 from __future__ import annotations
@@ -46,6 +62,9 @@ SCRIPT_KEY = "gpu_node_check.py"
 # Who the API server says the check's pods are; the admission policy binds to it.
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 RUN_AS = 65534  # nobody: nvidia-smi only reads, and the GPU device files are world-readable
+# pulumi-kubernetes's annotation that skips its await logic for a resource (pulumi/pulumi-kubernetes#417).
+SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
+NODE_CLAIMS = {"apiGroups": ["karpenter.sh"], "resources": ["nodeclaims"]}
 
 
 def service_account_user(namespace: str) -> str:
@@ -112,12 +131,12 @@ def daemon_set(
 ) -> dict[str, Any]:
     name = f"{NAME}-{expected_gpus}gpu"
     selector = {"app.kubernetes.io/name": NAME, "mlops-eks.io/expected-gpus": str(expected_gpus)}
-    gpu_taint = CATALOG["t4"].taint
-    tolerations = [toleration_spec(STARTUP_TAINT), toleration_spec(gpu_taint, any_value=True)]
+    gpu_taints = sorted({a.taint for a in CATALOG.values() if a.vendor == "nvidia"}, key=lambda t: t.key)
+    tolerations = [toleration_spec(STARTUP_TAINT), *(toleration_spec(t, any_value=True) for t in gpu_taints)]
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": _meta(name, namespace),
+        "metadata": {**_meta(name, namespace), "annotations": SKIP_AWAIT},
         "spec": {
             "selector": {"matchLabels": selector},
             "template": {
@@ -137,8 +156,49 @@ def daemon_set(
     }
 
 
+def _own_node(node_name: str) -> str:
+    """CEL: the requester's token is bound to a pod on the node `node_name` (an expression) names."""
+    extra = "request.userInfo.extra"
+    return f"has({extra}) && '{NODE_NAME_EXTRA}' in {extra} && {extra}['{NODE_NAME_EXTRA}'] == [{node_name}]"
+
+
+def _policy(name: str, namespace: str, rule: dict[str, Any], validations: list[dict[str, Any]]) -> list[dict]:
+    """A ValidatingAdmissionPolicy on the check's own requests matching `rule`, and its binding. Each
+    refusal answers 403 Forbidden (the default, 422 Invalid, reads like a failed JSON patch `test`)."""
+    user = service_account_user(namespace)
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": _meta(name),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [rule]},
+            "matchConditions": [{"name": NAME, "expression": f"request.userInfo.username == '{user}'"}],
+            "validations": [{**v, "reason": "Forbidden"} for v in validations],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": _meta(name),
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }
+    return [policy, binding]
+
+
+def node_claim_policy(namespace: str) -> list[dict[str, Any]]:
+    """The check may delete only its own node's NodeClaim (module docstring)."""
+    claim_node = "oldObject.status.nodeName"
+    validation = {
+        "expression": f"has(oldObject.status) && has({claim_node}) && {_own_node(claim_node)}",
+        "message": "the GPU node check may delete only the NodeClaim of the node its own pod runs on",
+    }
+    rule = {**NODE_CLAIMS, "apiVersions": ["*"], "operations": ["DELETE"]}
+    return _policy(f"{NAME}-nodeclaim", namespace, rule, [validation])
+
+
 def admission_policy(namespace: str) -> list[dict[str, Any]]:
-    """The ValidatingAdmissionPolicy and its binding (module docstring)."""
+    """The ValidatingAdmissionPolicy on node updates and its binding (module docstring)."""
     key = STARTUP_TAINT.key
 
     def taints(obj: str) -> str:
@@ -156,8 +216,7 @@ def admission_policy(namespace: str) -> list[dict[str, Any]]:
     ]  # fmt: skip
     validations = [
         {
-            "expression": f"has(request.userInfo.extra) && '{NODE_NAME_EXTRA}' in request.userInfo.extra && "
-            f"request.userInfo.extra['{NODE_NAME_EXTRA}'] == [object.metadata.name]",
+            "expression": _own_node("object.metadata.name"),
             "message": "the GPU node check may change only the node its own pod runs on",
         },
         {
@@ -171,27 +230,7 @@ def admission_policy(namespace: str) -> list[dict[str, Any]]:
         },
     ]
     nodes = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes"]}
-    user = service_account_user(namespace)
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": _meta(NAME),
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [nodes]},
-            "matchConditions": [
-                {"name": "gpu-node-check", "expression": f"request.userInfo.username == '{user}'"}
-            ],
-            "validations": validations,
-        },
-    }
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": _meta(NAME),
-        "spec": {"policyName": NAME, "validationActions": ["Deny"]},
-    }
-    return [policy, binding]
+    return _policy(NAME, namespace, nodes, validations)
 
 
 def objects(namespace: str, instance_types: Sequence[str], image: str = CHECK_IMAGE) -> list[dict[str, Any]]:
@@ -205,7 +244,10 @@ def objects(namespace: str, instance_types: Sequence[str], image: str = CHECK_IM
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
             "metadata": _meta(NAME),
-            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]}],
+            "rules": [
+                {"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]},
+                {**NODE_CLAIMS, "verbs": ["delete"]},
+            ],
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -222,7 +264,8 @@ def objects(namespace: str, instance_types: Sequence[str], image: str = CHECK_IM
         "data": {SCRIPT_KEY: SCRIPT.read_text()},
     }
     daemon_sets = [daemon_set(namespace, n, types, image) for n, types in counts.items()]
-    return [*rbac, *admission_policy(namespace), config_map, *daemon_sets]
+    policies = [*admission_policy(namespace), *node_claim_policy(namespace)]
+    return [*rbac, *policies, config_map, *daemon_sets]
 
 
 def startup_taints(accelerator: str, *, enabled: bool) -> tuple[PoolTaint, ...]:

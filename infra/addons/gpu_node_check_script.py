@@ -7,13 +7,16 @@ ConfigMap: the standard library only, so any image with Python runs it).
    fell off the bus makes nvidia-smi itself fail.
 2. Then it removes the startup taint STARTUP_TAINT_KEY from its own node (NODE_NAME), so training pods
    can land there, and idles (a DaemonSet's pod runs for good; a restart only repeats the check).
-A failed check exits 1 and leaves the taint: the kubelet retries with back-off, and the alert
-GpuNodeCheckNotPassed fires.
+A check that fails ATTEMPTS times in a row (RETRY_SECONDS apart: a GPU still settling after boot gets
+another look) gives the node up. A Karpenter node's NodeClaim is deleted, so Karpenter replaces the node
+(gpu_node_check.py says why nothing else would); a node without one (a managed node group's) keeps the
+taint, the script exits 1 (the kubelet retries with back-off) and the alert GpuNodeCheckNotPassed fires.
 
-Its only right is `patch` on nodes, so it reads the node through a JSON patch whose only operation is a
-`test` (the API server answers with the node and, with nothing changed, writes nothing), and removes the
-taint with a `test` of that taint at its index first, so a concurrent change fails (HTTP 422) instead of
-removing another taint; it then reads again and retries.
+Its rights are `patch` on nodes and `delete` on NodeClaims, so it reads the node through a JSON patch
+whose only operation is a `test` (the API server answers with the node and, with nothing changed, writes
+nothing), and removes the taint with a `test` of that taint at its index first, so a concurrent change
+fails (HTTP 422) instead of removing another taint; it then reads again and retries. The admission
+policies refuse anything else with HTTP 403, which is not retried: its body is printed and the pod fails.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ QUERY = (
     "remapped_rows.pending,remapped_rows.failure"
 )
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+ATTEMPTS = 3
+RETRY_SECONDS = 30
 # Values nvidia-smi prints for a field a GPU does not have (a T4 has no row remapping, an A100 no page
 # retirement).
 _NOT_AVAILABLE = {"n/a", "[n/a]", "[not supported]", "not supported"}
@@ -40,6 +45,14 @@ _NOT_AVAILABLE = {"n/a", "[n/a]", "[not supported]", "not supported"}
 
 class CheckFailed(Exception):
     pass
+
+
+class ApiError(Exception):
+    """The API server refused a request; the message carries its answer (a Status naming the reason)."""
+
+    def __init__(self, method: str, path: str, code: int, body: str):
+        super().__init__(f"{method} {path}: HTTP {code}: {body}")
+        self.code = code
 
 
 def gpu_problems(csv_text: str, expected: int) -> list[str]:
@@ -102,23 +115,44 @@ def taint_removal_patch(node: dict[str, Any], key: str) -> list[dict[str, Any]] 
     return None
 
 
-def _patch(node: str, patch: list[dict[str, Any]]) -> dict[str, Any]:
+def node_claim(node: dict[str, Any]) -> str | None:
+    """The name of the Karpenter NodeClaim that owns `node` (Karpenter adds the owner reference when the
+    node registers); None for a node Karpenter did not launch."""
+    for owner in node.get("metadata", {}).get("ownerReferences") or []:
+        if owner.get("kind") == "NodeClaim" and owner.get("apiVersion", "").startswith("karpenter.sh/"):
+            return str(owner["name"])
+    return None
+
+
+def _send(request: urllib.request.Request) -> bytes:
+    """Sends `request` to the API server, trusting the cluster's CA; the answer's body, or HTTPError."""
+    context = ssl.create_default_context(cafile=f"{SERVICE_ACCOUNT}/ca.crt")
+    with urllib.request.urlopen(request, context=context, timeout=30) as response:
+        return response.read()
+
+
+def _api(method: str, path: str, body: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
     with open(f"{SERVICE_ACCOUNT}/token") as f:
         token = f.read().strip()
-    request = urllib.request.Request(
-        f"https://{host}:{port}/api/v1/nodes/{node}",
-        data=json.dumps(patch).encode(),
-        method="PATCH",
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json-patch+json"},
-    )
-    context = ssl.create_default_context(cafile=f"{SERVICE_ACCOUNT}/ca.crt")
-    with urllib.request.urlopen(request, context=context, timeout=30) as response:
-        return json.load(response)
+    headers = {"Authorization": f"Bearer {token}"}
+    if body is not None:
+        headers["Content-Type"] = "application/json-patch+json"
+    data = None if body is None else json.dumps(body).encode()
+    url = f"https://{host}:{port}{path}"
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        return json.loads(_send(request) or b"{}")
+    except urllib.error.HTTPError as err:
+        raise ApiError(method, path, err.code, err.read().decode(errors="replace")) from None
+
+
+def _patch(node: str, patch: list[dict[str, Any]]) -> dict[str, Any]:
+    return _api("PATCH", f"/api/v1/nodes/{node}", patch)
 
 
 def remove_taint(node: str, key: str, attempts: int = 5) -> bool:
-    """Removes the taint `key` from `node`; False when it was not there."""
+    """Removes the taint `key` from `node`; False when it was not there. ApiError on a refusal."""
     for attempt in range(attempts):
         current = _patch(node, read_patch(node))
         patch = taint_removal_patch(current, key)
@@ -127,24 +161,62 @@ def remove_taint(node: str, key: str, attempts: int = 5) -> bool:
         try:
             _patch(node, patch)
             return True
-        except urllib.error.HTTPError as err:
-            if err.code != 422 or attempt == attempts - 1:  # 422: the taints changed under us
+        except ApiError as err:
+            # 422: the patch's `test` failed, the taints changed under us. The admission policies refuse
+            # with 403, which no retry changes.
+            if err.code != 422 or attempt == attempts - 1:
                 raise
             time.sleep(1)
     return False
 
 
-def main() -> int:
-    node, key = os.environ["NODE_NAME"], os.environ["STARTUP_TAINT_KEY"]
-    try:
-        print(f"{node}: {check_gpus(int(os.environ['EXPECTED_GPUS']))}", flush=True)
-    except CheckFailed as err:
-        print(f"{node}: GPU check failed, the node keeps its taint {key}: {err}", file=sys.stderr, flush=True)
-        return 1
-    removed = remove_taint(node, key)
-    print(f"{node}: taint {key} {'removed' if removed else 'already gone'}", flush=True)
+def give_up(node: str) -> bool:
+    """Deletes the NodeClaim of `node` so that Karpenter replaces it; False when it has none."""
+    claim = node_claim(_patch(node, read_patch(node)))
+    if claim is None:
+        return False
+    _api("DELETE", f"/apis/karpenter.sh/v1/nodeclaims/{claim}")
+    return True
+
+
+def idle() -> None:
     while True:
         time.sleep(3600)
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def main() -> int:
+    node, key = os.environ["NODE_NAME"], os.environ["STARTUP_TAINT_KEY"]
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            print(f"{node}: {check_gpus(int(os.environ['EXPECTED_GPUS']))}", flush=True)
+            break
+        except CheckFailed as err:
+            _log(f"{node}: GPU check failed ({attempt} of {ATTEMPTS}): {err}")
+            if attempt < ATTEMPTS:
+                time.sleep(RETRY_SECONDS)
+    else:
+        try:
+            replaced = give_up(node)
+        except ApiError as err:
+            _log(f"{node}: could not delete its NodeClaim: {err}")
+            return 1
+        if not replaced:
+            _log(f"{node}: not a Karpenter node: it keeps its taint {key}; replace it (README)")
+            return 1
+        _log(f"{node}: its NodeClaim is deleted: Karpenter drains it and launches a replacement")
+        idle()
+    try:
+        removed = remove_taint(node, key)
+    except ApiError as err:
+        _log(f"{node}: the taint {key} stays: {err}")
+        return 1
+    print(f"{node}: taint {key} {'removed' if removed else 'already gone'}", flush=True)
+    idle()
+    return 0
 
 
 if __name__ == "__main__":

@@ -78,6 +78,7 @@ def install_addons(
                 storage_class=storage_class,
                 grafana_admin_password=grafana_admin_password,
                 alert_receiver_secret=alert_receiver_secret,
+                gpu_check=config.node_health.gpu_check,
             ),
             pulumi.ResourceOptions(depends_on=cluster_ready),
         )

@@ -72,6 +72,8 @@ def platform_namespaces(config: AddonsConfig) -> list[str]:
     gpu = config.gpu
     wanted = {
         MONITORING_NAMESPACE: config.observability.enabled,
+        # The startup GPU check goes there too: it runs only with NVIDIA pools, which need the NVIDIA
+        # device plugin (PlatformConfig refuses them without it).
         GPU_NAMESPACE: gpu.nvidia_device_plugin or gpu.dcgm_exporter or gpu.amd_device_plugin
         or gpu.efa_device_plugin,
         KUBECOST_NAMESPACE: config.kubecost.enabled and config.observability.enabled,

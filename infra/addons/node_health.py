@@ -129,8 +129,9 @@ def node_health_rules(*, startup_taint_key: str | None) -> list[Rule]:
                 "warning",
                 "GPU node {{ $labels.node }} has not passed its startup GPU check",
                 "No training pod lands on it until the check removes the taint. Look at the gpu-node-check "
-                "pod on that node in gpu-system: an image that cannot be pulled, or GPUs that fail the check "
-                "(then replace the node).",
+                "pod on that node in gpu-system: an image that cannot be pulled, or GPUs that fail it. "
+                "A Karpenter node that fails is replaced by the check itself (it deletes its NodeClaim); "
+                "replace a managed group's node yourself (README).",
             )
         )
     return rules

@@ -317,12 +317,19 @@ class Training(pulumi.ComponentResource):
             )
             self.installed += [trainer, runtime]
             self.runtimes.append(TORCH_RUNTIME)
+        volcano = None
+        if cfg.gang_scheduler == "volcano":
+            volcano = release("volcano", "volcano", VOLCANO_NAMESPACE, volcano_values(), base)
         if cfg.training_operator_v1:
-            # Under Volcano the operator must create the PodGroups that gang a job's pods.
-            by_volcano = cfg.gang_scheduler == "volcano"
-            directory = TRAINING_OPERATOR_V1_VOLCANO if by_volcano else TRAINING_OPERATOR_V1_KUSTOMIZE
+            # Under Volcano the operator must create the PodGroups that gang a job's pods, and it watches
+            # them only if their CRD is served when it starts (v1.9.2 mpijob_controller.go SetupWithManager,
+            # "skip watching volcano PodGroup if volcano PodGroup is not installed"): after Volcano.
+            directory = TRAINING_OPERATOR_V1_VOLCANO if volcano else TRAINING_OPERATOR_V1_KUSTOMIZE
+            after_volcano = pulumi.ResourceOptions(depends_on=[volcano] if volcano else None)
             operator_v1 = k8s.kustomize.v2.Directory(
-                f"{name}-training-operator-v1", directory=directory, opts=base
+                f"{name}-training-operator-v1",
+                directory=directory,
+                opts=pulumi.ResourceOptions.merge(base, after_volcano),
             )
             self.installed.append(operator_v1)
         # Training Operator v1 runs both PyTorchJob and MPIJob (workloads/mpijob.py).
@@ -361,8 +368,7 @@ class Training(pulumi.ComponentResource):
             self._objects(name, kueue_objects(cfg.queues), base, kueue)
             self.installed.append(kueue)
             self.queues = [q.name for q in cfg.queues]
-        elif cfg.gang_scheduler == "volcano":
-            volcano = release("volcano", "volcano", VOLCANO_NAMESPACE, volcano_values(), base)
+        elif volcano:
             self._objects(name, volcano_queues(cfg.queues), base, volcano)
             self.installed.append(volcano)
         self.register_outputs(

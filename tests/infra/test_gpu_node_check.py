@@ -1,6 +1,6 @@
-"""The startup GPU check: its objects are valid and as narrow as they claim, its admission policy allows
-exactly the removal of the startup taint from the check's own node, and its script decides and patches
-right."""
+"""The startup GPU check: its objects are valid and as narrow as they claim, its admission policies allow
+exactly the removal of the startup taint from the check's own node and the deletion of that node's
+NodeClaim, and its script decides and patches right (its requests: test_gpu_node_check_api.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from infra.config.cluster_rules import DEFAULT_KUBERNETES_VERSION
 from infra.contract import taint_spec, tolerated
 
 NAMESPACE = "gpu-system"
+CLAIM_POLICY = f"{check.NAME}-nodeclaim"
 OBJECTS = check.objects(NAMESPACE, ["g4dn.xlarge", "g4dn.12xlarge", "p4d.24xlarge", "g4ad.xlarge"])
 NODE = "ip-10-0-1-23.ec2.internal"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
@@ -49,11 +50,13 @@ def test_one_daemon_set_per_gpu_count_and_none_for_amd_types():
 def test_the_check_runs_on_tainted_gpu_nodes_and_requests_no_gpu():
     from infra.contract import PoolTaint, Toleration
 
+    nvidia_taints = [taint_spec(a.taint) for a in CATALOG.values() if a.vendor == "nvidia"]
     for ds in of_kind("DaemonSet"):
         spec = ds["spec"]["template"]["spec"]
         tolerations = [Toleration.model_validate(t) for t in spec["tolerations"]]
-        for taint in (STARTUP, GPU_TAINT):
+        for taint in (STARTUP, GPU_TAINT, *nvidia_taints):
             assert tolerated(tolerations, PoolTaint.model_validate(taint)), taint
+        assert not tolerated(tolerations, PoolTaint.model_validate(taint_spec(CATALOG["amd-v520"].taint)))
         nvidia = [a.node_labels for a in CATALOG.values() if a.vendor == "nvidia"]
         assert nvidia and all(spec["nodeSelector"].items() <= labels.items() for labels in nvidia)
         # Before the device plugin runs (it does not tolerate the startup taint) nothing is allocatable.
@@ -65,9 +68,18 @@ def test_the_check_pods_pass_the_restricted_pod_security_level():
         assert restricted_violations(ds["spec"]["template"]["spec"]) == []
 
 
-def test_rbac_grants_patch_on_nodes_and_nothing_else():
+def test_pulumi_does_not_wait_for_the_check_to_pass_on_every_node():
+    # A node failing its check keeps its DaemonSet unready: `pulumi up` must not wait for the rollout.
+    for ds in of_kind("DaemonSet"):
+        assert ds["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
+
+
+def test_rbac_grants_patch_on_nodes_delete_on_nodeclaims_and_nothing_else():
     (role,) = of_kind("ClusterRole")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]}]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]},
+        {"apiGroups": ["karpenter.sh"], "resources": ["nodeclaims"], "verbs": ["delete"]},
+    ]
     (binding,) = of_kind("ClusterRoleBinding")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": check.NAME, "namespace": NAMESPACE}]
     assert not of_kind("Role") and not of_kind("RoleBinding")
@@ -95,9 +107,23 @@ def _node(taints: list[dict], **labels: str) -> dict:
     }
 
 
-def _admit(old: dict, new: dict, *, user: str | None = None, node_name: str | None = NODE) -> list[str]:
-    """The messages of the policy's failed validations; None when its match condition excludes the user."""
-    (policy,) = of_kind("ValidatingAdmissionPolicy")
+def _policy(name: str) -> dict:
+    (policy,) = [p for p in of_kind("ValidatingAdmissionPolicy") if p["metadata"]["name"] == name]
+    return policy
+
+
+def _admit(
+    old: dict,
+    new: dict | None,
+    *,
+    user: str | None = None,
+    node_name: str | None = NODE,
+    policy_name: str = check.NAME,
+) -> list[str]:
+    """The messages of the policy's failed validations; ["not matched"] when its match condition excludes
+    the user. `new` is None on a DELETE (the API server binds `object` to null, `oldObject` to the stored
+    object)."""
+    policy = _policy(policy_name)
     env = celpy.Environment()
     extra = {check.NODE_NAME_EXTRA: [node_name]} if node_name else {}
     request = {"userInfo": {"username": user or check.service_account_user(NAMESPACE), "extra": extra}}
@@ -113,11 +139,26 @@ def _admit(old: dict, new: dict, *, user: str | None = None, node_name: str | No
     return [v["message"] for v in policy["spec"]["validations"] if not holds(v["expression"])]
 
 
-def test_the_policy_binds_every_update_of_a_node_by_the_check():
-    (policy,) = of_kind("ValidatingAdmissionPolicy")
-    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["nodes"]
-    (binding,) = of_kind("ValidatingAdmissionPolicyBinding")
-    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+def test_the_policies_bind_every_node_update_and_nodeclaim_deletion_by_the_check():
+    rules = {
+        name: _policy(name)["spec"]["matchConstraints"]["resourceRules"]
+        for name in (check.NAME, CLAIM_POLICY)
+    }
+    assert rules[check.NAME][0]["resources"] == ["nodes"]
+    assert rules[check.NAME][0]["operations"] == ["UPDATE"]
+    claims = rules[CLAIM_POLICY][0]
+    assert (claims["apiGroups"], claims["resources"], claims["operations"]) == (
+        ["karpenter.sh"], ["nodeclaims"], ["DELETE"],
+    )  # fmt: skip
+    bindings = {b["spec"]["policyName"]: b["spec"] for b in of_kind("ValidatingAdmissionPolicyBinding")}
+    assert set(bindings) == set(rules)
+    assert all(b["validationActions"] == ["Deny"] for b in bindings.values())
+
+
+def test_a_refusal_is_forbidden_not_invalid():
+    # 422 (the default reason, Invalid) is what the script retries: a failed JSON patch `test`.
+    validations = [v for p in of_kind("ValidatingAdmissionPolicy") for v in p["spec"]["validations"]]
+    assert validations and all(v["reason"] == "Forbidden" for v in validations)
 
 
 def test_the_policy_allows_removing_the_startup_taint_from_the_checks_own_node():
@@ -150,6 +191,33 @@ def test_the_policy_refuses_anything_else(new, node_name, refused):
 def test_the_policy_leaves_other_users_alone():
     old = _node([GPU_TAINT, STARTUP])
     assert _admit(old, _node([]), user="system:node:" + NODE) == ["not matched"]
+
+
+def _claim(node_name: str | None) -> dict:
+    claim = {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "gpu-t4-x7k2p"}}
+    if node_name:
+        claim["status"] = {"nodeName": node_name, "providerID": "aws:///us-east-1a/i-0abc"}
+    return claim
+
+
+def test_the_check_may_delete_the_nodeclaim_of_its_own_node():
+    assert _admit(_claim(NODE), None, policy_name=CLAIM_POLICY) == []
+
+
+@pytest.mark.parametrize(
+    ("claim_node", "token_node"),
+    [("ip-10-0-9-9.ec2.internal", NODE), (None, NODE), (NODE, None)],
+    ids=["another-nodes-claim", "claim-not-registered", "token-without-node"],
+)
+def test_the_check_may_delete_no_other_nodeclaim(claim_node, token_node):
+    messages = _admit(_claim(claim_node), None, node_name=token_node, policy_name=CLAIM_POLICY)
+    assert any("only the NodeClaim of the node its own pod runs on" in m for m in messages), messages
+
+
+def test_the_nodeclaim_policy_leaves_karpenter_alone():
+    karpenter = "system:serviceaccount:karpenter:karpenter"
+    messages = _admit(_claim("ip-10-0-9-9.ec2.internal"), None, user=karpenter, policy_name=CLAIM_POLICY)
+    assert messages == ["not matched"]
 
 
 # The script: its verdict on nvidia-smi's output and the patches it sends.

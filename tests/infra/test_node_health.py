@@ -1,6 +1,7 @@
 """GPU node health: node auto repair reaches the managed groups' NodeGroup, Karpenter's repair gate
 renders with its chart, the node monitoring agent's DCGM host engine runs on tainted GPU nodes, the health
-alerts watch the conditions the agent sets, and bad settings are refused naming the key.
+alerts watch the conditions the agent sets (the startup check's only with the check), the check's namespace
+comes with it, and bad settings are refused naming the key.
 (On the whole platform program: test_node_health_on_the_platform.py.)"""
 
 from __future__ import annotations
@@ -12,9 +13,13 @@ import pulumi
 import pytest
 
 from infra.addons import node_health
+from infra.addons.gpu import NAMESPACE as GPU_NAMESPACE
 from infra.addons.gpu_node_check import STARTUP_TAINT
 from infra.addons.karpenter.controller import karpenter_values
 from infra.addons.monitoring.alerts import prometheus_rules
+from infra.addons.monitoring.kube_prometheus import kube_prometheus_stack_values
+from infra.addons.namespaces import platform_namespaces
+from infra.config.addons import ObservabilityConfig
 from infra.config.platform import ConfigError, PlatformConfig
 from infra.platform.node_repair import NODE_GROUP_TYPE, node_repair_transform, with_node_repair
 from infra.tools.synth import stack_config
@@ -142,6 +147,31 @@ def test_a_node_stuck_behind_the_startup_taint_is_an_alert_only_with_the_check()
     assert f'key="{STARTUP_TAINT.key}"' in stuck["expr"]
     without = node_health.node_health_rules(startup_taint_key=None)
     assert "GpuNodeCheckNotPassed" not in {name for name, *_ in without}
+
+
+def test_the_stuck_node_alert_is_not_installed_without_the_check():
+    def alerts(gpu_check: bool) -> set[str]:
+        rules = prometheus_rules(gpu_check=gpu_check)["mlops-eks-node-health"]["groups"][0]["rules"]
+        return {r["alert"] for r in rules}
+
+    assert "GpuNodeCheckNotPassed" in alerts(True)
+    assert alerts(False) == alerts(True) - {"GpuNodeCheckNotPassed"}
+    values = kube_prometheus_stack_values(ObservabilityConfig(), storage_class="gp3", gpu_check=False)
+    assert "GpuNodeCheckNotPassed" not in str(values["additionalPrometheusRulesMap"])
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_the_checks_namespace_comes_with_every_checked_nvidia_pool(stack):
+    # The check installs into gpu-system, which exists while a GPU chart does: NVIDIA pools must bring one.
+    config = PlatformConfig.from_mapping(stack_config(stack))
+    assert config.addons.node_health.gpu_check and any(
+        p.catalog_entry.vendor == "nvidia" for p in config.gpu_pools
+    )
+    assert GPU_NAMESPACE in platform_namespaces(config.addons)
+    values = copy.deepcopy(stack_config(stack))
+    values["mlops-eks:addons"]["gpu"] = {"nvidiaDevicePlugin": False, "dcgmExporter": False}
+    with pytest.raises(ConfigError, match="nvidiaDevicePlugin"):
+        PlatformConfig.from_mapping(values)
 
 
 def test_the_agents_dcgm_host_engine_runs_on_every_nvidia_node_checked_or_not():

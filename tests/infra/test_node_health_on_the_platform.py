@@ -117,11 +117,19 @@ def test_the_agent_add_on_and_the_check_come_with_gpu_pools(reserved):
     assert not [r for r in without if "gpu-node-check" in r.name]
 
 
-def test_without_the_check_no_pool_is_tainted_and_nothing_is_deployed():
+def _alerts(resources) -> set[str]:
+    rules = _one(resources, "kubernetes:helm.sh/v3:Release", "kube-prometheus-stack").inputs["values"]
+    groups = [g for spec in rules["additionalPrometheusRulesMap"].values() for g in spec["groups"]]
+    return {rule["alert"] for group in groups for rule in group["rules"]}
+
+
+def test_without_the_check_no_pool_is_tainted_and_nothing_is_deployed(reserved):
     resources, exports, _ = _synth(health={"gpuCheck": False})
     assert all(p["startup_taints"] == [] for p in exports["accelerator_pools"].values())
     assert not [r for r in resources if "gpu-node-check" in r.name]
     assert STARTUP_TAINT.key not in json.dumps([r.inputs for r in resources if "NodeGroup" in r.type])
+    assert "GpuNodeCheckNotPassed" in _alerts(reserved[0])
+    assert "GpuNodeCheckNotPassed" not in _alerts(resources)
 
 
 @pytest.mark.parametrize(("stack", "on"), [("dev", "true"), ("prod", "false")])

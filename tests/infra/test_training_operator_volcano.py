@@ -3,6 +3,7 @@ PodGroup that gangs a PyTorchJob's or an MPIJob's pods; the same pinned overlay 
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pulumi
@@ -13,6 +14,9 @@ import yaml
 from infra.addons.training import TRAINING_OPERATOR_V1_VOLCANO, Training, TrainingArgs
 from infra.charts import TRAINING_OPERATOR_V1_KUSTOMIZE
 from infra.config.addons import AddonsConfig
+from infra.tools.synth import stack_config
+from tests.conftest import synth_with_edges
+from tests.infra.dependency_graph import build_graph, depends_on
 
 REPO = Path(__file__).resolve().parents[2]
 KUSTOMIZATION = yaml.safe_load((REPO / TRAINING_OPERATOR_V1_VOLCANO / "kustomization.yaml").read_text())
@@ -70,3 +74,25 @@ def test_a_kueue_platform_installs_the_overlay_as_it_is(mocks):
         assert operator_v1["directory"] == TRAINING_OPERATOR_V1_KUSTOMIZE
 
     return pulumi.Output.all(*[r.urn for r in training.installed]).apply(check)
+
+
+def _operator_and_volcano(gang_scheduler: str):
+    values = copy.deepcopy(stack_config("dev"))
+    values["mlops-eks:addons"]["training"]["gangScheduler"] = gang_scheduler
+    graph = build_graph(synth_with_edges("dev", values))
+    (operator_v1,) = [n for n in graph if n.type == "kubernetes:kustomize/v2:Directory"]
+    volcano = [n for n in graph if n.type == "kubernetes:helm.sh/v3:Release" and n.name == "volcano"]
+    return graph, operator_v1, volcano
+
+
+def test_under_volcano_the_operator_starts_after_the_podgroup_crd():
+    """At v1.9.2 the operator watches Volcano PodGroups only if their CRD is served when it starts
+    (mpijob_controller.go SetupWithManager): started before Volcano, it never sees a gang's PodGroup."""
+    graph, operator_v1, (volcano,) = _operator_and_volcano("volcano")
+    assert operator_v1.inputs["directory"] == TRAINING_OPERATOR_V1_VOLCANO
+    assert depends_on(graph, operator_v1, volcano.urn)
+
+
+def test_under_kueue_there_is_no_volcano_to_wait_for():
+    _, operator_v1, volcano = _operator_and_volcano("kueue")
+    assert volcano == [] and operator_v1.inputs["directory"] == TRAINING_OPERATOR_V1_KUSTOMIZE

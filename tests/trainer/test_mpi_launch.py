@@ -3,8 +3,10 @@ the exit codes it gives the pod for what mpirun reports."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -118,3 +120,28 @@ def test_success_exits_0(tmp_path):
     proc = _launch(tmp_path, env)
     assert proc.returncode == 0 and "exit 0 (done)" in proc.stderr
     assert "MASTER_ADDR=10.0.3.7" in (tmp_path / "calls").read_text()
+
+
+def test_sigterm_while_waiting_for_the_workers_exits_143_at_once(tmp_path):
+    """As its pod's PID 1 the launcher would ignore a SIGTERM it has no handler for: its deletion would
+    then last the whole grace period."""
+    env = _fake_tools(tmp_path, "exit 0", phase="Pending")
+    polled = tmp_path / "polled"
+    (tmp_path / "kubectl").write_text(f"#!/bin/sh\necho >>{polled}\necho Pending\n")
+    cmd = [
+        sys.executable, "-m", "trainer.mpi_launch", "--hostfile", str(tmp_path / "hostfile"),
+        "--kubectl", str(tmp_path / "kubectl"), "--state-dir", str(tmp_path / "state"),
+        "--", "python", "-m", "trainer",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not polled.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert polled.exists(), "the launcher never polled the workers"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == faults.STOPPED
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert not (tmp_path / "calls").exists()  # mpirun never started

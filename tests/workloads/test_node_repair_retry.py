@@ -11,12 +11,22 @@ stack's rendered objects, with the failure handling of the controllers that run 
 - PyTorchJob: the Training Operator v1.9 restarts a failed pod when its replica's restartPolicy is
   ExitCode and the `pytorch` container's exit code is 128 or more; a pod without a terminated container
   counts as the magic code 0xbeef, retryable as well (pkg/controller.v1/common/pod.go, ReconcilePods).
+- MPIJob: the same operator's mpijob_controller.go at v1.9.2 (the commit infra/charts.py pins) has its own
+  ReconcilePods, which never deletes a failed pod and creates only the workers that do not exist. A
+  launcher in phase Failed fails the job whatever its restartPolicy (updateMPIJobStatus, L430-447; reason
+  "Evicted" only renames the condition MPIJobEvicted), a worker with status.reason "Evicted" as well
+  (L463-481), and any other failed worker unless its replica's restartPolicy is ExitCode, which only sets a
+  Restarting condition (UpdateJobStatus, L600-614). A Failed condition is final: common/job.go
+  ReconcileJobs returns at IsFinished and deletes the running pods. A container that fails while its pod
+  stays (restartPolicy OnFailure) is restarted in place by the kubelet, counted against backoffLimit.
 
 What a repaired node does to its pods (node repair drains and replaces it: infra/addons/node_health.py):
 an eviction through the Eviction API marks the pod DisruptionTarget before its SIGTERM; Karpenter's forced
 termination and a drain past the grace period delete pods without that condition; an instance that
 vanishes leaves its pods to the pod garbage collector, which marks them DisruptionTarget and Failed
-without an exit code. The trainer exits 143 after its SIGTERM checkpoint, 137 when killed, and its ranks
+without an exit code. Each of these pods reaches phase Failed before it is gone: the kubelet sets a deleted
+pod's terminal phase before the API server removes it, and the pod GC marks it Failed before deleting it.
+The trainer exits 143 after its SIGTERM checkpoint, 137 when killed, and its ranks
 on healthy nodes exit 202 when their peer is gone (trainer/faults.py).
 """
 
@@ -32,6 +42,7 @@ from workloads.render import render
 from workloads.stacks import load_stack, program_text, read_config, stack_file, workload_stacks
 
 IGNORED, RESTARTED, FAILED = "replaced without counting", "restarted from the checkpoint", "failed"
+LEFT_FAILED = "left Failed, never replaced"
 BEEF = 0xBEEF
 
 
@@ -42,6 +53,7 @@ class PodEnd:
 
     exit_code: int | None
     conditions: tuple[str, ...] = field(default=())
+    pod_removed: bool = True  # False: only its container ended, and the pod stays
 
 
 REPAIR = {
@@ -50,10 +62,10 @@ REPAIR = {
     "deleted by a forced termination, checkpointed": PodEnd(143),
     "deleted by a forced termination, killed": PodEnd(137),
     "instance gone, marked Failed by the pod GC": PodEnd(None, ("DisruptionTarget",)),
-    "a rank on a healthy node lost its peer": PodEnd(202),
-    "NCCL watchdog abort on a healthy node (128 + SIGABRT)": PodEnd(134),
+    "a rank on a healthy node lost its peer": PodEnd(202, pod_removed=False),
+    "NCCL watchdog abort on a healthy node (128 + SIGABRT)": PodEnd(134, pod_removed=False),
 }
-PERMANENT = {"invalid configuration": PodEnd(2), "a bug": PodEnd(1)}
+PERMANENT = {"invalid configuration": PodEnd(2, pod_removed=False), "a bug": PodEnd(1, pod_removed=False)}
 
 
 def _exit_code_matches(rule: dict, end: PodEnd) -> bool:
@@ -98,6 +110,19 @@ def pytorch_job_outcome(job: dict, end: PodEnd) -> list[str]:
     return outcomes
 
 
+def mpi_job_outcome(job: dict, replica_type: str, end: PodEnd, reason: str = "") -> str:
+    """What the operator does when a pod of `replica_type` ends so (`reason`: the pod's status.reason)."""
+    policy = job["spec"]["mpiReplicaSpecs"][replica_type]["restartPolicy"]
+    pod_restart_policy = "Never" if policy == "ExitCode" else policy  # setRestartPolicy, L1394
+    if not end.pod_removed and pod_restart_policy in ("OnFailure", "Always"):
+        return RESTARTED  # by the kubelet, in place; the pod never leaves phase Running
+    # The pod is in phase Failed.
+    if replica_type == "Launcher" or reason == "Evicted" or policy != "ExitCode":
+        return FAILED
+    # Restarting: only the pod's deletion (drain, pod GC) lets getOrCreateWorker recreate it by name.
+    return RESTARTED if end.pod_removed else LEFT_FAILED
+
+
 def _outcomes(objects: list[dict], end: PodEnd) -> list[str]:
     outcomes = []
     for obj in objects:
@@ -118,8 +143,8 @@ def _job(stack: str) -> dict:
     return read_config(stack_file(stack))[f"{PROJECT}:job"]
 
 
-# The stacks of the two kinds this checks (Ray and MPI jobs have their own restart semantics), read from
-# the stack files so that a stack of another kind is never rendered here.
+# The stacks of the two kinds that retry (MPI jobs are checked below; Ray jobs have their own restart
+# semantics), read from the stack files so that a stack of another kind is never rendered here.
 JOB_STACKS = [
     s for s in workload_stacks() if _job(s).get("operator", "trainjob") in ("trainjob", "pytorchjob")
 ]
@@ -175,3 +200,52 @@ def test_the_model_tells_a_policy_that_would_fail_repaired_jobs():
     broken["spec"]["template"] = {**broken["spec"]["template"], "spec": jobset}
     assert train_job_outcome(broken, REPAIR["deleted by a forced termination, checkpointed"]) == FAILED
     assert train_job_outcome(broken, REPAIR["instance gone, marked Failed by the pod GC"]) == RESTARTED
+
+
+MPI_JOBS = {
+    s: next(o for o in _rendered(s) if o["kind"] == "MPIJob")
+    for s in workload_stacks()
+    if _job(s).get("operator") == "mpijob"
+}
+REMOVED = [how for how, end in REPAIR.items() if end.pod_removed]
+
+
+def test_an_mpi_stack_is_committed():
+    assert MPI_JOBS
+
+
+@pytest.mark.parametrize("stack", MPI_JOBS)
+@pytest.mark.parametrize("how", REMOVED)
+def test_an_mpi_job_fails_when_repair_removes_one_of_its_pods(stack, how):
+    """The operator's known limitation, asserted as it is: the README says so and what to do (`pulumi up`
+    again resubmits the job, which resumes from its checkpoint)."""
+    job = MPI_JOBS[stack]
+    assert mpi_job_outcome(job, "Launcher", REPAIR[how]) == FAILED
+    assert mpi_job_outcome(job, "Worker", REPAIR[how]) == FAILED
+
+
+@pytest.mark.parametrize("stack", MPI_JOBS)
+@pytest.mark.parametrize("how", [how for how in REPAIR if how not in REMOVED])
+def test_an_mpi_job_retries_a_rank_that_fails_on_a_healthy_node(stack, how):
+    job = MPI_JOBS[stack]
+    assert {mpi_job_outcome(job, r, REPAIR[how]) for r in ("Launcher", "Worker")} == {RESTARTED}
+
+
+@pytest.mark.parametrize("launcher", ["OnFailure", "Always", "ExitCode", "Never"])
+@pytest.mark.parametrize("worker", ["OnFailure", "Always", "ExitCode", "Never"])
+def test_no_restart_policy_makes_an_mpi_job_survive_repair(launcher, worker):
+    """ExitCode on the workers lets a removed worker be recreated, but a removed launcher fails the job
+    whatever its policy, and an ExitCode worker whose container fails stays Failed."""
+    job = {"spec": {"mpiReplicaSpecs": {"Launcher": {"restartPolicy": launcher},
+                                         "Worker": {"restartPolicy": worker}}}}  # fmt: skip
+    outcomes = {mpi_job_outcome(job, r, end) for r in ("Launcher", "Worker") for end in REPAIR.values()}
+    assert outcomes - {RESTARTED}
+    assert mpi_job_outcome(job, "Launcher", REPAIR["instance gone, marked Failed by the pod GC"]) == FAILED
+
+
+def test_the_mpi_model_tells_exit_code_workers_apart():
+    job = {"spec": {"mpiReplicaSpecs": {"Worker": {"restartPolicy": "ExitCode"}}}}
+    assert mpi_job_outcome(job, "Worker", REPAIR["instance gone, marked Failed by the pod GC"]) == RESTARTED
+    evicted = REPAIR["evicted, checkpointed (SIGTERM)"]
+    assert mpi_job_outcome(job, "Worker", evicted, reason="Evicted") == FAILED
+    assert mpi_job_outcome(job, "Worker", REPAIR["a rank on a healthy node lost its peer"]) == LEFT_FAILED

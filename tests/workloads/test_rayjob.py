@@ -220,3 +220,43 @@ def test_a_platform_without_kuberay_refuses_the_job():
     platform = platform.model_copy(update={"training_operators": operators})
     with pytest.raises(SpecError, match=r"operator: 'rayjob' is not installed"):
         render(_spec(), platform)
+
+
+def test_logs_and_status_find_the_rayjob_and_read_each_pods_only_container(tmp_path, capsys):
+    """`python -m workloads logs|status` against a fake API server (tests/workloads/fake_kube.py): the head,
+    worker and submitter pods each run one container, named differently, so no container is named."""
+    from tests.workloads.fake_kube import FakeKube
+    from workloads.__main__ import main
+
+    kube = FakeKube()
+    try:
+        kube.kubeconfig(tmp_path)
+        (job,) = [o for o in render_stack("dev-zimdb-ray") if o["kind"] == "RayJob"]
+        ns = job["metadata"]["namespace"]
+        kube.add(f"/apis/ray.io/v1/namespaces/{ns}/rayjobs", job | {"status": {"jobStatus": "RUNNING"}})
+        for name, container in (("head", rayjob.HEAD_CONTAINER), ("submitter", rayjob.SUBMITTER_CONTAINER)):
+            kube.add(f"/api/v1/namespaces/{ns}/pods", {
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": f"zimdb-ray-{name}", "namespace": ns, "labels": job["metadata"]["labels"]},
+                "spec": {"containers": [{"name": container, "image": "x"}]},
+                "status": {"phase": "Running", "containerStatuses": []},
+            })  # fmt: skip
+            kube.logs[f"{ns}/zimdb-ray-{name}"] = [f"hello from the {name}"]
+        kubeconfig = ["--stack", "dev-zimdb-ray", "--kubeconfig", str(tmp_path / "kubeconfig")]
+        assert main(["logs", *kubeconfig]) == 0
+        out = capsys.readouterr().out
+        assert "hello from the head" in out and "hello from the submitter" in out
+        log_requests = [r for r in kube.requests if "/log" in r]
+        assert log_requests and not any("container=" in r for r in log_requests)
+        main(["status", *kubeconfig])
+        assert f"/apis/ray.io/v1/namespaces/{ns}/rayjobs/zimdb-ray" in " ".join(kube.requests)
+    finally:
+        kube.close()
+
+
+def render_stack(stack: str) -> list[dict]:
+    from workloads.stacks import load_stack, program_text
+
+    loaded = load_stack(stack)
+    return render(loaded.spec, _platform(loaded.platform_stack.rsplit("/", 1)[-1]),
+                  program_text=program_text(loaded.spec))  # fmt: skip

@@ -37,8 +37,9 @@ def _alert(name: str, expr: str, for_: str, severity: str, summary: str, descrip
     }
 
 
-def prometheus_rules() -> dict[str, Any]:
-    """additionalPrometheusRulesMap entry name -> PrometheusRule spec."""
+def prometheus_rules(*, gpu_check: bool = True) -> dict[str, Any]:
+    """additionalPrometheusRulesMap entry name -> PrometheusRule spec; `gpu_check`: whether the startup GPU
+    check is on (addons.nodeHealth.gpuCheck)."""
     gpu = [
         _alert(
             "GpuXidError",
@@ -88,9 +89,9 @@ def prometheus_rules() -> dict[str, Any]:
             "training jobs on them resume from their checkpoints.",
         ),
     ]
-    # The node monitoring agent's conditions, repair, and GPU nodes stuck behind the startup check (a rule
-    # on a taint no node carries never fires, so it stays when the check is off).
-    health = [_alert(*rule) for rule in node_health_rules(startup_taint_key=STARTUP_TAINT.key)]
+    # The node monitoring agent's conditions, repair, and (with the check) GPU nodes stuck behind it.
+    startup_taint_key = STARTUP_TAINT.key if gpu_check else None
+    health = [_alert(*rule) for rule in node_health_rules(startup_taint_key=startup_taint_key)]
     return {
         "mlops-eks-gpu": {"groups": [{"name": "gpu-nodes", "rules": gpu}]},
         "mlops-eks-training": {"groups": [{"name": "training-jobs", "rules": training}]},

@@ -70,7 +70,9 @@ def _volume_claim(storage_class: str, gib: int) -> dict[str, Any]:
     }
 
 
-def kube_prometheus_stack_values(config: ObservabilityConfig, *, storage_class: str) -> dict[str, Any]:
+def kube_prometheus_stack_values(
+    config: ObservabilityConfig, *, storage_class: str, gpu_check: bool = True
+) -> dict[str, Any]:
     receiving = config.alert_receiver != "none"
     return {
         "prometheus": {
@@ -121,7 +123,7 @@ def kube_prometheus_stack_values(config: ObservabilityConfig, *, storage_class: 
                 }
             },
         },
-        "additionalPrometheusRulesMap": prometheus_rules(),
+        "additionalPrometheusRulesMap": prometheus_rules(gpu_check=gpu_check),
     }
 
 
@@ -144,6 +146,8 @@ class ObservabilityArgs(ComponentArgs):
     # The alert receiver's URL or routing key (secret config alertReceiverSecret); required unless
     # config.alert_receiver is "none".
     alert_receiver_secret: pulumi.Output[str] | str | None = None
+    # Whether the startup GPU check is on (addons.nodeHealth.gpuCheck): its alert comes with it.
+    gpu_check: bool = True
 
 
 class Observability(pulumi.ComponentResource):
@@ -201,7 +205,9 @@ class Observability(pulumi.ComponentResource):
             RELEASE,
             "kube-prometheus-stack",
             NAMESPACE,
-            kube_prometheus_stack_values(args.config, storage_class=args.storage_class),
+            kube_prometheus_stack_values(
+                args.config, storage_class=args.storage_class, gpu_check=args.gpu_check
+            ),
             pulumi.ResourceOptions.merge(in_namespace, pulumi.ResourceOptions(depends_on=release_after)),
             timeout_s=900,
         )

@@ -212,7 +212,7 @@ def _permanent_exit_actor(ray: Any) -> Callable[[], int | None]:
     """The named actor workers report a permanent exit to; returns how the driver reads it."""
 
     @ray.remote(num_cpus=0)
-    class PermanentExit:
+    class PermanentExit:  # ray.remote makes it an actor class (with .options)
         def __init__(self) -> None:
             self.code: int | None = None
 
@@ -222,7 +222,7 @@ def _permanent_exit_actor(ray: Any) -> Callable[[], int | None]:
         def get(self) -> int | None:
             return self.code
 
-    actor = PermanentExit.options(name=PERMANENT_EXIT_ACTOR).remote()
+    actor = PermanentExit.options(name=PERMANENT_EXIT_ACTOR).remote()  # type: ignore[attr-defined]
     return lambda: ray.get(actor.get.remote())
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
 from infra.addons.kuberay import NAMESPACE as KUBERAY_NAMESPACE
@@ -214,7 +215,7 @@ def ray_job(
     }
 
 
-def pod_templates(job: dict[str, Any]) -> list[tuple[str, int, dict[str, Any]]]:
+def pod_templates(job: Mapping[str, Any]) -> list[tuple[str, int, dict[str, Any]]]:
     """(role, pod count, pod template) of every pod a RayJob makes: the head, each worker group (at its
     most), and the submitter in K8sJobMode."""
     cluster = job["spec"]["rayClusterSpec"]
@@ -229,7 +230,7 @@ def pod_templates(job: dict[str, Any]) -> list[tuple[str, int, dict[str, Any]]]:
     return found
 
 
-def pod_specs(job: dict[str, Any]) -> list[tuple[str, int, dict[str, Any]]]:
+def pod_specs(job: Mapping[str, Any]) -> list[tuple[str, int, dict[str, Any]]]:
     """(role, pod count, pod spec) of every pod a RayJob makes (pod_templates)."""
     return [(role, count, template["spec"]) for role, count, template in pod_templates(job)]
 

@@ -1,8 +1,8 @@
 """The startup GPU check: a new NVIDIA GPU node takes no training pod before its GPUs passed a check.
 
 Every NVIDIA GPU node source starts its nodes with STARTUP_TAINT (a Karpenter NodePool as a
-`startupTaints` entry, which Karpenter expects something else to remove and does not count against
-pending pods; a managed node group as one more taint of the group). Training pods never tolerate it
+`startupTaints` entry, which Karpenter expects something else to remove; a managed node group as one
+more taint of the group). Training pods never tolerate it
 (workloads/pod.py tolerates a pool's `taints` only; the contract exports it apart, as `startup_taints`).
 The gpu-node-check DaemonSet does: on each such node it runs gpu_node_check_script.py, which checks the
 node's GPUs with nvidia-smi and then removes the taint from its own node.
@@ -16,16 +16,17 @@ NVIDIA_VISIBLE_DEVICES=all, as the DCGM exporter's pods do: the pod requests no 
 runs before the device plugin, and its pods differ only in the GPU count they expect (one DaemonSet per
 count, selected by instance type).
 
-A node that keeps failing must go away by itself: Karpenter never replaces it. While a node carries a
-startup taint Karpenter packs pending pods onto it as if the taint were absent (kubernetes-sigs/karpenter
-1.14.1 pkg/controllers/state/statenode.go, Taints(): an uninitialized node's startup taints are dropped),
-so the training pods waiting for it launch no other node; it never consolidates an uninitialized node; and
-node repair only acts on the monitoring agent's conditions, which a failed check does not set (a pod
-cannot set them either: the agent owns and rewrites them). So after a few failed tries the check deletes
-its node's NodeClaim (named by the Node's owner reference, which Karpenter adds at registration:
-pkg/controllers/nodeclaim/lifecycle/registration.go, syncNode), and Karpenter drains the node, terminates
-the instance and launches a replacement for the pods still pending. A managed node group's node has no
-NodeClaim: it stays tainted, GpuNodeCheckNotPassed fires, and a person replaces it (README).
+A Karpenter node that keeps failing must go away by itself: Karpenter never replaces it. While a node
+carries a startup taint Karpenter packs pending pods onto it as if the taint were absent
+(kubernetes-sigs/karpenter 1.14.1 pkg/controllers/state/statenode.go, Taints(): an uninitialized node's
+startup taints are dropped), so the training pods waiting for it launch no other node; it never
+consolidates an uninitialized node; and node repair only acts on the monitoring agent's conditions, which
+a failed check does not set (a pod cannot set them either: the agent owns and rewrites them). So after a
+few failed tries the check deletes its node's NodeClaim (named by the Node's owner reference, which
+Karpenter adds at registration: pkg/controllers/nodeclaim/lifecycle/registration.go, syncNode), and
+Karpenter drains the node, terminates the instance and launches a replacement for the pods still pending.
+A managed node group's node has no NodeClaim: it stays tainted, GpuNodeCheckNotPassed fires, and a person
+replaces it (README).
 
 Rights: the taint is on the Node object, so the check needs `patch` on nodes, a cluster-scoped right
 (RBAC cannot name the node a pod runs on), and `delete` on NodeClaims, cluster-scoped too. It gets those

@@ -22,7 +22,8 @@ class NodeHealthConfig(ConfigModel):
     # killed without its SIGTERM checkpoint. Dev turns it on; prod leaves Karpenter GPU nodes to the alerts
     # (and a person) until the gate is beta.
     karpenter_node_repair: bool = False
-    # The startup GPU check: NVIDIA nodes start tainted and take training pods once their GPUs passed it.
+    # The startup GPU check: NVIDIA nodes start tainted and take training pods once their GPUs passed it; a
+    # Karpenter node that keeps failing it deletes its NodeClaim (replaced), a managed group's stays tainted.
     gpu_check: bool = True
     # Any image with Python 3 (the check uses the standard library only); pinned by digest by default.
     gpu_check_image: str = CHECK_IMAGE

@@ -67,8 +67,9 @@ def _node(*, owners: list[dict]) -> dict:
 
 @pytest.fixture
 def cluster(monkeypatch, tmp_path):
-    """Installs a fake API server; returns a function taking the node, the refusals and whether the GPUs
-    pass, which runs the script's main and returns (its exit code or "idle", the server)."""
+    """Installs a fake API server; returns a function taking the node, whether the GPUs pass (or the
+    verdicts of successive checks) and the refusals, which runs the script's main and returns (its exit
+    code or "idle", the server)."""
     (tmp_path / "token").write_text("token\n")
     monkeypatch.setattr(script, "SERVICE_ACCOUNT", str(tmp_path))
     for name, value in {
@@ -83,14 +84,17 @@ def cluster(monkeypatch, tmp_path):
 
     monkeypatch.setattr(script, "idle", idle)
 
-    def run(node: dict, *, healthy: bool, refuse: dict | None = None) -> tuple[object, FakeApiServer]:
+    def run(
+        node: dict, *, healthy: bool | list[bool], refuse: dict | None = None
+    ) -> tuple[object, FakeApiServer]:
         server = FakeApiServer(copy.deepcopy(node), refuse)
         monkeypatch.setattr(script, "_send", server.send)
+        verdicts = healthy if isinstance(healthy, list) else [True] if healthy else [False] * script.ATTEMPTS
         checks = []
 
         def check_gpus(expected: int) -> str:
             checks.append(expected)
-            if not healthy:
+            if not verdicts[len(checks) - 1]:
                 raise script.CheckFailed("3 GPUs visible, the instance type has 4")
             return "4 GPUs healthy"
 
@@ -99,7 +103,7 @@ def cluster(monkeypatch, tmp_path):
             result: object = script.main()
         except Idle:
             result = "idle"
-        assert checks == [4] * (1 if healthy else script.ATTEMPTS)
+        assert checks == [4] * len(verdicts)
         return result, server
 
     return run
@@ -110,6 +114,13 @@ def test_a_node_that_passes_loses_the_startup_taint_and_keeps_its_claim(cluster)
     assert result == "idle"
     assert server.node["spec"]["taints"] == [GPU_TAINT]
     assert [m for m, _ in server.requests] == ["PATCH", "PATCH"]
+
+
+def test_a_check_that_fails_once_is_tried_again_before_the_node_is_given_up(cluster):
+    result, server = cluster(_node(owners=[CLAIM]), healthy=[False, True])
+    assert result == "idle"
+    assert server.node["spec"]["taints"] == [GPU_TAINT]
+    assert "DELETE" not in [m for m, _ in server.requests]
 
 
 def test_a_karpenter_node_that_keeps_failing_deletes_its_own_nodeclaim(cluster, capsys):

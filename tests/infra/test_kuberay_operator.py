@@ -70,16 +70,6 @@ def test_the_operator_pod_passes_restricted_pod_security():
     assert spec["securityContext"]["runAsNonRoot"] is True
 
 
-def test_the_chart_default_pod_context_alone_would_also_pass_only_through_its_container_context():
-    """Why the pod-level context is set: without the container's, the chart's empty pod context fails."""
-    deployment = _one(_objects(), "Deployment")
-    spec = pod_spec(deployment)
-    spec["securityContext"] = {}
-    for container in spec["containers"]:
-        container.pop("securityContext", None)
-    assert restricted_violations(spec)
-
-
 def test_the_operator_has_limits_that_kubernetes_also_takes_as_its_requests():
     (container,) = pod_spec(_one(_objects(), "Deployment"))["containers"]
     assert container["resources"] == {"limits": {"cpu": "100m", "memory": "512Mi"}}

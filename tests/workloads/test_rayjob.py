@@ -234,10 +234,11 @@ def test_logs_and_status_find_the_rayjob_and_read_each_pods_only_container(tmp_p
         (job,) = [o for o in render_stack("dev-zimdb-ray") if o["kind"] == "RayJob"]
         ns = job["metadata"]["namespace"]
         kube.add(f"/apis/ray.io/v1/namespaces/{ns}/rayjobs", job | {"status": {"jobStatus": "RUNNING"}})
+        labels = job["metadata"]["labels"]
         for name, container in (("head", rayjob.HEAD_CONTAINER), ("submitter", rayjob.SUBMITTER_CONTAINER)):
             kube.add(f"/api/v1/namespaces/{ns}/pods", {
                 "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": f"zimdb-ray-{name}", "namespace": ns, "labels": job["metadata"]["labels"]},
+                "metadata": {"name": f"zimdb-ray-{name}", "namespace": ns, "labels": labels},
                 "spec": {"containers": [{"name": container, "image": "x"}]},
                 "status": {"phase": "Running", "containerStatuses": []},
             })  # fmt: skip

@@ -14,7 +14,10 @@ the permanent ones:
     pod or its node went away (a Spot reclaim, a repaired node: 202 when it ends the run): Ray Train
     restarts the workers, up to `--restart-budget` times (max_failures; a failing group start counts
     against the same budget); node preemptions Ray Train recognises are not counted, as a TrainJob does
-    not count a pod's DisruptionTarget;
+    not count a pod's DisruptionTarget. When a worker dies during one of the controller's own calls,
+    Ray Train 2.60 reports a ControllerError and does not restart (its DefaultFailurePolicy retries only
+    group-start failures; seen here with a SIGKILLed worker): this driver then exits 202, retryable, and
+    the RayJob's backoffLimit starts a fresh Ray cluster;
   - a PROGRAM exit of 1-127 (2: invalid config or data) on any worker: the worker reports it to the driver
     (a named actor) before failing, and the driver exits with it at once, before Ray Train retries;
   - anything else (a Ray Train or driver bug): exit 1, permanent.
@@ -150,8 +153,8 @@ def _causes(err: BaseException) -> Iterator[BaseException]:
         if isinstance(failures, dict):
             stack += [failures[rank] for rank in sorted(failures, reverse=True)]
         # Ray's wrappers: RayTaskError.cause, Ray Train's UserExceptionWithTraceback._base_exc (a worker's
-        # own exception), WorkerHealthCheckFailedError.health_check_failure, ControllerError's failure.
-        wrapped = ("cause", "_base_exc", "health_check_failure", "controller_failure")
+        # own exception) and ControllerError.controller_failure.
+        wrapped = ("cause", "_base_exc", "controller_failure")
         stack += [found.__context__, found.__cause__, *(getattr(found, name, None) for name in wrapped)]
 
 

@@ -110,7 +110,14 @@ def call(fn: Any, *args: Any, missing: Any = None, **kwargs: Any) -> Any:
 
 
 def conditions(obj: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
-    return {c["type"]: c for c in ((obj or {}).get("status") or {}).get("conditions") or []}
+    status = (obj or {}).get("status") or {}
+    found = {c["type"]: c for c in status.get("conditions") or []}
+    # A RayJob states its outcome in jobDeploymentStatus, with reason and message (KubeRay's RayJobStatus).
+    outcome = status.get("jobDeploymentStatus")
+    if outcome in ("Complete", "Failed") and outcome not in found:
+        found[outcome] = {"type": outcome, "status": "True", "reason": status.get("reason") or "",
+                          "message": status.get("message") or ""}  # fmt: skip
+    return found
 
 
 def is_true(conds: dict[str, dict[str, Any]], *types: str) -> dict[str, Any] | None:

@@ -25,7 +25,7 @@ def one(graph: list[Node], type_: str, name: str) -> Node:
 def test_the_program_installs_every_addon(dev):
     releases = {r.name for r in dev.of_type(RELEASE)}
     gpu = {"nvidia-device-plugin", "dcgm-exporter", "amd-gpu"}
-    training = {"kubeflow-trainer", "kueue"}
+    training = {"kubeflow-trainer", "kueue", "kuberay-operator"}
     assert releases == {"karpenter", "kube-prometheus-stack", "metrics-server", "kubecost", *gpu, *training}
     types = {r.type for r in dev.resources}
     assert {
@@ -72,7 +72,8 @@ def test_nodes_wait_for_the_vpc_cni_identity_and_the_cluster_for_its_log_group(g
 
 def test_addon_exports_follow_the_platform_contract(dev):
     exports = dev.exports
-    assert exports["training_operators"] == {"trainjob": True, "pytorchjob": True}
+    operators = {"trainjob": True, "pytorchjob": True, "mpijob": True, "rayjob": True}
+    assert exports["training_operators"] == operators
     assert exports["training_runtimes"] == ["torch-distributed"]
     assert exports["gang_scheduler"] == "kueue" and exports["kueue_queues"] == ["ml-team"]
     assert "grafana_admin_password" in exports

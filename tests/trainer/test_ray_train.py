@@ -39,6 +39,16 @@ class PreemptionError(RuntimeError):
     pass
 
 
+class WorkerGroupStartupTimeoutError(RuntimeError):  # Ray Train 2.60: a group that could not start
+    pass
+
+
+class ControllerError(RuntimeError):  # ray.train.ControllerError: the controller's own failure
+    def __init__(self, failure: BaseException):
+        super().__init__(str(failure))
+        self.controller_failure = failure
+
+
 class WorkerHealthCheckFailedError(RuntimeError):  # Ray Train 2.60: how a dead worker reaches the driver
     def __init__(self, message: str, failure: BaseException):
         super().__init__(message)
@@ -199,6 +209,9 @@ def test_the_trainer_runs_in_the_worker_through_its_own_main(fake_ray, capsys):
     ("error", "code"),
     [
         (WorkerGroupError({1: ActorDiedError("node gone"), 0: RayTaskError(ProgramExit(2))}), 2),
+        (WorkerGroupError({0: ActorDiedError("node gone"), 1: RayTaskError(ProgramExit(2))}), 2),
+        (ControllerError(WorkerGroupStartupTimeoutError("a worker's node went away")), faults.PEER_LOST),
+        (ControllerError(RuntimeError("insufficient resources")), 1),
         (WorkerGroupError({3: ActorDiedError("node gone")}), faults.PEER_LOST),
         (WorkerGroupError({0: RayTaskError(ProgramExit(201)), 1: RayTaskError(ProgramExit(202))}), 201),
         (PreemptionError("preempted"), faults.STOPPED),

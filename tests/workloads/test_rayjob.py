@@ -249,8 +249,12 @@ def test_logs_and_status_find_the_rayjob_and_read_each_pods_only_container(tmp_p
         assert "hello from the head" in out and "hello from the submitter" in out
         log_requests = [r for r in kube.requests if "/log" in r]
         assert log_requests and not any("container=" in r for r in log_requests)
-        main(["status", *kubeconfig])
-        assert f"/apis/ray.io/v1/namespaces/{ns}/rayjobs/zimdb-ray" in " ".join(kube.requests)
+        capsys.readouterr()
+        failed = {"jobDeploymentStatus": "Failed", "reason": "AppFailed", "message": "Job entrypoint failed"}
+        kube.add(f"/apis/ray.io/v1/namespaces/{ns}/rayjobs", job | {"status": failed})
+        assert main(["status", *kubeconfig]) == 1
+        out = capsys.readouterr().out
+        assert out.splitlines()[0] == "zimdb-ray: failed" and "AppFailed: Job entrypoint failed" in out
     finally:
         kube.close()
 

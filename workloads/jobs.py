@@ -228,17 +228,10 @@ def train_job(
 def pytorch_job(
     spec: TrainingJobSpec, placement: Placement, platform: PlatformFacts, config_digest: str | None = None
 ) -> dict[str, Any]:
-    container = {
-        "name": "pytorch",  # the Training Operator finds the training container by this name
-        "image": placement.image,
-        "command": pod.command(spec),
-        "env": pod.env(spec, placement, platform.region),
-        "resources": pod.resources(spec, placement),
-        "securityContext": pod.container_security(),
-        "volumeMounts": pod.volume_mounts(spec),
-    }
-    if pod.ports(spec):
-        container["ports"] = pod.ports(spec)
+    # The Training Operator finds the training container by the name `pytorch`.
+    container = pod.training_container(
+        spec, placement, platform.region, name="pytorch", command=pod.command(spec)
+    )
     pod_spec = _pod_security(placement) | _pod_placement(spec, placement) | {"containers": [container]}
     if spec.priority:
         pod_spec["priorityClassName"] = spec.priority

@@ -89,17 +89,9 @@ def worker_template(
     spec: TrainingJobSpec, placement: Placement, platform: PlatformFacts, digest: str | None
 ) -> dict[str, Any]:
     """A worker: the job's GPUs, volumes, identity and environment, as a PyTorchJob's pod has them."""
-    container: dict[str, Any] = {
-        "name": CONTAINER,
-        "image": placement.image,
-        "command": WORKER_COMMAND,
-        "env": pod.env(spec, placement, platform.region),
-        "resources": pod.resources(spec, placement),
-        "securityContext": pod.container_security(),
-        "volumeMounts": pod.volume_mounts(spec),
-    }
-    if pod.ports(spec):
-        container["ports"] = pod.ports(spec)
+    container = pod.training_container(
+        spec, placement, platform.region, name=CONTAINER, command=WORKER_COMMAND
+    )
     pod_spec = {
         "automountServiceAccountToken": False,
         "serviceAccountName": spec.name,  # Pod Identity: the ranks read and write the job's S3 prefix

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
+from collections.abc import Sequence
 from typing import Any
 
 from infra.addons.monitoring.training_metrics import METRICS_PORT, METRICS_PORT_NAME
@@ -196,6 +197,32 @@ def volume_mounts(spec: TrainingJobSpec) -> list[dict[str, Any]]:
         if storage is not None and storage.pvc is not None:
             mounts.append({"name": role, "mountPath": f"/mnt/{role}", "readOnly": role == "data"})
     return mounts
+
+
+def training_container(
+    spec: TrainingJobSpec,
+    placement: Placement,
+    region: str,
+    *,
+    name: str,
+    command: list[str] | None = None,
+    extra_ports: Sequence[dict[str, Any]] = (),
+) -> dict[str, Any]:
+    """The container that trains, as every job kind runs it: image, environment, the node's GPUs,
+    restricted security, the job's volumes and the metrics port. `command` None: the image's or the
+    operator's (KubeRay writes `ray start`)."""
+    container: dict[str, Any] = {"name": name, "image": placement.image}
+    if command is not None:
+        container["command"] = command
+    container |= {
+        "env": env(spec, placement, region),
+        "resources": resources(spec, placement),
+        "securityContext": container_security(),
+        "volumeMounts": volume_mounts(spec),
+    }
+    if all_ports := [*extra_ports, *ports(spec)]:
+        container["ports"] = all_ports
+    return container
 
 
 def container_security() -> dict[str, Any]:

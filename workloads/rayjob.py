@@ -117,18 +117,12 @@ def _ray_pod(
 ) -> dict[str, Any]:
     """A Ray node's pod template: the job's pod (pod.py) running `ray start`, which KubeRay writes as the
     container's command from rayStartParams and the container's GPU limit (num-gpus)."""
-    ray_container: dict[str, Any] = {
-        "name": container,
-        "image": placement.image,
-        "env": pod.env(spec, placement, platform.region),
-        "resources": pod.resources(spec, placement),
-        "securityContext": pod.container_security(),
-        "volumeMounts": pod.volume_mounts(spec),
-        # The trainer's metrics port is named `metrics`, the name KubeRay reserves for Ray's own metrics
-        # (common/pod.go): KubeRay then adds no second port and the platform's PodMonitor scrapes the
-        # trainer's, as for the other kinds.
-        "ports": ports + pod.ports(spec),
-    }
+    # The trainer's metrics port is named `metrics`, the name KubeRay reserves for Ray's own metrics
+    # (common/pod.go): KubeRay then adds no second port and the platform's PodMonitor scrapes the
+    # trainer's, as for the other kinds.
+    ray_container = pod.training_container(
+        spec, placement, platform.region, name=container, extra_ports=ports
+    )
     pod_spec = jobs._pod_security(placement) | jobs._pod_placement(spec, placement)
     pod_spec["containers"] = [ray_container]
     if spec.priority:

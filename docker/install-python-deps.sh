@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Build-stage step shared by docker/{cuda,rocm,cpu}/Dockerfile: create the virtual environment the image
-# runs ($VENV) on the base image's Python and install every pin of pyproject.toml (base dependencies and
-# the `train` extra) into it, each package checked against the sha256 hashes in docker/requirements.lock
-# (generated from pyproject.toml by scripts/lock_image_requirements.py). Only pyproject.toml and docker/
-# need to be present, so this layer is cached until a pin changes.
+# runs ($VENV) on the base image's Python and install every pin of pyproject.toml's base dependencies and
+# image extras into it, each package checked against the sha256 hashes of its lock (generated from
+# pyproject.toml by scripts/lock_image_requirements.py): `train` from docker/requirements.lock, `ray` (Ray
+# Train, for `operator: rayjob`) from docker/requirements-ray.lock. IMAGE_EXTRAS="train" leaves Ray out.
+# Only pyproject.toml and docker/ need to be present, so this layer is cached until a pin changes.
 #
 #   install-python-deps.sh PYPROJECT VERSION TORCH_INDEX_URL -- CHECK_TORCH_ARGS...
 #
@@ -24,15 +25,23 @@ shift 4
 venv=${VENV:-/opt/mlops-eks/venv}
 here=$(cd "$(dirname "$0")" && pwd)
 requirements=$(mktemp)
+locked=$(mktemp)
+read -r -a extras <<<"${IMAGE_EXTRAS:-train ray}"
+extra_args=()
+locks=()
+for extra in "${extras[@]}"; do
+  extra_args+=(--extra "$extra")
+  if [[ $extra == train ]]; then locks+=("$here/requirements.lock"); else locks+=("$here/requirements-$extra.lock"); fi
+done
 
 python3 -c 'import sys; sys.exit(None if sys.version_info >= (3, 11) else
     f"base image Python {sys.version.split()[0]} is older than pyproject.toml requires (>=3.11)")'
 python3 "$here/pyproject_requirements.py" "$pyproject" --check-version "$version"
-python3 "$here/pyproject_requirements.py" "$pyproject" --extra train >"$requirements"
+python3 "$here/pyproject_requirements.py" "$pyproject" "${extra_args[@]}" >"$requirements"
 torch_pin=$(python3 "$here/pyproject_requirements.py" "$pyproject" --extra train --only torch)
-lock=$here/requirements.lock
-# The lock must hold pyproject's pins (torch aside: it comes from the base image or the torch index).
-python3 "$here/pyproject_requirements.py" "$pyproject" --extra train --check-lock "$lock"
+# The locks must hold pyproject's pins (torch aside: it comes from the base image or the torch index).
+cat "${locks[@]}" >"$locked"
+python3 "$here/pyproject_requirements.py" "$pyproject" "${extra_args[@]}" --check-lock "$locked"
 
 # No pip (nor, on Python 3.11, setuptools) in the venv: the base image's pip installs into it, and nothing
 # in the venv shadows the base's own packages unless pyproject pins it.
@@ -46,8 +55,8 @@ python3 -c 'import site; print("\n".join(site.getsitepackages()))' >"$venv_site/
 echo "install-python-deps: $torch_pin from $torch_index (already satisfied when the base image ships it)"
 "${pip[@]}" --index-url "$torch_index" "$torch_pin"
 echo "install-python-deps: pyproject.toml pins: $(tr '\n' ' ' <"$requirements")"
-# --no-deps: the lock is the whole closure; --require-hashes: an artifact with another hash fails.
-"${pip[@]}" --require-hashes --no-deps --requirement "$lock"
+# --no-deps: the locks are the whole closure; --require-hashes: an artifact with another hash fails.
+"${pip[@]}" --require-hashes --no-deps --requirement "$locked"
 # A torchrun that runs the venv's Python: the base image's own (CUDA, ROCm) would start the workers with
 # the base interpreter, which does not see the venv's packages.
 if [[ ! -e $venv/bin/torchrun ]]; then
@@ -56,4 +65,4 @@ if [[ ! -e $venv/bin/torchrun ]]; then
   chmod 755 "$venv/bin/torchrun"
 fi
 "$venv/bin/python" "$here/check_torch.py" --pin "$torch_pin" "$@"
-rm -f "$requirements"
+rm -f "$requirements" "$locked"

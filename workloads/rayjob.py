@@ -17,7 +17,8 @@ checkBackoffLimitAndUpdateStatusIfNeeded, at v1.7.0); it has no exit-code rule l
 lives in the entry point: a retryable exit or a lost worker (its pod or node reclaimed or repaired)
 restarts the Ray Train workers in the same cluster from the last checkpoint, up to `restartBudget` times,
 and a permanent exit ends the Ray job at once with that code. `spec.backoffLimit` (= restartBudget) covers
-what the entry point cannot restart in place: the head pod, with the driver, lost; the submitter failing;
+what the entry point cannot restart in place: the head pod, with the driver, lost (if a new head answers
+within the operator's status-check timeout, infra/addons/kuberay.py); the submitter failing;
 a retryable exit once Ray Train has stopped restarting (its budget spent, or a worker lost in a way it
 reports as a controller error, trainer/ray_train.py). KubeRay
 cannot tell those from a permanent exit, so a permanent failure also gets these fresh clusters; each fails

@@ -20,6 +20,12 @@ What the values change from the chart's defaults (helm-chart/kuberay-operator/va
   without that permission. No feature that creates Secrets is turned on: authOptions, mTLS
   (`RayClusterMTLS` gate, off) and GCS fault tolerance with Redis are not used by our RayJobs.
 - No batch scheduler: our RayJobs are not queued (workloads/placement.py refuses a queue on them).
+- A RayJob whose head is lost survives the time a replacement head needs: KubeRay fails a RayJob for good
+  (reason JobStatusCheckTimeoutExceeded, never retried: rayjob_controller.go L531-555) once the head's
+  dashboard has not answered for RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS (utils/constant.go L288-290, default
+  300 s, read from the operator's environment: rayjob_controller.go L1288). A head on a repaired node needs
+  a new instance, its GPU check and an image pull first (README "How long"), often more than 5 min, so the
+  operator waits 30 min instead; a head that never comes back still fails the RayJob then.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ CHART_KEY = "kuberay-operator"
 # The operator's pods (the chart's selector labels, templates/deployment.yaml); job namespaces admit it on
 # the Ray dashboard port only: it reads every RayJob's status from its head (workloads/rayjob.py).
 OPERATOR_POD = {"app.kubernetes.io/name": "kuberay-operator"}
+HEAD_STATUS_CHECK_TIMEOUT_S = 1800
 
 _RESTRICTED_CONTAINER = {
     "allowPrivilegeEscalation": False,
@@ -48,4 +55,5 @@ def kuberay_values(*, service_monitor: bool) -> dict[str, Any]:
         "securityContext": dict(_RESTRICTED_CONTAINER),
         "metrics": {"enabled": True, "serviceMonitor": {"enabled": service_monitor}},
         "singleNamespaceInstall": False,
+        "env": [{"name": "RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS", "value": str(HEAD_STATUS_CHECK_TIMEOUT_S)}],
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import shutil
 import subprocess
@@ -115,9 +116,11 @@ def test_builder_stage_steps_give_a_venv_that_runs_the_trainer(tmp_path, dockerf
     Everything pyproject pins is already in that base (as torch is in the CUDA and ROCm bases), so pip
     must take it from there: the torch index given is unreachable, and the run still succeeds. Then the
     package is installed from a copy of exactly what the Dockerfile COPYs, and runs outside the repo.
+    Without Ray (IMAGE_EXTRAS=train): this environment does not have it (the next test covers it).
     """
     venv = tmp_path / "venv"
-    env = dict(os.environ, VENV=str(venv), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
+    env = dict(os.environ, VENV=str(venv), PATH=path, IMAGE_EXTRAS="train")
     unreachable = "http://127.0.0.1:9/simple"
     deps = _run(
         "bash", INSTALL, REPO / "pyproject.toml", "0.1.0", unreachable, "--", "--backend", "cpu", env=env
@@ -152,6 +155,17 @@ def test_builder_stage_steps_give_a_venv_that_runs_the_trainer(tmp_path, dockerf
     assert helped.returncode == 0
 
 
+def test_images_install_ray_from_its_lock_unless_left_out(tmp_path):
+    """By default the ray extra's pins are checked and installed, from PyPI (here unreachable)."""
+    path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
+    unreachable = "http://127.0.0.1:9/simple"
+    pip_offline = {"PIP_INDEX_URL": unreachable, "PIP_RETRIES": "0"}
+    env = dict(os.environ, VENV=str(tmp_path / "venv"), PATH=path, **pip_offline)
+    deps = _run("bash", INSTALL, REPO / "pyproject.toml", "0.1.0", unreachable, "--", "--backend", "cpu", env=env)
+    assert deps.returncode != 0 and "ray[train]==2.60.0" in deps.stdout, deps.stdout + deps.stderr
+    assert "ray==2.60.0" in deps.stderr and "check_torch:" not in deps.stdout
+
+
 def test_install_script_stops_at_the_first_failing_step(tmp_path):
     env = dict(os.environ, VENV=str(tmp_path / "venv"))
     result = _run("bash", INSTALL, REPO / "pyproject.toml", "0.0.9", "http://127.0.0.1:9/", "--", env=env)
@@ -161,8 +175,7 @@ def test_install_script_stops_at_the_first_failing_step(tmp_path):
 
 # Packages the trainer imports only for an option it validates first (config.py: "needs the datasets
 # package"); the images leave them out, so such a job fails at config validation, naming the package.
-# ray: only trainer.ray_train (operator rayjob) imports it, and exits 2 naming the `ray` extra without it.
-OPTIONAL_IN_TRAINER = {"datasets", "transformers", "tensorboard", "ray"}
+OPTIONAL_IN_TRAINER = {"datasets", "transformers", "tensorboard"}
 
 
 def _closure(requirements: list[str]) -> set[str]:
@@ -175,18 +188,21 @@ def _closure(requirements: list[str]) -> set[str]:
         if name in seen or (req.marker and not req.marker.evaluate({"extra": ""})):
             continue
         seen.add(name)
-        todo.extend(Requirement(r) for r in metadata.requires(req.name) or [])
+        # Not in this environment (ray): its own name still counts; its dependencies are in its lock.
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            todo.extend(Requirement(r) for r in metadata.requires(req.name) or [])
     return seen
 
 
 def test_every_module_the_trainer_imports_comes_with_the_pins_the_images_install():
-    reqs = _run(sys.executable, SCRIPT, REPO / "pyproject.toml", "--extra", "train").stdout.split()
+    extras = ["--extra", "train", "--extra", "ray"]
+    reqs = _run(sys.executable, SCRIPT, REPO / "pyproject.toml", *extras).stdout.split()
     installed = _closure(reqs)
     provided = {
         module
         for module, dists in metadata.packages_distributions().items()
         if any(canonicalize_name(d) in installed for d in dists)
-    }
+    } | {name.replace("-", "_") for name in installed}
     imported = set()
     for path in (REPO / "trainer").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -197,4 +213,4 @@ def test_every_module_the_trainer_imports_comes_with_the_pins_the_images_install
     third_party = imported - set(sys.stdlib_module_names) - {"trainer", "__future__"}
     assert not third_party & {"infra", "workloads", "policy"}, "the images hold only trainer/"
     missing = third_party - provided - OPTIONAL_IN_TRAINER
-    assert not missing, f"trainer imports {sorted(missing)}, which pyproject's train extra does not install"
+    assert not missing, f"trainer imports {sorted(missing)}, which the images' extras do not install"

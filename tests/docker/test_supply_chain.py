@@ -1,6 +1,6 @@
 """What the images download at build time is verified before it runs: the EFA installer's GPG signature
 (made by the key AWS publishes the fingerprint of), executed here with real gpg on a signed tarball; and
-the Python packages, installed only from the hash-pinned lock that must match pyproject's pins."""
+the Python packages, installed only from the hash-pinned locks that must match pyproject's pins."""
 
 from __future__ import annotations
 
@@ -121,21 +121,35 @@ def test_the_pinned_fingerprint_is_the_one_aws_publishes(dockerfiles):
 
 
 LOCK = Path(__file__).resolve().parents[2] / "docker" / "requirements.lock"
+RAY_LOCK = LOCK.parent / "requirements-ray.lock"
 SCRIPT = LOCK.parent / "pyproject_requirements.py"
 PYPROJECT = LOCK.parents[1] / "pyproject.toml"
 
 
-def test_the_lock_holds_every_image_pin_each_with_hashes():
+def _pins(lock: Path) -> list[str]:
+    logical = lock.read_text().replace("\\\n", " ").splitlines()
+    return [line for line in logical if line and not line.startswith("#")]
+
+
+@pytest.mark.parametrize(("extras", "locks"), [(["train"], [LOCK]), (["train", "ray"], [LOCK, RAY_LOCK])])
+def test_the_locks_hold_every_image_pin_each_with_hashes(tmp_path, extras, locks):
+    together = tmp_path / "requirements.lock"  # what install-python-deps.sh checks and installs
+    together.write_text("".join(lock.read_text() for lock in locks))
+    extra_args = [arg for extra in extras for arg in ("--extra", extra)]
     checked = subprocess.run(
-        [sys.executable, SCRIPT, PYPROJECT, "--extra", "train", "--check-lock", LOCK],
+        [sys.executable, SCRIPT, PYPROJECT, *extra_args, "--check-lock", together],
         capture_output=True,
         text=True,
     )
     assert checked.returncode == 0, checked.stderr
-    logical = LOCK.read_text().replace("\\\n", " ").splitlines()
-    pins = [line for line in logical if line and not line.startswith("#")]
+    pins = _pins(together)
     assert pins and all(re.search(r"--hash=sha256:[0-9a-f]{64}", line) for line in pins), pins
     assert not [p for p in pins if p.startswith("torch==")], "torch comes from the base image or its index"
+
+
+def test_the_ray_lock_adds_ray_and_repeats_nothing_of_the_train_lock():
+    names = [[pin.split("==")[0] for pin in _pins(lock)] for lock in (LOCK, RAY_LOCK)]
+    assert "ray" in names[1] and not set(names[0]) & set(names[1])
 
 
 def test_a_stale_lock_fails_the_build(tmp_path):
@@ -152,5 +166,5 @@ def test_a_stale_lock_fails_the_build(tmp_path):
 
 def test_images_install_only_hash_checked_artifacts():
     install = (LOCK.parent / "install-python-deps.sh").read_text()
-    assert '--require-hashes --no-deps --requirement "$lock"' in install
+    assert '--require-hashes --no-deps --requirement "$locked"' in install
     assert "--check-lock" in install

@@ -19,6 +19,7 @@ stack's rendered objects, with the failure handling of the controllers that run 
   Restarting condition (UpdateJobStatus, L600-614). A Failed condition is final: common/job.go
   ReconcileJobs returns at IsFinished and deletes the running pods. A container that fails while its pod
   stays (restartPolicy OnFailure) is restarted in place by the kubelet, counted against backoffLimit.
+- RayJob: KubeRay 1.7.0 and the entry point trainer/ray_train.py, modelled below (ray_job_outcome).
 
 What a repaired node does to its pods (node repair drains and replaces it: infra/addons/node_health.py):
 an eviction through the Eviction API marks the pod DisruptionTarget before its SIGTERM; Karpenter's forced
@@ -32,10 +33,12 @@ on healthy nodes exit 202 when their peer is gone (trainer/faults.py).
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 
 import pytest
 
+from infra.addons.kuberay import kuberay_values
 from infra.config.stack_files import PROJECT
 from workloads.platform import example_outputs_path, load_platform_outputs
 from workloads.render import render
@@ -143,8 +146,8 @@ def _job(stack: str) -> dict:
     return read_config(stack_file(stack))[f"{PROJECT}:job"]
 
 
-# The stacks of the two kinds that retry (MPI jobs are checked below; Ray jobs have their own restart
-# semantics), read from the stack files so that a stack of another kind is never rendered here.
+# The stacks of the two kinds that retry (MPI and Ray jobs are checked below), read from the stack files
+# so that a stack of another kind is never rendered here.
 JOB_STACKS = [
     s for s in workload_stacks() if _job(s).get("operator", "trainjob") in ("trainjob", "pytorchjob")
 ]
@@ -249,3 +252,120 @@ def test_the_mpi_model_tells_exit_code_workers_apart():
     evicted = REPAIR["evicted, checkpointed (SIGTERM)"]
     assert mpi_job_outcome(job, "Worker", evicted, reason="Evicted") == FAILED
     assert mpi_job_outcome(job, "Worker", REPAIR["a rank on a healthy node lost its peer"]) == LEFT_FAILED
+
+
+# RayJob, KubeRay 1.7.0 (ray-operator/controllers/ray/), K8sJobMode as rendered. The RayCluster controller
+# deletes a head or worker pod in phase Failed (raycluster_controller.go shouldDeletePod, L1517) and creates
+# what is missing: a head (L1025-1055; ray.io/disable-provisioned-head-restart, which would stop that, is set
+# only for SidecarMode, rayjob_controller.go L1006-1008) and the group's `replicas` workers (L1167-1210).
+# The RayJob itself fails only through rayjob_controller.go: its submitter Job failed (L1147-1163; that Job
+# has backoffLimit = submitterConfig.backoffLimit and no podFailurePolicy, L718-737), the Ray job ended
+# FAILED (L340-348), or the head's dashboard did not answer for RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS
+# (default 300, utils/constant.go L290; checked first on every reconcile, L262; the failure time is set at
+# the first failed check, L322, and cleared only by a successful one, L329). A failed RayJob gets a fresh
+# RayCluster up to backoffLimit, except for the reasons DeadlineExceeded and JobStatusCheckTimeoutExceeded
+# (checkBackoffLimitAndUpdateStatusIfNeeded, L531-555).
+FRESH_CLUSTER = "retried on a fresh Ray cluster, from the checkpoint"
+UNTOUCHED = "reattached; the Ray job runs on"
+def _status_check_timeout_s(values: dict) -> int:
+    """The operator's RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS as the platform's Helm values set it (300 unset)."""
+    env = {e["name"]: e["value"] for e in values.get("env") or []}
+    return int(env.get("RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS", 300))
+
+
+RAY_STATUS_CHECK_TIMEOUT_S = _status_check_timeout_s(kuberay_values(service_monitor=True))
+RAY_NOT_RETRIED = ("DeadlineExceeded", "JobStatusCheckTimeoutExceeded")
+
+
+def _ray_job_failed(job: dict, reason: str) -> str:
+    retried = reason not in RAY_NOT_RETRIED and job["spec"].get("backoffLimit", 0) > 0
+    return FRESH_CLUSTER if retried else FAILED
+
+
+def _entry_point_restart_budget(job: dict) -> int:
+    argv = shlex.split(job["spec"]["entrypoint"])
+    return int(argv[argv.index("--restart-budget") + 1])
+
+
+def ray_job_outcome(
+    job: dict, role: str, end: PodEnd, head_unanswered_s: float = 0, submitter_failures: int = 1
+) -> str:
+    """What happens when a pod of `role` (head, worker, submitter) ends so. `head_unanswered_s`: how long
+    the operator's status checks fail after a head is lost, until the submitter's Job ends or a new head
+    answers for the resubmitted job (common/job.go L119-126: a new submitter pod submits again when the
+    head does not know the submission id)."""
+    if role == "submitter":
+        assert end.pod_removed
+        limit = job["spec"].get("submitterConfig", {}).get("backoffLimit", 2)
+        # A new submitter pod finds the Ray job running and follows its log again.
+        return UNTOUCHED if submitter_failures <= limit else _ray_job_failed(job, "SubmissionFailed")
+    if not end.pod_removed or role == "worker":
+        # A Ray Train worker's program exited, or its pod went: the pod is replaced by the RayCluster and
+        # the entry point (trainer/ray_train.py) restarts the workers in place, or ends the Ray job at once
+        # with a permanent exit code.
+        permanent = not end.pod_removed and end.exit_code is not None and 0 < end.exit_code < 128
+        if not permanent and _entry_point_restart_budget(job) > 0:
+            return RESTARTED
+        return _ray_job_failed(job, "AppFailed")
+    # The head, with the Ray job's driver and its GCS, is gone and comes back empty.
+    if head_unanswered_s >= RAY_STATUS_CHECK_TIMEOUT_S:
+        return _ray_job_failed(job, "JobStatusCheckTimeoutExceeded")
+    return _ray_job_failed(job, "SubmissionFailed")
+
+
+RAY_JOBS = {
+    s: next(o for o in _rendered(s) if o["kind"] == "RayJob")
+    for s in workload_stacks()
+    if _job(s).get("operator") == "rayjob"
+}
+
+
+def test_a_ray_stack_is_committed_and_retries():
+    assert RAY_JOBS
+    assert all(job["spec"]["backoffLimit"] > 0 for job in RAY_JOBS.values())
+
+
+@pytest.mark.parametrize("stack", RAY_JOBS)
+@pytest.mark.parametrize("how", REPAIR)
+def test_a_ray_job_restarts_in_place_when_repair_takes_a_worker(stack, how):
+    assert ray_job_outcome(RAY_JOBS[stack], "worker", REPAIR[how]) == RESTARTED
+
+
+@pytest.mark.parametrize("stack", RAY_JOBS)
+@pytest.mark.parametrize("how", REMOVED)
+def test_a_ray_job_keeps_running_when_repair_takes_its_submitter(stack, how):
+    assert ray_job_outcome(RAY_JOBS[stack], "submitter", REPAIR[how]) == UNTOUCHED
+
+
+@pytest.mark.parametrize("stack", RAY_JOBS)
+@pytest.mark.parametrize("how", REMOVED)
+def test_a_ray_job_whose_head_is_repaired_retries_if_a_new_head_answers_in_time(stack, how):
+    """The head's replacement needs a node with room: on a repaired node, a new instance (1-3 min), its
+    GPU check and the image pull (README, "How long"), more than KubeRay's default 5 min; the platform's
+    operator waits 30 min (infra/addons/kuberay.py). A head that never comes back fails the RayJob."""
+    job, end = RAY_JOBS[stack], REPAIR[how]
+    assert RAY_STATUS_CHECK_TIMEOUT_S >= 20 * 60
+    assert ray_job_outcome(job, "head", end, head_unanswered_s=15 * 60) == FRESH_CLUSTER
+    assert ray_job_outcome(job, "head", end, head_unanswered_s=RAY_STATUS_CHECK_TIMEOUT_S) == FAILED
+
+
+@pytest.mark.parametrize("stack", RAY_JOBS)
+@pytest.mark.parametrize("how", PERMANENT)
+def test_a_ray_jobs_permanent_failure_is_retried_on_fresh_clusters(stack, how):
+    """KubeRay retries whatever failed: a permanent exit ends each fresh cluster at the same early point."""
+    assert ray_job_outcome(RAY_JOBS[stack], "worker", PERMANENT[how]) == FRESH_CLUSTER
+
+
+def test_the_ray_model_tells_the_cases_apart():
+    job = {"spec": {"entrypoint": "python -m trainer.ray_train --restart-budget 0 -- x", "backoffLimit": 0}}
+    lost = REPAIR["instance gone, marked Failed by the pod GC"]
+    assert ray_job_outcome(job, "worker", lost) == FAILED
+    assert ray_job_outcome(job, "head", lost) == FAILED
+    retrying = {"spec": {**job["spec"], "backoffLimit": 1, "submitterConfig": {"backoffLimit": 2}}}
+    assert ray_job_outcome(retrying, "worker", lost) == FRESH_CLUSTER
+    assert ray_job_outcome(retrying, "submitter", lost, submitter_failures=3) == FRESH_CLUSTER
+    assert ray_job_outcome(retrying, "submitter", lost, submitter_failures=2) == UNTOUCHED
+    timeout = RAY_STATUS_CHECK_TIMEOUT_S
+    assert ray_job_outcome(retrying, "head", lost, head_unanswered_s=timeout - 1) == FRESH_CLUSTER
+    assert ray_job_outcome(retrying, "head", lost, head_unanswered_s=timeout) == FAILED
+    assert _status_check_timeout_s({}) == 300  # KubeRay's default, when the platform sets nothing

@@ -26,12 +26,17 @@ venv=${VENV:-/opt/mlops-eks/venv}
 here=$(cd "$(dirname "$0")" && pwd)
 requirements=$(mktemp)
 locked=$(mktemp)
+# Each extra has its lock; the train lock also holds the base dependencies.
 read -r -a extras <<<"${IMAGE_EXTRAS:-train ray}"
 extra_args=()
 locks=()
 for extra in "${extras[@]}"; do
   extra_args+=(--extra "$extra")
-  if [[ $extra == train ]]; then locks+=("$here/requirements.lock"); else locks+=("$here/requirements-$extra.lock"); fi
+  if [[ $extra == train ]]; then
+    locks+=("$here/requirements.lock")
+  else
+    locks+=("$here/requirements-$extra.lock")
+  fi
 done
 
 python3 -c 'import sys; sys.exit(None if sys.version_info >= (3, 11) else

@@ -225,6 +225,27 @@ def train_job(
     }
 
 
+def run_policy(spec: TrainingJobSpec, platform: PlatformFacts, min_available: int) -> dict[str, Any]:
+    """A Training Operator v1 job's runPolicy (PyTorchJob, MPIJob). Under Volcano the operator makes the
+    job's PodGroup from schedulingPolicy (common/job.go ReconcileJobs): minMember from `min_available`
+    (the pods that must start together), the queue ("default" when unset) and the priority class."""
+    policy: dict[str, Any] = {
+        "cleanPodPolicy": "Running",
+        "backoffLimit": spec.restart_budget,
+        "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
+        "activeDeadlineSeconds": active_deadline_seconds(spec),
+        "suspend": spec.suspend,
+    }
+    if platform.gang_scheduler == "volcano":
+        scheduling: dict[str, Any] = {"minAvailable": min_available}
+        if spec.queue:
+            scheduling["queue"] = spec.queue
+        if spec.priority:
+            scheduling["priorityClass"] = spec.priority
+        policy["schedulingPolicy"] = scheduling
+    return policy
+
+
 def pytorch_job(
     spec: TrainingJobSpec, placement: Placement, platform: PlatformFacts, config_digest: str | None = None
 ) -> dict[str, Any]:
@@ -242,21 +263,11 @@ def pytorch_job(
         # checkpoint, 137 OOM/kill) restart the pod, counted against runPolicy.backoffLimit.
         return {"replicas": count, "restartPolicy": "ExitCode", "template": copy.deepcopy(template)}
 
-    run_policy: dict[str, Any] = {
-        "cleanPodPolicy": "Running",
-        "backoffLimit": spec.restart_budget,
-        "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
-        "activeDeadlineSeconds": active_deadline_seconds(spec),
-        "suspend": spec.suspend,
+    gang = spec.elastic.min_nodes if spec.elastic else spec.nodes
+    job_spec: dict[str, Any] = {
+        "nprocPerNode": str(spec.processes_per_node),
+        "runPolicy": run_policy(spec, platform, gang),
     }
-    if platform.gang_scheduler == "volcano":
-        scheduling: dict[str, Any] = {"minAvailable": spec.elastic.min_nodes if spec.elastic else spec.nodes}
-        if spec.queue:
-            scheduling["queue"] = spec.queue
-        if spec.priority:
-            scheduling["priorityClass"] = spec.priority
-        run_policy["schedulingPolicy"] = scheduling
-    job_spec: dict[str, Any] = {"nprocPerNode": str(spec.processes_per_node), "runPolicy": run_policy}
     if spec.elastic:
         # Elastic jobs are all workers: torchrun's c10d rendezvous admits between min and max of them.
         job_spec["elasticPolicy"] = {

@@ -33,8 +33,7 @@ from typing import Any
 
 from infra.addons.network_policies import PRIVATE_RANGES, network_policy
 from infra.contract import JOB_LABEL
-from workloads import pod
-from workloads.jobs import active_deadline_seconds
+from workloads import jobs, pod
 from workloads.placement import Placement
 from workloads.platform import PlatformFacts
 from workloads.spec import TrainingJobSpec
@@ -141,26 +140,6 @@ def launcher_api_policy(spec: TrainingJobSpec) -> dict[str, Any]:
     return network_policy(name, spec.namespace_name, launcher, ["Egress"], pod.labels(spec), egress=egress)
 
 
-def run_policy(spec: TrainingJobSpec, platform: PlatformFacts) -> dict[str, Any]:
-    policy: dict[str, Any] = {
-        "cleanPodPolicy": "Running",
-        "backoffLimit": spec.restart_budget,
-        "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
-        "activeDeadlineSeconds": active_deadline_seconds(spec),
-        "suspend": spec.suspend,
-    }
-    if platform.gang_scheduler == "volcano":
-        # The operator's Volcano PodGroup (common/job.go ReconcileJobs): minMember from minAvailable, the
-        # queue ("default" when unset) and the priority class; the launcher is a member of the gang.
-        scheduling: dict[str, Any] = {"minAvailable": spec.nodes + 1}
-        if spec.queue:
-            scheduling["queue"] = spec.queue
-        if spec.priority:
-            scheduling["priorityClass"] = spec.priority
-        policy["schedulingPolicy"] = scheduling
-    return policy
-
-
 def mpi_job(
     spec: TrainingJobSpec,
     placement: Placement,
@@ -177,7 +156,7 @@ def mpi_job(
         "spec": {
             "slotsPerWorker": spec.processes_per_node,
             "mainContainer": CONTAINER,
-            "runPolicy": run_policy(spec, platform),
+            "runPolicy": jobs.run_policy(spec, platform, spec.nodes + 1),  # the launcher is in the gang
             "mpiReplicaSpecs": {
                 "Launcher": replica(1, launcher_template(spec, placement, config_digest)),
                 "Worker": replica(spec.nodes, worker_template(spec, placement, platform, config_digest)),

@@ -1,10 +1,15 @@
-"""The startup GPU check, run on every new NVIDIA GPU node by the gpu-node-check DaemonSet (shipped in a
+"""The startup GPU check, run on every new GPU node by the gpu-node-check DaemonSets (shipped in a
 ConfigMap: the standard library only, so any image with Python runs it).
 
-1. `nvidia-smi` (the NVIDIA container runtime of the EKS GPU AMIs puts it and every GPU into a container
-   that sets NVIDIA_VISIBLE_DEVICES=all) must list exactly EXPECTED_GPUS GPUs, none with uncorrected
-   volatile ECC errors, pending page retirements or row remappings, or a failed row remapping. A GPU that
-   fell off the bus makes nvidia-smi itself fail.
+1. On an NVIDIA node (GPU_VENDOR unset or `nvidia`), `nvidia-smi` (the NVIDIA container runtime of the
+   EKS GPU AMIs puts it and every GPU into a container that sets NVIDIA_VISIBLE_DEVICES=all) must list
+   exactly EXPECTED_GPUS GPUs, none with uncorrected volatile ECC errors, pending page retirements or row
+   remappings, or a failed row remapping. A GPU that fell off the bus makes nvidia-smi itself fail.
+   On an AMD node (GPU_VENDOR=amd) the image has no GPU tooling, so the check reads the kernel's view in
+   sysfs, which every container sees read-only: EXPECTED_GPUS AMD display controllers on the PCI bus, each
+   bound to the amdgpu driver, and as many GPU nodes in the KFD topology (the compute interface ROCm
+   uses), as the ROCm device plugin finds them (ROCm/k8s-device-plugin internal/pkg/amdgpu/amdgpu.go:
+   vendor 0x1002, GPUs under the amdgpu driver, /sys/class/kfd/kfd/topology/nodes).
 2. Then it removes the startup taint STARTUP_TAINT_KEY from its own node (NODE_NAME), so training pods
    can land there, and idles (a DaemonSet's pod runs for good; a restart only repeats the check).
 A check that fails ATTEMPTS times in a row (RETRY_SECONDS apart: a GPU still settling after boot gets
@@ -29,6 +34,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 QUERY = (
@@ -98,6 +104,47 @@ def check_gpus(expected: int) -> str:
     if problems:
         raise CheckFailed("; ".join(problems))
     return f"{expected} GPUs healthy"
+
+
+AMD_VENDOR = "0x1002"
+DISPLAY_CLASS = "0x03"  # PCI base class 03, display controller (an MI-series accelerator is 0x0380)
+# A KFD topology node is a GPU when its gpu_id is not 0; CPU nodes have gpu_id 0 (the kernel's
+# drivers/gpu/drm/amd/amdkfd/kfd_topology.c; ROCt's NODE_IS_GPU).
+KFD_NODES = "class/kfd/kfd/topology/nodes"
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def amd_gpu_problems(sysfs: Path, expected: int) -> list[str]:
+    """What is wrong with the AMD GPUs the kernel sees under `sysfs` (/sys); empty when they pass."""
+    gpus = sorted(
+        d for d in (sysfs / "bus/pci/devices").glob("*")
+        if _read(d / "vendor") == AMD_VENDOR and _read(d / "class").startswith(DISPLAY_CLASS)
+    )  # fmt: skip
+    problems = []
+    if len(gpus) != expected:
+        problems.append(f"{len(gpus)} AMD GPUs on the PCI bus, the instance type has {expected}")
+    for gpu in gpus:
+        driver = os.path.basename(os.readlink(gpu / "driver")) if (gpu / "driver").is_symlink() else None
+        if driver != "amdgpu":
+            problems.append(f"GPU {gpu.name}: bound to {driver or 'no driver'}, not amdgpu")
+    kfd_gpus = [n for n in (sysfs / KFD_NODES).glob("*") if _read(n / "gpu_id") not in ("", "0")]
+    if len(kfd_gpus) != expected:
+        problems.append(f"{len(kfd_gpus)} GPUs in the KFD topology, the instance type has {expected}")
+    return problems
+
+
+def check_amd_gpus(expected: int, sysfs: Path = Path("/sys")) -> str:
+    """One line about the node's AMD GPUs, or CheckFailed."""
+    problems = amd_gpu_problems(sysfs, expected)
+    if problems:
+        raise CheckFailed("; ".join(problems))
+    return f"{expected} AMD GPUs bound to amdgpu and in the KFD topology"
 
 
 def read_patch(node: str) -> list[dict[str, Any]]:
@@ -192,7 +239,8 @@ def main() -> int:
     node, key = os.environ["NODE_NAME"], os.environ["STARTUP_TAINT_KEY"]
     for attempt in range(1, ATTEMPTS + 1):
         try:
-            print(f"{node}: {check_gpus(int(os.environ['EXPECTED_GPUS']))}", flush=True)
+            check = check_amd_gpus if os.environ.get("GPU_VENDOR") == "amd" else check_gpus
+            print(f"{node}: {check(int(os.environ['EXPECTED_GPUS']))}", flush=True)
             break
         except CheckFailed as err:
             _log(f"{node}: GPU check failed ({attempt} of {ATTEMPTS}): {err}")

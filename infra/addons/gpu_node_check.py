@@ -1,11 +1,12 @@
-"""The startup GPU check: a new NVIDIA GPU node takes no training pod before its GPUs passed a check.
+"""The startup GPU check: a new GPU node takes no training pod before its GPUs passed a check.
 
-Every NVIDIA GPU node source starts its nodes with STARTUP_TAINT (a Karpenter NodePool as a
+Every GPU node source starts its nodes with STARTUP_TAINT (a Karpenter NodePool as a
 `startupTaints` entry, which Karpenter expects something else to remove; a managed node group as one
 more taint of the group). Training pods never tolerate it
 (workloads/pod.py tolerates a pool's `taints` only; the contract exports it apart, as `startup_taints`).
-The gpu-node-check DaemonSet does: on each such node it runs gpu_node_check_script.py, which checks the
-node's GPUs with nvidia-smi and then removes the taint from its own node.
+The gpu-node-check DaemonSets do: on each such node they run gpu_node_check_script.py, which checks the
+node's GPUs (an NVIDIA node's with nvidia-smi, an AMD node's through sysfs: the script says how) and then
+removes the taint from its own node.
 
 The image: the platform stack cannot run the trainer's image, which lives in this stack's own ECR
 repository and is pushed only after the stack exists; a torch image would also be gigabytes pulled before
@@ -13,8 +14,9 @@ every new node takes a job. The check needs only Python: CHECK_IMAGE is the Pyth
 built from (docker/cpu/Dockerfile, pinned by digest; a test keeps the two equal). The NVIDIA container
 runtime of the EKS GPU AMIs adds nvidia-smi and the GPUs to any container that sets
 NVIDIA_VISIBLE_DEVICES=all, as the DCGM exporter's pods do: the pod requests no `nvidia.com/gpu`, so it
-runs before the device plugin, and its pods differ only in the GPU count they expect (one DaemonSet per
-count, selected by instance type).
+runs before the device plugin. An AMD node's check needs no device at all: the kernel's sysfs is in every
+container, read-only. The pods differ only in the vendor and the GPU count they expect (one DaemonSet per
+vendor and count, selected by the vendor's node labels and the instance type).
 
 A Karpenter node that keeps failing must go away by itself: Karpenter never replaces it. While a node
 carries a startup taint Karpenter packs pending pods onto it as if the taint were absent
@@ -50,7 +52,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from infra.accelerators import CATALOG
+from infra.accelerators import CATALOG, Vendor
 from infra.contract import INSTANCE_TYPE_LABEL, PoolTaint, toleration_spec
 
 NAME = "gpu-node-check"
@@ -62,22 +64,24 @@ SCRIPT = Path(__file__).with_name("gpu_node_check_script.py")
 SCRIPT_KEY = "gpu_node_check.py"
 # Who the API server says the check's pods are; the admission policy binds to it.
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
-RUN_AS = 65534  # nobody: nvidia-smi only reads, and the GPU device files are world-readable
+RUN_AS = 65534  # nobody: nvidia-smi only reads, the GPU device files and sysfs are world-readable
 # pulumi-kubernetes's annotation that skips its await logic for a resource (pulumi/pulumi-kubernetes#417).
 SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
 NODE_CLAIMS = {"apiGroups": ["karpenter.sh"], "resources": ["nodeclaims"]}
+VENDORS: tuple[Vendor, ...] = ("nvidia", "amd")
 
 
 def service_account_user(namespace: str) -> str:
     return f"system:serviceaccount:{namespace}:{NAME}"
 
 
-def gpu_counts(instance_types: Sequence[str]) -> dict[int, list[str]]:
-    """NVIDIA instance types (of the stack's GPU pools) grouped by their GPU count; others are left out."""
+def gpu_counts(instance_types: Sequence[str], vendor: Vendor = "nvidia") -> dict[int, list[str]]:
+    """`vendor`'s instance types (of the stack's GPU pools) grouped by their GPU count; others are left
+    out."""
     counts: dict[int, list[str]] = {}
     for acc in CATALOG.values():
         for t in acc.instance_types:
-            if acc.vendor == "nvidia" and t.name in instance_types:
+            if acc.vendor == vendor and t.name in instance_types:
                 counts.setdefault(t.gpus, []).append(t.name)
     return {n: sorted(set(types)) for n, types in sorted(counts.items())}
 
@@ -89,12 +93,17 @@ def _meta(name: str, namespace: str | None = None) -> dict[str, Any]:
     return meta
 
 
-def _container(expected_gpus: int, image: str) -> dict[str, Any]:
+def _container(vendor: Vendor, expected_gpus: int, image: str) -> dict[str, Any]:
+    # The script checks an NVIDIA node unless told GPU_VENDOR=amd; only NVIDIA's runtime needs the devices.
+    gpus = (
+        {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "utility"}
+        if vendor == "nvidia"
+        else {"GPU_VENDOR": vendor}
+    )
     env = {
         "EXPECTED_GPUS": str(expected_gpus),
         "STARTUP_TAINT_KEY": STARTUP_TAINT.key,
-        "NVIDIA_VISIBLE_DEVICES": "all",
-        "NVIDIA_DRIVER_CAPABILITIES": "utility",
+        **gpus,
         "PYTHONDONTWRITEBYTECODE": "1",
     }
     return {
@@ -127,12 +136,22 @@ def _instance_type_affinity(instance_types: Sequence[str]) -> dict[str, Any]:
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
 
 
+def _vendor_node_selector(vendor: Vendor) -> dict[str, str]:
+    """The labels every GPU node of `vendor` carries (what the vendor's device plugin selects too)."""
+    label_sets = [a.node_labels.items() for a in CATALOG.values() if a.vendor == vendor]
+    return dict(sorted(set(label_sets[0]).intersection(*label_sets[1:])))
+
+
 def daemon_set(
-    namespace: str, expected_gpus: int, instance_types: Sequence[str], image: str
+    namespace: str, expected_gpus: int, instance_types: Sequence[str], image: str, vendor: Vendor = "nvidia"
 ) -> dict[str, Any]:
-    name = f"{NAME}-{expected_gpus}gpu"
-    selector = {"app.kubernetes.io/name": NAME, "mlops-eks.io/expected-gpus": str(expected_gpus)}
-    gpu_taints = sorted({a.taint for a in CATALOG.values() if a.vendor == "nvidia"}, key=lambda t: t.key)
+    # An NVIDIA DaemonSet's name and selector name no vendor (and a live selector cannot change), so
+    # another vendor's pods differ in `app.kubernetes.io/name`, which every selector matches: no
+    # DaemonSet selects another's pods (test_gpu_node_check_amd.py).
+    app = NAME if vendor == "nvidia" else f"{NAME}-{vendor}"
+    name = f"{app}-{expected_gpus}gpu"
+    selector = {"app.kubernetes.io/name": app, "mlops-eks.io/expected-gpus": str(expected_gpus)}
+    gpu_taints = sorted({a.taint for a in CATALOG.values() if a.vendor == vendor}, key=lambda t: t.key)
     tolerations = [toleration_spec(STARTUP_TAINT), *(toleration_spec(t, any_value=True) for t in gpu_taints)]
     return {
         "apiVersion": "apps/v1",
@@ -145,11 +164,11 @@ def daemon_set(
                 "spec": {
                     "serviceAccountName": NAME,
                     "priorityClassName": "system-node-critical",
-                    "nodeSelector": {"nvidia.com/gpu.present": "true"},
+                    "nodeSelector": _vendor_node_selector(vendor),
                     "affinity": _instance_type_affinity(instance_types),
                     "tolerations": tolerations,
                     "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-                    "containers": [_container(expected_gpus, image)],
+                    "containers": [_container(vendor, expected_gpus, image)],
                     "volumes": [{"name": "check", "configMap": {"name": NAME}}],
                 },
             },
@@ -235,9 +254,9 @@ def admission_policy(namespace: str) -> list[dict[str, Any]]:
 
 
 def objects(namespace: str, instance_types: Sequence[str], image: str = CHECK_IMAGE) -> list[dict[str, Any]]:
-    """Everything the check needs, for the NVIDIA instance types among `instance_types`; [] without any."""
-    counts = gpu_counts(instance_types)
-    if not counts:
+    """Everything the check needs, for the GPU instance types among `instance_types`; [] without any."""
+    counts = {vendor: gpu_counts(instance_types, vendor) for vendor in VENDORS}
+    if not any(counts.values()):
         return []
     rbac: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(NAME, namespace)},
@@ -264,12 +283,16 @@ def objects(namespace: str, instance_types: Sequence[str], image: str = CHECK_IM
         "metadata": _meta(NAME, namespace),
         "data": {SCRIPT_KEY: SCRIPT.read_text()},
     }
-    daemon_sets = [daemon_set(namespace, n, types, image) for n, types in counts.items()]
+    daemon_sets = [
+        daemon_set(namespace, n, types, image, vendor)
+        for vendor, by_count in counts.items()
+        for n, types in by_count.items()
+    ]
     policies = [*admission_policy(namespace), *node_claim_policy(namespace)]
     return [*rbac, *policies, config_map, *daemon_sets]
 
 
 def startup_taints(accelerator: str, *, enabled: bool) -> tuple[PoolTaint, ...]:
-    """The startup taints of a pool of `accelerator`: STARTUP_TAINT on NVIDIA pools while the check is on
-    (AMD nodes have no nvidia-smi: they are not checked)."""
-    return (STARTUP_TAINT,) if enabled and CATALOG[accelerator].vendor == "nvidia" else ()
+    """The startup taints of a pool of `accelerator`: STARTUP_TAINT while the check is on, if the check
+    knows its vendor (a node no DaemonSet checks would keep the taint for good)."""
+    return (STARTUP_TAINT,) if enabled and CATALOG[accelerator].vendor in VENDORS else ()

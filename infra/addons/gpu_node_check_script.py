@@ -108,8 +108,8 @@ def check_gpus(expected: int) -> str:
 
 AMD_VENDOR = "0x1002"
 DISPLAY_CLASS = "0x03"  # PCI base class 03, display controller (an MI-series accelerator is 0x0380)
-# A KFD topology node is a GPU when its gpu_id is not 0; CPU nodes have gpu_id 0 (the kernel's
-# drivers/gpu/drm/amd/amdkfd/kfd_topology.c; ROCt's NODE_IS_GPU).
+# The KFD topology lists CPU and GPU nodes alike; a GPU's `gpu_id` is not 0, a CPU's is (the kernel's
+# drivers/gpu/drm/amd/amdkfd/kfd_topology.c).
 KFD_NODES = "class/kfd/kfd/topology/nodes"
 
 

@@ -36,22 +36,26 @@ def test_every_object_is_valid_at_the_clusters_kubernetes_version(obj):
     kubernetes_validate.validate(obj, f"{DEFAULT_KUBERNETES_VERSION}.0", strict=True)
 
 
-def test_one_daemon_set_per_gpu_count_and_none_for_amd_types():
+def test_one_daemon_set_per_vendor_and_gpu_count():
     daemon_sets = {d["metadata"]["name"]: d for d in of_kind("DaemonSet")}
-    assert set(daemon_sets) == {"gpu-node-check-1gpu", "gpu-node-check-4gpu", "gpu-node-check-8gpu"}
+    assert set(daemon_sets) == {
+        "gpu-node-check-1gpu", "gpu-node-check-4gpu", "gpu-node-check-8gpu", "gpu-node-check-amd-1gpu"
+    }  # fmt: skip
     four = daemon_sets["gpu-node-check-4gpu"]["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in four["containers"][0]["env"]}
     assert env["EXPECTED_GPUS"] == "4" and env["NVIDIA_VISIBLE_DEVICES"] == "all"
     term = four["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert term["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["g4dn.12xlarge"]
-    assert check.objects(NAMESPACE, ["g4ad.xlarge"]) == []
+    assert check.objects(NAMESPACE, ["m6i.large"]) == []
 
 
-def test_the_check_runs_on_tainted_gpu_nodes_and_requests_no_gpu():
+def test_the_nvidia_check_runs_on_tainted_nvidia_nodes_and_requests_no_gpu():
     from infra.contract import PoolTaint, Toleration
 
     nvidia_taints = [taint_spec(a.taint) for a in CATALOG.values() if a.vendor == "nvidia"]
     for ds in of_kind("DaemonSet"):
+        if "amd" in ds["metadata"]["name"]:
+            continue  # test_gpu_node_check_amd.py
         spec = ds["spec"]["template"]["spec"]
         tolerations = [Toleration.model_validate(t) for t in spec["tolerations"]]
         for taint in (STARTUP, GPU_TAINT, *nvidia_taints):
@@ -287,7 +291,7 @@ def test_the_removal_patch_fails_when_the_taints_moved_meanwhile():
         _apply(_node([STARTUP, GPU_TAINT]), patch)
 
 
-def test_startup_taints_go_on_nvidia_pools_while_the_check_is_on():
-    assert check.startup_taints("t4", enabled=True) == (check.STARTUP_TAINT,)
-    assert check.startup_taints("t4", enabled=False) == ()
-    assert check.startup_taints("amd-v520", enabled=True) == ()
+def test_startup_taints_go_on_every_gpu_pool_while_the_check_is_on():
+    for accelerator in ("t4", "amd-v520"):
+        assert check.startup_taints(accelerator, enabled=True) == (check.STARTUP_TAINT,)
+        assert check.startup_taints(accelerator, enabled=False) == ()

@@ -92,14 +92,16 @@ def test_a_reserved_nvidia_group_starts_with_the_startup_taint(reserved):
     assert STARTUP_TAINT.key not in str(exported["taints"])
 
 
-def test_karpenter_nvidia_pools_start_tainted_and_validate_against_the_crd(reserved, crd_check):
+def test_karpenter_gpu_pools_start_tainted_and_validate_against_the_crd(reserved, crd_check):
     resources, exports, _ = reserved
     pools = {r.name: r.inputs for r in resources if r.type == "kubernetes:karpenter.sh/v1:NodePool"}
     assert pools["karpenter-pool-gpu-t4"]["spec"]["template"]["spec"]["startupTaints"] == [
         taint_spec(STARTUP_TAINT)
     ]
-    assert "startupTaints" not in pools["karpenter-pool-gpu-amd"]["spec"]["template"]["spec"]
-    assert exports["accelerator_pools"]["amd"]["startup_taints"] == []
+    assert pools["karpenter-pool-gpu-amd"]["spec"]["template"]["spec"]["startupTaints"] == [
+        taint_spec(STARTUP_TAINT)
+    ]
+    assert exports["accelerator_pools"]["amd"]["startup_taints"] == [taint_spec(STARTUP_TAINT)]
     code, out = crd_check(list(pools.values()))
     assert code == 0, out
 
@@ -111,7 +113,9 @@ def test_the_agent_add_on_and_the_check_come_with_gpu_pools(reserved):
     daemon_sets = {
         r.name for r in resources if r.type == "kubernetes:apps/v1:DaemonSet" and "check" in r.name
     }
-    assert daemon_sets == {"gpu-check-daemonset-gpu-node-check-4gpu"}
+    assert daemon_sets == {
+        "gpu-check-daemonset-gpu-node-check-4gpu", "gpu-check-daemonset-gpu-node-check-amd-1gpu"
+    }  # fmt: skip
     without, _, _ = _synth(pools=[])
     assert not [r for r in without if r.type == "aws:eks/addon:Addon" and "monitoring-agent" in r.name]
     assert not [r for r in without if "gpu-node-check" in r.name]

@@ -23,11 +23,10 @@ def _rendered(stack: str):
 
 
 @pytest.mark.parametrize("platform_stack", ["dev", "prod"])
-def test_nvidia_pools_export_the_startup_taint_apart_from_their_taints(platform_stack):
+def test_gpu_pools_export_the_startup_taint_apart_from_their_taints(platform_stack):
     platform = load_platform_outputs(example_outputs_path(platform_stack))
     for name, pool in platform.accelerator_pools.items():
-        nvidia = pool.resource_name == "nvidia.com/gpu"
-        assert pool.startup_taints == ((STARTUP_TAINT,) if nvidia else ()), name
+        assert pool.startup_taints == (STARTUP_TAINT,), name
         assert STARTUP_TAINT not in pool.taints
 
 
@@ -51,8 +50,9 @@ def test_a_job_that_tolerates_every_taint_is_refused_for_landing_on_unchecked_gp
     assert any(STARTUP_TAINT.key in p and "unchecked" in p for p in problems), problems
 
 
-def test_the_simulation_places_jobs_on_a_pool_whose_nodes_start_tainted():
-    objects, platform = _rendered("dev-zimdb")
+@pytest.mark.parametrize("stack", ["dev-zimdb", "dev-amd"])
+def test_the_simulation_places_jobs_on_a_pool_whose_nodes_start_tainted(stack):
+    objects, platform = _rendered(stack)
     verdicts = simulate(objects, platform)
     assert verdicts and unschedulable(verdicts) == []
     assert all(platform.accelerator_pools[v.source].startup_taints for v in verdicts)

@@ -4,18 +4,9 @@ from __future__ import annotations
 
 import json
 
+from tests.workloads.local_runs import FEW_STEPS
 from workloads.__main__ import main
 from workloads.local import local_processes
-
-FEW_STEPS = [
-    "--",
-    "--train.max_steps", "4",
-    "--train.warmup_steps", "1",
-    "--train.eval_every", "2",
-    "--train.log_every", "2",
-    "--data.synthetic_train_size", "128",
-    "--data.synthetic_val_size", "32",
-]  # fmt: skip
 
 
 def test_run_local_trains_the_stack_job_for_a_few_steps(tmp_path, capsys):

@@ -12,20 +12,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.workloads.local_runs import FEW_STEPS
 from workloads import local
 from workloads.__main__ import main
 from workloads.stacks import load_stack
 
 STACK = "dev-zimdb-ray"
-FEW_STEPS = [
-    "--",
-    "--train.max_steps", "4",
-    "--train.warmup_steps", "1",
-    "--train.eval_every", "2",
-    "--train.log_every", "2",
-    "--data.synthetic_train_size", "128",
-    "--data.synthetic_val_size", "32",
-]  # fmt: skip
 
 
 def _without_ray(monkeypatch):

@@ -136,11 +136,11 @@ def test_reserved_pools_are_fixed_size_managed_groups_with_the_eks_capacity_spel
         size = pool.size
         assert group["scalingConfig"] == {"minSize": size, "maxSize": size, "desiredSize": size}
         assert group["capacityType"] == {"spot": "SPOT", "on-demand": "ON_DEMAND"}[pool.capacity_types[0]]
-        # NVIDIA nodes also start with the startup GPU check's taint (infra/addons/gpu_node_check.py).
+        # GPU nodes, NVIDIA and AMD, also start with the startup GPU check's taint (gpu_node_check.py).
         startup = [{"key": "mlops-eks.io/gpu-check", "value": "pending", "effect": "NO_SCHEDULE"}]
         assert group["taints"] == [
             {"key": acc.resource_name, "value": "true", "effect": "NO_SCHEDULE"},
-            *(startup if acc.vendor == "nvidia" else []),
+            *startup,
         ]
         assert group["labels"] == acc.node_labels and group["instanceTypes"] == pool.instance_type_names
         # Nothing to keep on a fixed-size group; the system group (min < max) keeps a manual scale-up.

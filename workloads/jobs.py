@@ -65,7 +65,7 @@ def _job_labels(spec: TrainingJobSpec, platform: PlatformFacts) -> dict[str, str
     return pod.labels(spec) | extra
 
 
-def _pod_security(placement: Placement) -> dict[str, Any]:
+def job_pod_security(placement: Placement) -> dict[str, Any]:
     """What keeps the pod safe and its Spot checkpoint whole; static per job (the runtime holds it)."""
     return {
         "automountServiceAccountToken": False,
@@ -74,7 +74,7 @@ def _pod_security(placement: Placement) -> dict[str, Any]:
     }
 
 
-def _pod_placement(spec: TrainingJobSpec, placement: Placement) -> dict[str, Any]:
+def job_pod_placement(spec: TrainingJobSpec, placement: Placement) -> dict[str, Any]:
     """Where the pod runs, as whom, and what it mounts (TrainJob: through runtimePatches)."""
     return {
         "serviceAccountName": spec.name,
@@ -97,7 +97,7 @@ def training_runtime(spec: TrainingJobSpec, placement: Placement) -> dict[str, A
     }
     if pod.ports(spec):  # TrainJob patches cannot add ports: the runtime declares them
         container["ports"] = pod.ports(spec)
-    pod_spec: dict[str, Any] = _pod_security(placement) | {
+    pod_spec: dict[str, Any] = job_pod_security(placement) | {
         "restartPolicy": "Never",  # podFailurePolicy requires it; restarts are the JobSet's
         "containers": [container],
     }
@@ -178,8 +178,8 @@ def train_job(
         "securityContext": pod.container_security(),
         "volumeMounts": pod.volume_mounts(spec),
     }
-    security = {k: v for k, v in _pod_security(placement).items() if k != "automountServiceAccountToken"}
-    pod_patch = _pod_placement(spec, placement) | security | {"containers": [container]}
+    security = {k: v for k, v in job_pod_security(placement).items() if k != "automountServiceAccountToken"}
+    pod_patch = job_pod_placement(spec, placement) | security | {"containers": [container]}
     patch = {
         "manager": RUNTIME_PATCH_MANAGER,
         "trainingRuntimeSpec": {
@@ -253,7 +253,7 @@ def pytorch_job(
     container = pod.training_container(
         spec, placement, platform.region, name="pytorch", command=pod.command(spec)
     )
-    pod_spec = _pod_security(placement) | _pod_placement(spec, placement) | {"containers": [container]}
+    pod_spec = job_pod_security(placement) | job_pod_placement(spec, placement) | {"containers": [container]}
     if spec.priority:
         pod_spec["priorityClassName"] = spec.priority
     template = {"metadata": pod.template_metadata(spec, config_digest), "spec": pod_spec}

@@ -124,7 +124,7 @@ def _ray_pod(
     ray_container = pod.training_container(
         spec, placement, platform.region, name=container, extra_ports=ports
     )
-    pod_spec = jobs._pod_security(placement) | jobs._pod_placement(spec, placement)
+    pod_spec = jobs.job_pod_security(placement) | jobs.job_pod_placement(spec, placement)
     pod_spec["containers"] = [ray_container]
     if spec.priority:
         pod_spec["priorityClassName"] = spec.priority
@@ -135,7 +135,7 @@ def _submitter(spec: TrainingJobSpec, placement: Placement) -> dict[str, Any]:
     """The submitter Job's pod: KubeRay fills in its command (`ray job submit` then `ray job logs --follow`
     against the head's dashboard) and keeps the rest (common/job.go GetSubmitterTemplate). On the job's own
     nodes, under the job's labels (its NetworkPolicy lets it reach the head), restricted like the rest."""
-    pod_spec = jobs._pod_security(placement) | {
+    pod_spec = jobs.job_pod_security(placement) | {
         "restartPolicy": "Never",  # a Job's pods; KubeRay's default template has the same
         "nodeSelector": pod.node_selector(placement),
         "affinity": pod.affinity(placement),

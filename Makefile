@@ -5,35 +5,44 @@ PY := $(VENV)/bin/python
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint bench clean
+.PHONY: demo dev test lint bench clean
 
 # On Linux the default torch wheel bundles the CUDA libraries (several GB). For a CPU-only install:
 #   make demo TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 # pip then also looks there and takes its `+cpu` build of the pinned torch (a local version satisfies
 # torch==X.Y.Z and sorts above it); every other package still comes from PyPI.
 TORCH_INDEX_URL ?=
-PIP_INSTALL := $(PY) -m pip install --progress-bar on $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL))
+# constraints.txt pins every package, transitive ones included (scripts/lock_requirements.py dev writes it),
+# so the same commit installs the same versions on any machine in any month; --build-constraint pins what
+# pip builds this project with too.
+LOCK := constraints.txt
+PIP_INSTALL := $(PY) -m pip install --progress-bar on --constraint $(LOCK) --build-constraint $(LOCK) \
+	$(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL))
 
 $(VENV)/bin/python:
 	@echo "==> creating $(VENV) with $(PYTHON)"
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet --constraint $(LOCK) pip setuptools
 
 # What `make demo` and `make bench` run: the trainer (torch and its data/metrics packages) and the
 # `workloads run-local` CLI, which imports no Pulumi SDK. --no-compile: Python compiles the modules a run
 # imports when it imports them, instead of pip compiling all of torch's thousands up front.
-$(RUN_STAMP): pyproject.toml | $(VENV)/bin/python
+$(RUN_STAMP): pyproject.toml $(LOCK) | $(VENV)/bin/python
 	@echo "==> installing the trainer's packages (torch is the big one)"
 	$(PIP_INSTALL) --no-compile -e ".[train]"
 	touch $@
 
-$(DEV_STAMP): pyproject.toml $(RUN_STAMP)
+# Everything a developer uses: the Pulumi SDKs, the policy pack, the test tools and Hugging Face data sets.
+$(DEV_STAMP): pyproject.toml $(LOCK) $(RUN_STAMP)
 	@echo "==> installing the Pulumi SDKs, the policy pack and the test tools"
-	$(PIP_INSTALL) -e ".[infra,train,policy,dev]"
+	$(PIP_INSTALL) -e ".[infra,train,policy,dev,hf]"
 	touch $@
 
 demo: $(RUN_STAMP)
 	$(PY) -m workloads run-local --stack dev-zimdb
+
+# Installs everything `make test`, `make lint`, `python -m infra` and `python -m workloads` use; runs nothing.
+dev: $(DEV_STAMP)
 
 test: $(DEV_STAMP)
 	$(PY) -m pytest

@@ -2,7 +2,7 @@
 # Build-stage step shared by docker/{cuda,rocm,cpu}/Dockerfile: create the virtual environment the image
 # runs ($VENV) on the base image's Python and install every pin of pyproject.toml's base dependencies and
 # image extras into it, each package checked against the sha256 hashes of its lock (generated from
-# pyproject.toml by scripts/lock_image_requirements.py): `train` from docker/requirements.lock, `ray` (Ray
+# pyproject.toml by scripts/lock_requirements.py images): `train` from docker/requirements.lock, `ray` (Ray
 # Train, for `operator: rayjob`) from docker/requirements-ray.lock. IMAGE_EXTRAS="train" leaves Ray out.
 # Only pyproject.toml and docker/ need to be present, so this layer is cached until a pin changes.
 #

@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             if problems := lock_problems(reqs, args.check_lock.read_text()):
                 raise PyprojectError(
                     f"{args.check_lock} is stale: {', '.join(problems)}; regenerate it with "
-                    "scripts/lock_image_requirements.py"
+                    "scripts/lock_requirements.py images"
                 )
             return 0
         print(pin_of(reqs, args.only) if args.only else "\n".join(reqs))

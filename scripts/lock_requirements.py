@@ -1,0 +1,187 @@
+"""Regenerate the project's locks from pyproject.toml's pins, with pip's own resolver.
+
+    .venv/bin/python scripts/lock_requirements.py images   # docker/requirements*.lock (needs pypi.org)
+    .venv/bin/python scripts/lock_requirements.py dev      # constraints.txt (needs pypi.org)
+    .venv/bin/python scripts/lock_requirements.py all
+
+constraints.txt pins the whole development environment, transitive dependencies included, so a commit
+installs the same versions on any machine in any month: every Makefile target installs with
+`-c constraints.txt`. It is resolved for the host's Python with every extra `make dev` installs and the
+image lock as constraints, so the packages they share agree. torch is pinned without its local label, so
+`torch==2.13.0` takes the CUDA build on a Linux machine (whose CUDA libraries torch pins exactly) or the
+CPU build from the PyTorch index; the `ray` extra stays out (its protobuf 7 conflicts with pulumi's <7)
+and has its own image lock. tests/test_dev_lock.py fails when constraints.txt and pyproject.toml differ.
+
+The images' hash locks: their Python packages with every sha256 PyPI publishes. The pins stay in
+pyproject.toml (base dependencies, the `train` extra and the `ray` extra); this resolves their closure
+with pip's own resolver for every Python the image bases ship (3.11 to 3.14, manylinux x86_64 wheels),
+then records, per package, the hashes of all its files on PyPI, so `pip install --require-hashes` accepts
+exactly those artifacts whatever the base's Python. docker/requirements.lock holds the base and `train`
+closure; docker/requirements-ray.lock what the `ray` extra adds to it, resolved together so the two
+agree. torch is left out: the CUDA and ROCm images take it from their digest-pinned base image; the CPU
+image from the PyTorch CPU wheel index, checked afterwards by docker/check_torch.py.
+tests/docker fails when the locks' top-level pins differ from pyproject's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from pathlib import Path
+
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+from packaging.version import Version
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "docker"))
+from pyproject_requirements import canonical_name, load, lock_pins, requirements  # noqa: E402
+
+LOCK = REPO / "docker" / "requirements.lock"
+RAY_LOCK = REPO / "docker" / "requirements-ray.lock"
+DEV_LOCK = REPO / "constraints.txt"
+# What `make dev` installs. Not `ray`: its lock pins protobuf 7, which pulumi (<7) refuses.
+DEV_EXTRAS = ("infra", "train", "policy", "dev", "hf")
+# The venv's own installers, pinned like everything else (the Makefile installs them first).
+INSTALLERS = ("pip", "setuptools")
+PYTHONS = ("3.11", "3.12", "3.13", "3.14")
+# Installed from the base image (CUDA, ROCm) or the PyTorch index (CPU), never from this lock.
+FROM_BASE = {"torch"}
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+
+
+def top_level(extras: list[str]) -> list[str]:
+    reqs = requirements(load(REPO / "pyproject.toml"), extras)
+    return [r for r in reqs if canonical_name(r.split("==")[0].split("[")[0]) not in FROM_BASE]
+
+
+def resolve(reqs: list[str], python: str) -> dict[str, str]:
+    """name -> version of the closure pip installs for `reqs` on `python` (nothing is downloaded)."""
+    with tempfile.TemporaryDirectory() as target:
+        platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
+        report = subprocess.run(
+            # --isolated: PyPI only, whatever this machine's pip configuration (mirrors, constraints).
+            [sys.executable, "-m", "pip", "--isolated", "install", "--dry-run", "--quiet", "--report", "-",
+             "--ignore-installed", "--only-binary=:all:", *platforms, "--python-version", python,
+             "--implementation", "cp", "--target", target, *reqs],
+            check=True, capture_output=True, text=True,
+        )  # fmt: skip
+    return {
+        canonical_name(item["metadata"]["name"]): item["metadata"]["version"]
+        for item in json.loads(report.stdout)["install"]
+    }
+
+
+def pypi_hashes(name: str, version: str) -> list[str]:
+    """sha256 of every file of `name` `version` on PyPI (simple API, PEP 691 JSON)."""
+    request = urllib.request.Request(
+        f"https://pypi.org/simple/{name}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        files = json.load(response)["files"]
+    wanted = Version(version)
+    hashes = set()
+    for f in files:
+        filename = f["filename"]
+        try:
+            if filename.endswith(".whl"):
+                _, file_version, _, _ = parse_wheel_filename(filename)
+            elif filename.endswith(".tar.gz"):
+                _, file_version = parse_sdist_filename(filename)
+            else:
+                continue
+        except (InvalidSdistFilename, InvalidWheelFilename):
+            continue
+        if file_version == wanted and not f.get("yanked"):
+            hashes.add(f["hashes"]["sha256"])
+    if not hashes:
+        sys.exit(f"{name}=={version}: no files on PyPI")
+    return sorted(hashes)
+
+
+def closure(reqs: list[str]) -> dict[str, str]:
+    """name -> version of `reqs`' closure, the same on every Python in PYTHONS."""
+    versions: dict[str, str] = {}
+    for python in PYTHONS:
+        for name, version in resolve(reqs, python).items():
+            if versions.setdefault(name, version) != version:
+                sys.exit(f"{name}: {versions[name]} on one Python, {version} on Python {python}; pin it")
+    return versions
+
+
+def lock_text(versions: dict[str, str]) -> str:
+    lines = [
+        "# Generated by scripts/lock_requirements.py images from pyproject.toml; do not edit.",
+        "# Installed with pip --require-hashes --no-deps by docker/install-python-deps.sh.",
+    ]
+    for name in sorted(versions):
+        if name in FROM_BASE:
+            continue
+        hashes = " \\\n    ".join(f"--hash=sha256:{h}" for h in pypi_hashes(name, versions[name]))
+        lines.append(f"{name}=={versions[name]} \\\n    {hashes}")
+    return "\n".join(lines) + "\n"
+
+
+def lock_texts() -> tuple[str, str]:
+    """The train lock and the ray lock: the ray extra's closure less what the train lock holds."""
+    train = closure(top_level(["train"]))
+    both = closure(top_level(["train", "ray"]))
+    if moved := {name for name, version in train.items() if both.get(name) != version}:
+        sys.exit(f"the ray extra changes the train closure ({sorted(moved)}); pin those in pyproject.toml")
+    return lock_text(train), lock_text({n: v for n, v in both.items() if n not in train})
+
+
+def dev_lock_text() -> str:
+    """constraints.txt: the closure of every DEV_EXTRAS pin on this host's Python, agreeing with the
+    image lock wherever the two share a package."""
+    with tempfile.TemporaryDirectory() as tmp:
+        image_pins = Path(tmp) / "image-pins.txt"
+        image_pins.write_text("".join(f"{n}=={v}\n" for n, v in lock_pins(LOCK.read_text()).items()))
+        reqs = [*requirements(load(REPO / "pyproject.toml"), list(DEV_EXTRAS)), *INSTALLERS]
+        report = subprocess.run(
+            # Not --isolated: the host's pip configuration may name where its torch build comes from.
+            [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--report", "-",
+             "--ignore-installed", "--constraint", str(image_pins), *reqs],
+            check=True, capture_output=True, text=True,
+        )  # fmt: skip
+    pins = {
+        canonical_name(item["metadata"]["name"]): Version(item["metadata"]["version"]).public
+        for item in json.loads(report.stdout)["install"]
+    }
+    lines = [
+        "# Generated by scripts/lock_requirements.py dev from pyproject.toml; do not edit.",
+        f"# The whole development environment ({', '.join(DEV_EXTRAS)} extras, pip and setuptools),",
+        f"# resolved on Python {sys.version_info.major}.{sys.version_info.minor}; every Makefile target "
+        "installs with -c constraints.txt.",
+        *(f"{name}=={pins[name]}" for name in sorted(pins)),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("what", choices=("dev", "images", "all"), help="which locks to regenerate")
+    args = parser.parse_args(argv)
+    if args.what in ("images", "all"):
+        train_lock, ray_lock = lock_texts()
+        LOCK.write_text(train_lock)
+        RAY_LOCK.write_text(ray_lock)
+        print(f"wrote {LOCK.relative_to(REPO)} and {RAY_LOCK.relative_to(REPO)}")
+    if args.what in ("dev", "all"):
+        DEV_LOCK.write_text(dev_lock_text())
+        print(f"wrote {DEV_LOCK.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,3 +1,4 @@
+import importlib.util
 import json
 
 import pytest
@@ -47,8 +48,11 @@ def test_bad_value_names_the_key_the_value_and_what_is_allowed(argv, message):
         (["--output.tensorboard", "true"], "pip install tensorboard"),
     ],
 )
-def test_option_needing_a_missing_package_fails_with_the_option_and_pip_hint(argv, package):
-    # datasets, transformers and tensorboard are deliberately not installed in this environment.
+def test_option_needing_a_missing_package_fails_with_the_option_and_pip_hint(argv, package, monkeypatch):
+    missing = {"datasets", "transformers", "tensorboard"}
+    find_spec = importlib.util.find_spec
+    hide = lambda name: None if name in missing else find_spec(name)  # noqa: E731
+    monkeypatch.setattr(importlib.util, "find_spec", hide)
     with pytest.raises(ConfigError) as err:
         from_args(argv)
     assert argv[0][2:] in str(err.value) and package in str(err.value)

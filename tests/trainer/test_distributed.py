@@ -142,7 +142,8 @@ def test_fsdp_and_ddp_with_gradient_accumulation_train_the_same_weights(tmp_path
 
 def test_fsdp_evaluates_uneven_validation_shards_in_bf16_without_waiting_for_the_timeout(tmp_path):
     """33 validation examples over 2 ranks at 16 per batch: rank 0 has 2 batches, rank 1 has 1. Under
-    FSDP every forward all-gathers, so the rank with fewer batches must still take part."""
+    FSDP every forward all-gathers, so the rank with fewer batches must still take part. A rank left
+    waiting in a collective fails the run when train.dist_timeout_s runs out, so exit 0 says none did."""
     out = tmp_path / "out"
     uneven = {
         "data.synthetic_val_size": 33,
@@ -152,10 +153,8 @@ def test_fsdp_evaluates_uneven_validation_shards_in_bf16_without_waiting_for_the
         "train.eval_every": 5,
         "train.dist_timeout_s": 30,
     }
-    started = time.monotonic()
     proc = launch(out, **uneven)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert time.monotonic() - started < 30  # not a collective timeout
     assert "33 val examples" in proc.stdout and "device cpu: precision bf16 (requested)" in proc.stdout
     assert "precision bf16, fsdp" in proc.stdout
     for row in metrics(out, "eval"):  # every example counted once: accuracy is a multiple of 1/33

@@ -105,13 +105,17 @@ def test_node_scratch_dir_is_shared_by_one_launch_only(monkeypatch):
     assert token_store.node_scratch_dir("data") != first
 
 
+# The baseline is taken after pyarrow's first array: that imports pandas where it is installed (the `hf`
+# extra brings it), a fixed cost of ~40 MiB that does not grow with the file.
 PEAK_SCRIPT = """
 import sys, tempfile
 from pathlib import Path
+import pyarrow as pa
 from trainer import token_store
 from trainer.bench_workers import peak_rss_mib
 from trainer.config import DataConfig
 src = Path(sys.argv[1])
+pa.array(["warm-up"], type=pa.large_string())
 base = peak_rss_mib()
 token_store.build(DataConfig(source=str(src), max_len=256), num_labels=2, model_name="transformer",
                   tokenizer_spec=None, workdir=src.parent, out=Path(tempfile.mkdtemp(dir=src.parent)))

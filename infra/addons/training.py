@@ -19,15 +19,13 @@ import yaml
 from infra.accelerators import CATALOG
 from infra.addons import kuberay
 from infra.addons.manifests import custom_resource
-from infra.charts import TRAINER_TORCH_RUNTIME_IMAGE, TRAINING_OPERATOR_V1_KUSTOMIZE, release
+from infra.addons import training_operator_v1
+from infra.charts import TRAINER_TORCH_RUNTIME_IMAGE, release
 from infra.component_args import ComponentArgs, child_options
 from infra.config.addons import TeamQueue, TrainingConfig
 from infra.contract import EFA_RESOURCE, RUN_AS_UID, QueueQuota, quantity, toleration_spec
 
 TRAINER_NAMESPACE = "kubeflow-system"
-# The overlay of TRAINING_OPERATOR_V1_KUSTOMIZE with `--gang-scheduler-name=volcano` (see the file), relative
-# to the project root, where Pulumi runs the program.
-TRAINING_OPERATOR_V1_VOLCANO = "infra/addons/kustomize/training-operator-v1-volcano"
 TORCH_RUNTIME = "torch-distributed"
 # The upstream runtime's default image (pinned in infra/charts.py); every TrainJob sets its own.
 TORCH_RUNTIME_IMAGE = TRAINER_TORCH_RUNTIME_IMAGE
@@ -324,7 +322,9 @@ class Training(pulumi.ComponentResource):
             # Under Volcano the operator must create the PodGroups that gang a job's pods, and it watches
             # them only if their CRD is served when it starts (v1.9.2 mpijob_controller.go SetupWithManager,
             # "skip watching volcano PodGroup if volcano PodGroup is not installed"): after Volcano.
-            directory = TRAINING_OPERATOR_V1_VOLCANO if volcano else TRAINING_OPERATOR_V1_KUSTOMIZE
+            # Its own overlay either way: the PyTorchJob init container from our restricted template
+            # (infra/addons/training_operator_v1.py), and Volcano as gang scheduler when it is installed.
+            directory = training_operator_v1.overlay(volcano=volcano is not None)
             after_volcano = pulumi.ResourceOptions(depends_on=[volcano] if volcano else None)
             operator_v1 = k8s.kustomize.v2.Directory(
                 f"{name}-training-operator-v1",

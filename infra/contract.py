@@ -210,3 +210,28 @@ def quantity(value: str | int | float) -> Decimal:
     if not match:
         raise ValueError(f"not a Kubernetes quantity: {value!r}")
     return Decimal(match.group(1)) * _SUFFIX[match.group(2)]
+
+
+# Kueue ResourceFlavors the platform creates (infra/addons/training.py kueue_objects): CPU and EFA flavors
+# carry nothing, a GPU flavor pins admitted pods to the accelerator's nodes. Kueue writes an admitted job's
+# flavors into its pods (kueue pkg/podset/podset.go FromAssignment: nodeLabels as nodeSelector, tolerations).
+KUEUE_CPU_FLAVOR = "cpu"
+KUEUE_EFA_FLAVOR = "efa"
+KUEUE_GPU_FLAVOR_PREFIX = "gpu-"
+
+
+def kueue_gpu_flavor(accelerator: str) -> tuple[str, dict[str, object]]:
+    """(name, spec) of the ResourceFlavor of `accelerator`'s GPUs."""
+    acc = CATALOG[accelerator]
+    spec = {"nodeLabels": dict(acc.node_labels), "tolerations": [toleration_spec(acc.taint)]}
+    return f"{KUEUE_GPU_FLAVOR_PREFIX}{accelerator}", spec
+
+
+# Namespaces no job may use: Kubernetes' own and every one a platform add-on installs into (the Pod Security
+# levels of the latter are infra/addons/namespaces.py POD_SECURITY; a test keeps the two lists equal). A job
+# there would put its ResourceQuota, LocalQueue and default-deny NetworkPolicy on the platform's own pods.
+KUBERNETES_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
+PLATFORM_NAMESPACES = frozenset(
+    {"monitoring", "gpu-system", "kubecost", "kubeflow-system", "kuberay-system", "kueue-system",
+     "volcano-system", "kubeflow"}
+)  # fmt: skip

@@ -17,22 +17,30 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from infra.accelerators import CATALOG
-from infra.addons import kuberay
+from infra.addons import kuberay, training_operator_v1
 from infra.addons.manifests import custom_resource
-from infra.addons import training_operator_v1
 from infra.charts import TRAINER_TORCH_RUNTIME_IMAGE, release
 from infra.component_args import ComponentArgs, child_options
 from infra.config.addons import TeamQueue, TrainingConfig
-from infra.contract import EFA_RESOURCE, RUN_AS_UID, QueueQuota, quantity, toleration_spec
+from infra.contract import (
+    EFA_RESOURCE,
+    KUEUE_CPU_FLAVOR,
+    KUEUE_EFA_FLAVOR,
+    KUEUE_GPU_FLAVOR_PREFIX,
+    RUN_AS_UID,
+    QueueQuota,
+    kueue_gpu_flavor,
+    quantity,
+)
 
 TRAINER_NAMESPACE = "kubeflow-system"
 TORCH_RUNTIME = "torch-distributed"
 # The upstream runtime's default image (pinned in infra/charts.py); every TrainJob sets its own.
 TORCH_RUNTIME_IMAGE = TRAINER_TORCH_RUNTIME_IMAGE
-CPU_FLAVOR = "cpu"
+CPU_FLAVOR = KUEUE_CPU_FLAVOR
 # EFA interfaces are not tied to an accelerator's nodes (the GPU flavor pins the node): a flavor of its own.
-EFA_FLAVOR = "efa"
-GPU_FLAVOR_PREFIX = "gpu-"
+EFA_FLAVOR = KUEUE_EFA_FLAVOR
+GPU_FLAVOR_PREFIX = KUEUE_GPU_FLAVOR_PREFIX
 
 
 def trainer_values() -> dict[str, Any]:
@@ -169,10 +177,9 @@ def kueue_objects(queues: Sequence[TeamQueue]) -> list[dict[str, Any]]:
     if any(q.efa_interfaces for q in queues):
         flavors.append(_resource_flavor(EFA_FLAVOR, {}, []))
     for key in accelerators:
-        acc = CATALOG[key]
-        flavors.append(
-            _resource_flavor(_flavor_name(key), dict(acc.node_labels), [toleration_spec(acc.taint)])
-        )
+        name, spec = kueue_gpu_flavor(key)
+        flavors.append({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+                        "metadata": {"name": name}, "spec": spec})  # fmt: skip
     cluster_queues = []
     for q in queues:
         groups: list[dict[str, Any]] = [

@@ -38,8 +38,11 @@ BASE_DEPLOYMENT: dict[str, Any] = {
                         "name": DEPLOYMENT,
                         "command": ["/manager"],
                         "volumeMounts": [
-                            {"mountPath": "/tmp/k8s-webhook-server/serving-certs", "name": "cert",
-                             "readOnly": True}
+                            {
+                                "mountPath": "/tmp/k8s-webhook-server/serving-certs",
+                                "name": "cert",
+                                "readOnly": True,
+                            }
                         ],  # fmt: skip
                     }
                 ],

@@ -2,12 +2,14 @@
 
 For every pod the rendered job leads to, as its operator creates it (workloads/operator_pods.py: the
 TrainJob's JobSet pods with Kueue's flavors written in, a PyTorchJob's Master and Workers with their init
-container, a RayJob's head, workers and submitter, an MPIJob's launcher and workers), it looks for a node source (infra.contract.AcceleratorPool) that can host the pods:
-the node selector and required node affinity against the labels a node of the pool carries, the
-tolerations against its taints (Kubernetes' matching rules), each pod's requests against one instance,
-a device plugin serving that node for every extended resource, and enough nodes in the source for the
-job's pods. A queued job must also fit its queue's nominal quota, every requested resource covered.
-Pure functions of plain dicts: the same objects `render` returns and `pulumi up` creates.
+container, a RayJob's head, workers and submitter, an MPIJob's launcher and workers), it looks for a node
+source (infra.contract.AcceleratorPool) that can host the pods: the node selector and required node
+affinity against the labels a node of the pool carries, the tolerations against its taints (Kubernetes'
+matching rules), each pod's effective requests (init containers included) against one instance, a device
+plugin serving that node for every extended resource, and enough nodes in the source for the job's pods.
+A queued job must also fit its queue's nominal quota, every requested resource covered, and the pods the
+namespace's ResourceQuota (quota_problems). Pure functions of plain dicts: the same objects `render`
+returns and `pulumi up` creates.
 """
 
 from __future__ import annotations
@@ -293,3 +295,54 @@ def unschedulable(verdicts: Iterable[Verdict]) -> list[str]:
         for v in verdicts
         if not v.schedulable
     ]
+
+
+# The resources a ResourceQuota tracks that every container of a pod must then state (kubernetes
+# pkg/quota/v1/evaluator/core/pods.go Constraints: "must specify" for containers and init containers).
+_MUST_STATE = {"requests.cpu", "requests.memory", "limits.cpu", "limits.memory", "cpu", "memory"}
+
+
+def _pod_limits(spec: Mapping[str, Any]) -> dict[str, Decimal]:
+    """Effective limits, as pod_requests: the largest init container's or the containers' sum."""
+    total: dict[str, Decimal] = {}
+    for c in spec["containers"]:
+        for k, v in ((c.get("resources") or {}).get("limits") or {}).items():
+            total[k] = total.get(k, Decimal(0)) + quantity(v)
+    for c in spec.get("initContainers") or []:
+        for k, v in ((c.get("resources") or {}).get("limits") or {}).items():
+            total[k] = max(total.get(k, Decimal(0)), quantity(v))
+    return total
+
+
+def quota_problems(
+    objects: Sequence[Mapping[str, Any]], platform: PlatformFacts, gangs: int = 2
+) -> list[str]:
+    """The job namespace's ResourceQuota against the pods the operators create: each pod states every
+    tracked cpu/memory request and limit (else the API server refuses it), and `gangs` times the job's
+    pods (a restarted gang starts while the old one terminates: workloads/render.py QUOTA_GANGS), counted
+    as the quota counts them (requests.X, limits.X, bare X as requests, pods), fit `hard`."""
+    quotas = [o for o in objects if o["kind"] == "ResourceQuota"]
+    pods = operator_pods(objects, platform)
+    problems = []
+    for quota in quotas:
+        hard = {k: quantity(v) for k, v in quota["spec"]["hard"].items()}
+        used: dict[str, Decimal] = {"pods": Decimal(len(pods))}
+        for pod in pods:
+            name = pod.pod["metadata"].get("name") or pod.pod["metadata"]["generateName"]
+            for container in [*pod.spec.get("initContainers", []), *pod.spec["containers"]]:
+                resources = container.get("resources") or {}
+                for key in sorted(_MUST_STATE & set(hard)):
+                    kind, _, resource = key.rpartition(".")
+                    if resource not in (resources.get(kind or "requests") or {}):
+                        problems.append(f"{name}: container {container['name']} states no {key} "
+                                        f"(ResourceQuota {quota['metadata']['name']} tracks it)")  # fmt: skip
+            for resource, amount in pod_requests(pod.spec).items():
+                used[f"requests.{resource}"] = used.get(f"requests.{resource}", Decimal(0)) + quantity(amount)
+            for resource, amount in _pod_limits(pod.spec).items():
+                used[f"limits.{resource}"] = used.get(f"limits.{resource}", Decimal(0)) + amount
+        for key, limit in hard.items():
+            wanted = used.get(key, used.get(f"requests.{key}", Decimal(0))) * gangs
+            if wanted > limit:
+                problems.append(f"ResourceQuota {quota['metadata']['name']}: {key} {wanted:g} for {gangs} "
+                                f"x the job's pods > hard {quota['spec']['hard'][key]}")  # fmt: skip
+    return problems

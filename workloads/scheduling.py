@@ -22,7 +22,13 @@ from typing import Any
 
 from infra.accelerators import CATALOG
 from infra.contract import EFA_RESOURCE, AcceleratorPool, Toleration, quantity, tolerated
-from workloads.operator_pods import KUEUE_QUEUE_LABEL, OperatorPod, operator_pods, pod_requests
+from workloads.operator_pods import (
+    KUEUE_QUEUE_LABEL,
+    OperatorPod,
+    OperatorSettings,
+    operator_pods,
+    pod_requests,
+)
 from workloads.platform import PlatformFacts
 
 _BASIC = {"cpu", "memory", "ephemeral-storage", "pods"}
@@ -315,14 +321,17 @@ def _pod_limits(spec: Mapping[str, Any]) -> dict[str, Decimal]:
 
 
 def quota_problems(
-    objects: Sequence[Mapping[str, Any]], platform: PlatformFacts, gangs: int = 2
+    objects: Sequence[Mapping[str, Any]],
+    platform: PlatformFacts,
+    gangs: int = 2,
+    settings: OperatorSettings | None = None,
 ) -> list[str]:
     """The job namespace's ResourceQuota against the pods the operators create: each pod states every
     tracked cpu/memory request and limit (else the API server refuses it), and `gangs` times the job's
     pods (a restarted gang starts while the old one terminates: workloads/render.py QUOTA_GANGS), counted
     as the quota counts them (requests.X, limits.X, bare X as requests, pods), fit `hard`."""
     quotas = [o for o in objects if o["kind"] == "ResourceQuota"]
-    pods = operator_pods(objects, platform)
+    pods = operator_pods(objects, platform, settings)
     problems = []
     for quota in quotas:
         hard = {k: quantity(v) for k, v in quota["spec"]["hard"].items()}

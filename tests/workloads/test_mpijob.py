@@ -15,6 +15,7 @@ from pod_security import baseline_violations, restricted_violations
 from infra.contract import JOB_LABEL, QueueQuota
 from workloads import jobs, mpijob
 from workloads.__main__ import platform_facts
+from workloads.operator_pods import operator_pods
 from workloads.placement import place
 from workloads.platform import PlatformFacts
 from workloads.render import render
@@ -132,33 +133,13 @@ def test_both_replicas_restart_in_place_within_the_restart_budget(dev):
     assert job["spec"]["runPolicy"]["backoffLimit"] == 5
 
 
-def _as_the_operator_creates_the_launcher(template: dict) -> dict:
-    """The launcher pod's spec as mpijob_controller.go newLauncher (v1.9.2) builds it from our template: its
-    kubectl-delivery init container (no securityContext), its volumes and its container's mounts."""
-    spec = copy.deepcopy(template["spec"])
-    spec["initContainers"] = [
-        {
-            "name": "kubectl-delivery",
-            "image": "ghcr.io/kubeflow/training-v1/kubectl-delivery:latest",
-            "env": [{"name": "TARGET_DIR", "value": "/opt/kube"}, {"name": "NAMESPACE", "value": "ns"}],
-            "volumeMounts": [
-                {"name": "mpi-job-kubectl", "mountPath": "/opt/kube"},
-                {"name": "mpi-job-config", "mountPath": "/etc/mpi"},
-            ],  # fmt: skip
-        }
-    ]
-    spec["volumes"] = [*spec["volumes"], {"name": "mpi-job-kubectl", "emptyDir": {}},
-                       {"name": "mpi-job-config", "configMap": {"name": "job-config"}}]  # fmt: skip
-    spec["restartPolicy"] = "OnFailure"
-    return spec
-
-
 def test_our_templates_are_restricted_the_operators_launcher_pod_only_baseline(dev):
     objects = render(_spec(), dev)
     replicas = _replicas(_kind(objects, "MPIJob"))
     for role in ("Launcher", "Worker"):
         assert restricted_violations(replicas[role]["template"]["spec"]) == [], role
-    launcher_pod = _as_the_operator_creates_the_launcher(replicas["Launcher"]["template"])
+    # The launcher as mpijob_controller.go newLauncher creates it (workloads/operator_pods.py).
+    launcher_pod = next(p for p in operator_pods(objects, dev) if p.role == "Launcher").spec
     assert restricted_violations(launcher_pod) == [
         "kubectl-delivery: allowPrivilegeEscalation not false",
         "kubectl-delivery: capabilities do not drop ALL",

@@ -35,6 +35,9 @@ NODE_ROLE_LABEL = "mlops-eks.io/node-role"
 JOBS_PREFIX = "jobs/"
 # The images' non-root user and group (docker/*/Dockerfile): pods run as it, volumes are writable by it.
 RUN_AS_UID = 1000
+# A training pod's terminationGracePeriodSeconds: the Spot notice is 2 minutes before the reclaim; the trainer
+# checkpoints on SIGTERM. Karpenter's GPU nodes give pods this long when they shut down (node_pools.py).
+TRAINING_POD_GRACE_SECONDS = 180
 # The stack config key (in the project's namespace) that names a workload stack's platform stack.
 PLATFORM_STACK_KEY = "platformStack"
 

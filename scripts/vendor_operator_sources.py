@@ -1,7 +1,7 @@
 """Copy the controller source that workloads/operator_pods.py models into tests/fixtures/operators/.
 
-    .venv/bin/python scripts/vendor_operator_sources.py                   # from raw.githubusercontent.com
-    .venv/bin/python scripts/vendor_operator_sources.py --git-dir-root D  # from bare clones D/<owner>+<name>/repo
+    .venv/bin/python scripts/vendor_operator_sources.py                   # raw.githubusercontent.com
+    .venv/bin/python scripts/vendor_operator_sources.py --git-dir-root D  # bare clones D/<owner>+<name>/repo
 
 Each file is the upstream text at the pinned tag, whole or the listed line range, under
 tests/fixtures/operators/<owner>/<name>/<tag>/<path>; PROVENANCE.txt lists repository, tag, path and lines.
@@ -46,16 +46,16 @@ SOURCES: list[tuple[str, str, str, tuple[int, int] | None]] = [
 def _read(repo: str, tag: str, path: str, git_dir_root: Path | None) -> str:
     if git_dir_root is not None:
         git_dir = git_dir_root / repo.replace("/", "+") / "repo"
-        return subprocess.run(
-            ["git", f"--git-dir={git_dir}", "show", f"{tag}:{path}"], check=True, capture_output=True, text=True
-        ).stdout
+        command = ["git", f"--git-dir={git_dir}", "show", f"{tag}:{path}"]
+        return subprocess.run(command, check=True, capture_output=True, text=True).stdout
     url = f"https://raw.githubusercontent.com/{repo}/{tag}/{path}"
     with urllib.request.urlopen(url, timeout=60) as response:  # noqa: S310 (a fixed https URL)
         return response.read().decode()
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
     parser.add_argument("--git-dir-root", type=Path, default=None)
     args = parser.parse_args(argv)
     provenance = []

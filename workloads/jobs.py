@@ -257,11 +257,16 @@ def pytorch_job(
     if spec.priority:
         pod_spec["priorityClassName"] = spec.priority
     template = {"metadata": pod.template_metadata(spec, config_digest), "spec": pod_spec}
+    # ExitCode: 1-127 (e.g. the trainer's 2, invalid config) fail the job; 128+ (143 after a SIGTERM
+    # checkpoint, 137 OOM/kill) make the operator recreate the pod. It never counts them (backoffLimit sums
+    # restart counts, 0 on a recreated pod: pkg/core/job.go PastBackoffLimit), so the trainer's launcher
+    # keeps the budget, beside the checkpoints (trainer/attempts.py). Without the trainer's launcher or a
+    # checkpoint location nothing can: the job runs once (the spec allows it restartBudget 0 only).
+    counted = spec.counts_restarts
+    restart_policy = "ExitCode" if counted else "Never"
 
     def replicas(count: int) -> dict[str, Any]:
-        # ExitCode: 1-127 (e.g. the trainer's 2, invalid config) fail the job; 128+ (143 after a SIGTERM
-        # checkpoint, 137 OOM/kill) restart the pod, counted against runPolicy.backoffLimit.
-        return {"replicas": count, "restartPolicy": "ExitCode", "template": copy.deepcopy(template)}
+        return {"replicas": count, "restartPolicy": restart_policy, "template": copy.deepcopy(template)}
 
     gang = spec.elastic.min_nodes if spec.elastic else spec.nodes
     job_spec: dict[str, Any] = {
@@ -281,9 +286,26 @@ def pytorch_job(
         job_spec["pytorchReplicaSpecs"] = {"Master": replicas(1)}
         if spec.nodes > 1:
             job_spec["pytorchReplicaSpecs"]["Worker"] = replicas(spec.nodes - 1)
+    if counted:
+        _attempt_ledger(job_spec, spec, platform.bucket_name)
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
         "metadata": pod.metadata(spec, spec.name) | {"labels": _job_labels(spec, platform)},
         "spec": job_spec,
     }
+
+
+def _attempt_ledger(job_spec: dict[str, Any], spec: TrainingJobSpec, bucket: str) -> None:
+    """Where the launcher counts the job's failed attempts (trainer/attempts.py): beside its checkpoints,
+    with the budget and a digest of the job as rendered, so a changed job starts a new count."""
+    where = pod.location(spec, "checkpoint", bucket)
+    assert where is not None, "TrainingJobSpec.counts_restarts needs a checkpoint location"
+    submission = hashlib.sha256(json.dumps(job_spec, sort_keys=True).encode()).hexdigest()[:16]
+    env = [
+        {"name": "MLOPS_EKS_ATTEMPTS", "value": f"{where}/attempts"},
+        {"name": "MLOPS_EKS_RESTART_BUDGET", "value": str(spec.restart_budget)},
+        {"name": "MLOPS_EKS_SUBMISSION", "value": submission},
+    ]
+    for replica in job_spec["pytorchReplicaSpecs"].values():
+        replica["template"]["spec"]["containers"][0]["env"] += copy.deepcopy(env)

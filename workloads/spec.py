@@ -198,6 +198,7 @@ class TrainingJobSpec(_Model):
                 )
         problems += self._foreign_s3_problems()
         problems += self._mpi_image_problems()
+        problems += self._restart_problems()
         for role, key in (("data", "source"), ("checkpoint", "dir"), ("output", "dir")):
             section = self.trainer_config.get(role)
             if getattr(self, role) is not None and isinstance(section, dict) and key in section:
@@ -214,6 +215,23 @@ class TrainingJobSpec(_Model):
                     f"{self.elastic.max_nodes}]"
                 )
         return problems
+
+    def _restart_problems(self) -> list[str]:
+        if self.operator != "pytorchjob" or self.restart_budget == 0 or self.counts_restarts:
+            return []
+        missing = "checkpoint location" if self.program.runs_trainer else "trainer (it runs a script)"
+        return [
+            f"restartBudget: {self.restart_budget} cannot be kept for this PyTorchJob: Training Operator v1 "
+            "recreates failed pods without counting them, and the trainer's launcher counts them in the "
+            f"job's checkpoint location; this job has no {missing}; allowed: restartBudget 0 (runs once), "
+            "operator trainjob (its JobSet counts restarts), or the trainer with `checkpoint` set"
+        ]
+
+    @property
+    def counts_restarts(self) -> bool:
+        """Whether a PyTorchJob's restarts can be counted (trainer/attempts.py): the trainer runs under its
+        launcher and has a checkpoint location to keep the count in."""
+        return self.program.runs_trainer and self.checkpoint is not None
 
     def _mpi_image_problems(self) -> list[str]:
         """An MPIJob's launcher and workers run one image, which must have Open MPI: the cpu image (the

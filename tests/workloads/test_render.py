@@ -11,7 +11,7 @@ from infra.config.cluster_rules import DEFAULT_KUBERNETES_VERSION
 from workloads.platform import example_outputs_path, load_platform_outputs
 from workloads.rayjob import pod_specs as ray_job_pod_specs
 from workloads.render import render
-from workloads.spec import parse_spec
+from workloads.spec import SpecError, parse_spec
 from workloads.stacks import load_stack, program_text, workload_stacks
 
 EKS_KUBERNETES = f"{DEFAULT_KUBERNETES_VERSION}.0"  # the EKS version the platform pins
@@ -228,6 +228,29 @@ def test_seed_shape_four_pods_one_t4_as_pytorchjob_with_exit_code_restarts():
     container = replicas["Worker"]["template"]["spec"]["containers"][0]
     assert container["name"] == "pytorch"
     assert "--standalone" not in container["command"]  # the operator's PET_* variables drive rendezvous
+    # The launcher keeps the restart budget beside the checkpoints (trainer/attempts.py).
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["MLOPS_EKS_RESTART_BUDGET"] == "5"
+    assert env["MLOPS_EKS_ATTEMPTS"].startswith("s3://") and env["MLOPS_EKS_ATTEMPTS"].endswith(
+        "/jobs/zimdb-multinode/checkpoints/attempts"
+    )
+    assert env["MLOPS_EKS_SUBMISSION"] == replicas["Master"]["template"]["spec"]["containers"][0]["env"][-1][
+        "value"
+    ]
+
+
+def test_a_pytorchjob_whose_restarts_nothing_can_count_is_refused_or_runs_once():
+    base = {"name": "j", "accelerator": "t4", "imageTag": "1", "operator": "pytorchjob", "nodes": 2}
+    script = {"delivery": "configmap", "file": "trainer/gpu_check.py"}
+    with pytest.raises(SpecError) as err:
+        parse_spec(base | {"program": script, "restartBudget": 2})
+    assert str(err.value).startswith("mlops-eks:job.restartBudget: 2 cannot be kept for this PyTorchJob")
+    with pytest.raises(SpecError, match="this job has no checkpoint location; allowed: restartBudget 0"):
+        parse_spec(base | {"checkpoint": None})
+    once = parse_spec(base | {"program": script, "restartBudget": 0})
+    platform = load_platform_outputs(example_outputs_path("dev"))
+    job = by_kind(render(once, platform, program_text="print()"), "PyTorchJob")["spec"]
+    assert {r["restartPolicy"] for r in job["pytorchReplicaSpecs"].values()} == {"Never"}
 
 
 def test_seed_shape_configmap_mounted_script():

@@ -221,6 +221,9 @@ def quantity(value: str | int | float) -> Decimal:
 KUEUE_CPU_FLAVOR = "cpu"
 KUEUE_EFA_FLAVOR = "efa"
 KUEUE_GPU_FLAVOR_PREFIX = "gpu-"
+# Kueue manages the jobs of a namespace with this label only (its managedJobsNamespaceSelector): its Fail
+# webhooks then never stand between another namespace's jobs and their controllers.
+KUEUE_NAMESPACE_LABEL = "mlops-eks.io/kueue"
 
 
 def kueue_gpu_flavor(accelerator: str) -> tuple[str, dict[str, object]]:

@@ -30,8 +30,16 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PERMANENT_EXIT_CODES = list(range(1, 128))
 # Pulumi property paths (of the resource's inputs) whose change replaces the object instead of updating it.
 REPLACE_ON_CHANGES = {
-    # activeDeadlineSeconds: immutable in the TrainJob CRD (CEL self == oldSelf).
-    "TrainJob": ["spec.trainer", "spec.runtimeRef", "spec.runtimePatches", "spec.activeDeadlineSeconds"],
+    # activeDeadlineSeconds: immutable in the TrainJob CRD (CEL self == oldSelf). The queue label: Kueue's
+    # webhook refuses changing it on a job that is not suspended (kueue 0.19.2 pkg/controller/jobframework/
+    # validation.go validateUpdateForQueueName), so a running job moves to another queue by replacement.
+    "TrainJob": [
+        "spec.trainer",
+        "spec.runtimeRef",
+        "spec.runtimePatches",
+        "spec.activeDeadlineSeconds",
+        f'metadata.labels["{KUEUE_QUEUE_LABEL}"]',
+    ],
     # Named after its spec (below): a changed runtime is a new object, created before the old one goes.
     "TrainingRuntime": ["spec"],
     "PyTorchJob": [
@@ -54,9 +62,11 @@ REPLACE_ON_CHANGES = {
 # Jobs keep their name (the job's identity in logs, dashboards and its S3 prefix), so the old one must go
 # before the new one can be created. pulumi-kubernetes deletes in the foreground (pulumi-kubernetes#2529):
 # the old job is gone only once its pods are, after their SIGTERM checkpoint. Not the runtime: Trainer's
-# `resource-in-use` finalizer holds it while the old TrainJob exists (kubeflow/trainer#2608), so it is
-# replaced create-first under a new name and the old one is deleted at the end of the update, after the
-# TrainJob that used it.
+# webhook refuses a TrainJob whose runtime does not exist yet (v2.3.0 pkg/runtime/core/trainingruntime.go
+# ValidateObjects), so a changed runtime is created first under a new name and the old one is deleted at
+# the end of the update. (A running TrainJob keeps a snapshot of its runtime, the ConfigMap
+# `<job>-runtime-snapshot` (core/snapshot.go); Trainer 2.3.0 only removes the old `resource-in-use`
+# finalizer from runtimes, trainingruntime_controller.go.)
 DELETE_BEFORE_REPLACE = {"TrainJob", "PyTorchJob", "MPIJob", "RayJob"}
 
 

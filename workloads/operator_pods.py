@@ -51,6 +51,7 @@ from infra.contract import (
     kueue_gpu_flavor,
     quantity,
 )
+from workloads.jobs import KUEUE_QUEUE_LABEL
 from workloads.platform import PlatformFacts
 
 RANDOM = "xxxxx"
@@ -98,7 +99,6 @@ RAY_METRICS_PORT = ("metrics", 8080)
 RAY_INIT_CONTAINER = "wait-gcs-ready"
 RAY_INIT_RESOURCES = {"cpu": "200m", "memory": "256Mi"}
 # Kueue 0.19.2 (pkg/constants, pkg/controller/constants, apis/kueue/v1beta2, jobs/trainjob).
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_POD_LABELS = {
     "podset": "kueue.x-k8s.io/podset",
     "local_queue": "kueue.x-k8s.io/local-queue-name",

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from pydantic.alias_generators import to_camel
 
 from infra.config import stack_files
-from infra.contract import job_prefix
+from infra.contract import KUBERNETES_NAMESPACES, PLATFORM_NAMESPACES, job_prefix
 from infra.image_refs import image_problem, tag_problem
 
 # The trainer's own config model: pure Python (no torch, no pulumi), so the spec is checked with the
@@ -199,6 +199,7 @@ class TrainingJobSpec(_Model):
         problems += self._foreign_s3_problems()
         problems += self._mpi_image_problems()
         problems += self._restart_problems()
+        problems += self._namespace_problems()
         for role, key in (("data", "source"), ("checkpoint", "dir"), ("output", "dir")):
             section = self.trainer_config.get(role)
             if getattr(self, role) is not None and isinstance(section, dict) and key in section:
@@ -215,6 +216,18 @@ class TrainingJobSpec(_Model):
                     f"{self.elastic.max_nodes}]"
                 )
         return problems
+
+    def _namespace_problems(self) -> list[str]:
+        reserved = KUBERNETES_NAMESPACES | PLATFORM_NAMESPACES
+        if self.namespace_name not in reserved:
+            return []
+        key = "namespace" if self.namespace else "name"
+        whose = "Kubernetes'" if self.namespace_name in KUBERNETES_NAMESPACES else "the platform's"
+        return [
+            f"{key}: {self.namespace_name!r} is {whose} own namespace: the job would put its ResourceQuota, "
+            "LocalQueue and NetworkPolicies on the pods already there; allowed: any other namespace (by "
+            f"default the job's name), not {', '.join(sorted(reserved))}"
+        ]
 
     def _restart_problems(self) -> list[str]:
         if self.operator != "pytorchjob" or self.restart_budget == 0 or self.counts_restarts:

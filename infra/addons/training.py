@@ -27,6 +27,7 @@ from infra.contract import (
     KUEUE_CPU_FLAVOR,
     KUEUE_EFA_FLAVOR,
     KUEUE_GPU_FLAVOR_PREFIX,
+    KUEUE_NAMESPACE_LABEL,
     RUN_AS_UID,
     QueueQuota,
     kueue_gpu_flavor,
@@ -124,10 +125,14 @@ VOLCANO_NAMESPACE = "volcano-system"
 def kueue_manager_config(platform_namespaces: Sequence[str] = ()) -> dict[str, Any]:
     """The chart's default controller_manager_config.yaml (kueue 0.19.2 values.yaml) with our frameworks.
 
-    The chart still renders Fail webhooks for every framework's kind (batch Jobs included; Helm hooks are
-    Jobs) with `managedJobsNamespaceSelector` as their namespaceSelector (default: all but kube-system and
-    kueue-system): keeping the platform's own namespaces out means no add-on object ever waits on Kueue.
-    Jobs are queued in the job namespaces only (workload stacks never use the platform's namespaces)."""
+    The chart still renders Fail webhooks for every framework's kind (batch Jobs included: Helm hooks, a
+    JobSet's Jobs, a RayJob's submitter; RayClusters, PyTorchJobs, MPIJobs) with
+    `managedJobsNamespaceSelector` as their namespaceSelector (default: all but kube-system and
+    kueue-system). While no Kueue replica serves, such a webhook refuses the object: a JobSet could not
+    recreate its Jobs to restart, KubeRay could not create a cluster. So Kueue manages only the
+    namespaces that opt in (KUEUE_NAMESPACE_LABEL: the workload renderer sets it on a namespace whose job
+    names a queue), never a platform namespace: an outage touches queued jobs alone, and two replicas make
+    one rare (kueue_values)."""
     exempt = sorted({"kube-system", KUEUE_NAMESPACE, *platform_namespaces})
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
@@ -145,16 +150,35 @@ def kueue_manager_config(platform_namespaces: Sequence[str] = ()) -> dict[str, A
         "clientConnection": {"qps": 300, "burst": 500},
         "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
         "managedJobsNamespaceSelector": {
+            "matchLabels": {KUEUE_NAMESPACE_LABEL: "true"},
             "matchExpressions": [
                 {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": exempt}
-            ]
+            ],
         },
     }
 
 
+# The manager pods (kueue 0.19.2 templates/_helpers.tpl kueue.selectorLabels for release "kueue").
+KUEUE_MANAGER_POD = {
+    "app.kubernetes.io/name": "kueue",
+    "app.kubernetes.io/instance": "kueue",
+    "control-plane": "controller-manager",
+}
+
+
 def kueue_values(*, service_monitor: bool, platform_namespaces: Sequence[str] = ()) -> dict[str, Any]:
+    """Two replicas on two nodes, one kept through a drain: both serve the webhooks (controller-runtime's
+    webhook server runs in every replica), one leads the controllers (leader election; the others keep
+    their caches warm, pkg/controller/core/leader_aware_reconciler.go)."""
     config = kueue_manager_config(platform_namespaces)
+    spread = {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+              "labelSelector": {"matchLabels": dict(KUEUE_MANAGER_POD)}}  # fmt: skip
     return {
+        "controllerManager": {
+            "replicas": 2,
+            "podDisruptionBudget": {"enabled": True, "minAvailable": 1},
+            "topologySpreadConstraints": [spread],
+        },
         "enablePrometheus": service_monitor,
         # The chart parses this string with fromYaml (templates/manager/manager-config.yaml).
         "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(config)},

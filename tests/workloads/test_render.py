@@ -8,6 +8,7 @@ from kubeflow_trainer_api.models import TrainerV1alpha1TrainingRuntime, TrainerV
 
 from infra.accelerators import CATALOG
 from infra.config.cluster_rules import DEFAULT_KUBERNETES_VERSION
+from infra.contract import KUEUE_NAMESPACE_LABEL
 from workloads.platform import example_outputs_path, load_platform_outputs
 from workloads.rayjob import pod_specs as ray_job_pod_specs
 from workloads.render import render
@@ -394,3 +395,12 @@ def test_job_in_an_existing_team_namespace_creates_neither_namespace_nor_local_q
     assert not [o for o in objects if o["kind"] in ("Namespace", "LocalQueue")]
     assert {o["metadata"]["namespace"] for o in objects} == {"ml-team"}
     assert by_kind(objects, "TrainJob")["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "research"
+
+
+def test_only_a_queued_jobs_namespace_is_managed_by_kueue():
+    """Kueue's Fail webhooks apply where its managedJobsNamespaceSelector selects (infra/addons/training.py):
+    a job without a queue keeps its restarts out of Kueue's reach."""
+    queued = by_kind(render_stack("prod-a100"), "Namespace")["metadata"]["labels"]
+    assert queued[KUEUE_NAMESPACE_LABEL] == "true"
+    for stack in ("dev-zimdb", "dev-zimdb-ray", "dev-zimdb-multinode"):
+        assert KUEUE_NAMESPACE_LABEL not in by_kind(render_stack(stack), "Namespace")["metadata"]["labels"]

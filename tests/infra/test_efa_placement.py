@@ -11,7 +11,9 @@ docs). One subnet settles both."""
 from __future__ import annotations
 
 import copy
+import json
 
+import yaml
 from cel_rules import CrdRules
 
 NODE_CLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
@@ -62,3 +64,22 @@ def test_the_efa_node_class_passes_the_crd_and_its_cel_rules(prod, crd_check):
     both = copy.deepcopy(node_class)
     both["spec"]["placementGroupSelector"]["id"] = "pg-0123456789abcdef0"
     assert {v.message for v in rules.validate(both)} == {"'name' and 'id' are mutually exclusive"}
+
+
+def test_efa_nodes_give_containers_the_locked_memory_efa_registers(prod):
+    """Not CAP_IPC_LOCK (refused under `restricted`, and never effective for the pods' non-root user): an
+    RLIMIT_MEMLOCK in containerd's base runtime spec (nodeadm NodeConfig baseRuntimeSpec). Every other node
+    class keeps the default limits."""
+    (config,) = yaml.safe_load_all(_efa_class(prod)["spec"]["userData"])
+    rlimits = {r["type"]: r for r in config["spec"]["containerd"]["baseRuntimeSpec"]["process"]["rlimits"]}
+    assert set(rlimits) == {"RLIMIT_NOFILE", "RLIMIT_MEMLOCK"}  # the list replaces nodeadm's default one
+    assert rlimits["RLIMIT_NOFILE"] == {"type": "RLIMIT_NOFILE", "soft": 65536, "hard": 1048576}
+    memlock = rlimits["RLIMIT_MEMLOCK"]
+    assert memlock["soft"] == memlock["hard"] >= 2**50  # a petabyte: no pinning ever reaches it
+    # nodeadm merges through float64 (util.Merge: json into map[string]interface{}); the result must still
+    # be a uint64 the OCI runtime accepts.
+    assert int(json.loads(json.dumps(memlock["hard"]), parse_int=float)) < 2**64
+    for node_class in prod.of_type(NODE_CLASS):
+        if node_class.inputs["metadata"]["name"] != "efa-a100":
+            (other,) = yaml.safe_load_all(node_class.inputs["spec"]["userData"])
+            assert "containerd" not in other["spec"]

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
 from infra.accelerators import CATALOG
 from infra.config.addons import KarpenterCpuPool
 from infra.config.platform import GpuPoolConfig
@@ -42,14 +44,33 @@ EXPIRE_AFTER = "720h"
 # full grace, then 30 s for critical pods. Karpenter merges this NodeConfig with its own (provider
 # pkg/providers/amifamily/bootstrap/nodeadm.go parseUserData); the kubelet sets logind's InhibitDelayMaxSec.
 CRITICAL_POD_SHUTDOWN_SECONDS = 30
-GRACEFUL_SHUTDOWN_USER_DATA = f"""apiVersion: node.eks.aws/v1alpha1
-kind: NodeConfig
-spec:
-  kubelet:
-    config:
-      shutdownGracePeriod: {TRAINING_POD_GRACE_SECONDS + CRITICAL_POD_SHUTDOWN_SECONDS}s
-      shutdownGracePeriodCriticalPods: {CRITICAL_POD_SHUTDOWN_SECONDS}s
-"""
+# EFA: libfabric's EFA provider registers (pins) its buffers, which the kernel counts against the process's
+# RLIMIT_MEMLOCK ("Libfabric error: (-12) Cannot allocate memory" when it is low: the EFA provider's docs
+# ask for unlimited). CAP_IPC_LOCK would lift the limit only for a process that has it effective, which a
+# non-root process (our pods run as RUN_AS_UID) never has without ambient capabilities, and `restricted`
+# refuses adding it. So the node gives containers the limit: nodeadm merges baseRuntimeSpec into containerd's
+# base OCI spec (internal/containerd/base_runtime_spec.go; mergo with override: a list replaces the default's,
+# so RLIMIT_NOFILE keeps its default values here). The value is 2**53, not RLIM_INFINITY: nodeadm's merge
+# round-trips numbers through float64, which would turn 2**64-1 into 2**64, out of the OCI spec's uint64.
+MEMLOCK_BYTES = 2**53
+DEFAULT_NOFILE = {"type": "RLIMIT_NOFILE", "soft": 65536, "hard": 1048576}
+
+
+def node_config(*, efa: bool) -> str:
+    """The NodeConfig (nodeadm) every Karpenter node class adds to Karpenter's own."""
+    spec: dict[str, Any] = {
+        "kubelet": {
+            "config": {
+                "shutdownGracePeriod": f"{TRAINING_POD_GRACE_SECONDS + CRITICAL_POD_SHUTDOWN_SECONDS}s",
+                "shutdownGracePeriodCriticalPods": f"{CRITICAL_POD_SHUTDOWN_SECONDS}s",
+            }
+        }
+    }
+    if efa:
+        memlock = {"type": "RLIMIT_MEMLOCK", "soft": MEMLOCK_BYTES, "hard": MEMLOCK_BYTES}
+        spec["containerd"] = {"baseRuntimeSpec": {"process": {"rlimits": [DEFAULT_NOFILE, memlock]}}}
+    body = {"apiVersion": "node.eks.aws/v1alpha1", "kind": "NodeConfig", "spec": spec}
+    return yaml.safe_dump(body, sort_keys=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,7 +124,7 @@ def ec2_node_class(
             }
         ],
         "tags": {**facts.tags, "karpenter.sh/discovery": facts.cluster_name},
-        "userData": GRACEFUL_SHUTDOWN_USER_DATA,
+        "userData": node_config(efa=placement_group is not None),
     }
     if placement_group:
         spec["placementGroupSelector"] = {"name": placement_group}

@@ -65,6 +65,7 @@ COUNTED = "resumed from its last checkpoint, one restart of its budget spent"
 REPLACED = "replaced: the new job resumes from the last checkpoint"
 CLEAR_FAILURE = "fails, saying why"
 WAITS = "waits for a checked node; nothing counted"
+LOST_STEPS = ", without its SIGTERM checkpoint (the steps since the periodic one are trained again)"
 KIND = {"trainjob": "TrainJob", "pytorchjob": "PyTorchJob", "mpijob": "MPIJob", "rayjob": "RayJob"}
 NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
 NODE_CLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
@@ -159,7 +160,9 @@ def node_event(event: str) -> Callable[[Stack], str]:
                                  stack.kubernetes_version)  # fmt: skip
         if fate.outcome == KEEPS_RUNNING:
             return RUNS
-        checkpointed = fate.grace_s >= LAUNCHER_SHUTDOWN_SECONDS  # torchrun waits that long for the save
+        # torchrun waits that long for the ranks' save; under Ray Train the program runs in a thread, which
+        # gets no SIGTERM handler (trainer/dist.py StopFlag): a RayJob resumes from its periodic checkpoint.
+        checkpointed = fate.grace_s >= LAUNCHER_SHUTDOWN_SECONDS and stack.kind != "RayJob"
         if fate.outcome == SHUTDOWN:
             end = PodEnd(143 if checkpointed else 137, ("DisruptionTarget",))
         elif fate.outcome == DELETED:
@@ -170,7 +173,7 @@ def node_event(event: str) -> Callable[[Stack], str]:
             assert fate.outcome == KILLED
             end = PodEnd(None, ("DisruptionTarget",))
         found = pod_end_outcome(stack, end)
-        return found if checkpointed or found == CLEAR_FAILURE else f"{found}, without its SIGTERM checkpoint"
+        return found if checkpointed or found == CLEAR_FAILURE else f"{found}{LOST_STEPS}"
 
     return outcome
 
@@ -328,7 +331,11 @@ def test_day_two(stacks, name, row):
         pytest.skip(f"{row.event} does not apply to {name}")
     found = row.outcome(stack)
     found = found if isinstance(found, set) else {found}
-    assert found <= row.acceptable, f"{name}, {row.event} ({row.models}): {sorted(found)}"
+    # Resuming from the periodic checkpoint instead of a SIGTERM one is still resuming (the steps in
+    # between are lost): what the stack's kind can do (a RayJob, a forced repair).
+    assert {f.removesuffix(LOST_STEPS) for f in found} <= row.acceptable, (
+        f"{name}, {row.event} ({row.models}): {sorted(found)}"
+    )
 
 
 @pytest.mark.parametrize("name", STACKS)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -226,7 +226,7 @@ KUEUE_GPU_FLAVOR_PREFIX = "gpu-"
 KUEUE_NAMESPACE_LABEL = "mlops-eks.io/kueue"
 
 
-def kueue_gpu_flavor(accelerator: str) -> tuple[str, dict[str, object]]:
+def kueue_gpu_flavor(accelerator: str) -> tuple[str, dict[str, Any]]:
     """(name, spec) of the ResourceFlavor of `accelerator`'s GPUs."""
     acc = CATALOG[accelerator]
     spec = {"nodeLabels": dict(acc.node_labels), "tolerations": [toleration_spec(acc.taint)]}

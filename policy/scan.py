@@ -117,12 +117,13 @@ def template_pods(obj: dict[str, Any]) -> list[dict[str, Any]]:
 def job_pods(stack: str, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The pods the operators create for the jobs of workload stack `stack` on its platform's example
     outputs, what `workloads render` renders against (workloads/operator_pods.py), named
-    <kind>-<job>-<n>: init containers and sidecars included."""
+    <kind>-<job>-<role>-<n>: init containers and sidecars included."""
     platform = load_platform_outputs(example_outputs_path(load_stack(stack).platform_stack))
     pods = []
     for i, created in enumerate(operator_pods(objects, platform)):
         kind, name = created.job.split("/", 1)
-        meta = {"name": f"{kind.lower()}-{name}-{i}", "namespace": created.pod["metadata"]["namespace"]}
+        pod_name = f"{kind.lower()}-{name}-{created.role.lower()}-{i}"
+        meta = {"name": pod_name, "namespace": created.pod["metadata"]["namespace"]}
         meta["labels"] = created.labels
         pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": created.spec})
     return pods

@@ -313,7 +313,7 @@ def mpi_job_pods(job: Mapping[str, Any], settings: OperatorSettings) -> list[Ope
     `<job>-config` ConfigMap and the kubectl-delivery init container)."""
     name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
     replicas = job["spec"]["mpiReplicaSpecs"]
-    config = {"name": "mpi-job-config", "configMap": {"name": f"{name}-config"}}
+    config: dict[str, Any] = {"name": "mpi-job-config", "configMap": {"name": f"{name}-config"}}
     pods = []
     worker = replicas.get("Worker")
     for index in range(worker.get("replicas", 0) if worker else 0):
@@ -448,7 +448,7 @@ def kueue_admission(queue: QueueQuota | None, name: str, podset: str, spec: Mapp
     name) and what it writes into the pods for them. Quota is the scheduling simulation's business."""
     if queue is None:
         return Admission({}, [], {}, {}, refused=f"ClusterQueue {name!r} does not exist")
-    flavors = {KUEUE_CPU_FLAVOR: {}}
+    flavors: dict[str, dict[str, Any]] = {KUEUE_CPU_FLAVOR: {}}
     for resource in requests:
         if resource == EFA_RESOURCE:
             flavors[KUEUE_EFA_FLAVOR] = {}
@@ -477,14 +477,15 @@ def train_job_pods(
     trainer = job["spec"].get("trainer") or {}
     patches = list(job["spec"].get("runtimePatches") or [])
     queue_name = (job["metadata"].get("labels") or {}).get(KUEUE_QUEUE_LABEL)
-    queued = queue_name is not None and platform.gang_scheduler == "kueue" and "TrainJob" in KUEUE_KINDS
+    queued = platform.gang_scheduler == "kueue" and "TrainJob" in KUEUE_KINDS
     jobset = copy.deepcopy(runtime["spec"]["template"]["spec"])
     for patch in patches:  # trainingruntime.go mergeRuntimePatches: in order
         patch_spec = ((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec")
         if patch_spec:
             jobset = strategic_merge(jobset, patch_spec)
     held = None
-    if queued:  # Kueue's webhook appended its patch; on admission it fills it (RunWithPodSetsInfo)
+    # Kueue's webhook appended its patch; on admission it fills it (RunWithPodSetsInfo).
+    if queued and queue_name is not None:
         kueue_patch = []
         workload = f"trainjob-{name}-{RANDOM}"
         for rjob in jobset["replicatedJobs"]:

@@ -347,11 +347,11 @@ def quota_problems(
                                         f"(ResourceQuota {quota['metadata']['name']} tracks it)")  # fmt: skip
             for resource, amount in pod_requests(pod.spec).items():
                 used[f"requests.{resource}"] = used.get(f"requests.{resource}", Decimal(0)) + quantity(amount)
-            for resource, amount in _pod_limits(pod.spec).items():
-                used[f"limits.{resource}"] = used.get(f"limits.{resource}", Decimal(0)) + amount
-        for key, limit in hard.items():
+            for resource, limit in _pod_limits(pod.spec).items():
+                used[f"limits.{resource}"] = used.get(f"limits.{resource}", Decimal(0)) + limit
+        for key, most in hard.items():
             wanted = used.get(key, used.get(f"requests.{key}", Decimal(0))) * gangs
-            if wanted > limit:
+            if wanted > most:
                 problems.append(f"ResourceQuota {quota['metadata']['name']}: {key} {wanted:g} for {gangs} "
                                 f"x the job's pods > hard {quota['spec']['hard'][key]}")  # fmt: skip
     return problems

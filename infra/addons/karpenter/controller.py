@@ -13,7 +13,7 @@ the release depends on the cluster and its node groups, so it goes before them.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pulumi
@@ -83,6 +83,10 @@ def karpenter_values(
         },
         "logLevel": "info",
     }
+
+
+def _group_name(pool: GpuPoolConfig) -> Callable[[str], str]:
+    return lambda cluster: placement_group_name(cluster, pool)
 
 
 class Karpenter(pulumi.ComponentResource):
@@ -264,9 +268,7 @@ class Karpenter(pulumi.ComponentResource):
             elif pool.efa:
                 group = aws.ec2.PlacementGroup(
                     f"{name}-pg-{pool.name}",
-                    name=pulumi.Output.from_input(args.cluster_name).apply(
-                        lambda cluster, p=pool: placement_group_name(cluster, p)
-                    ),
+                    name=pulumi.Output.from_input(args.cluster_name).apply(_group_name(pool)),
                     strategy="cluster",
                     tags=args.tags,
                     opts=pulumi.ResourceOptions(parent=self),

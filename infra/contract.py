@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -35,6 +35,9 @@ NODE_ROLE_LABEL = "mlops-eks.io/node-role"
 JOBS_PREFIX = "jobs/"
 # The images' non-root user and group (docker/*/Dockerfile): pods run as it, volumes are writable by it.
 RUN_AS_UID = 1000
+# A training pod's terminationGracePeriodSeconds: the Spot notice is 2 minutes before the reclaim; the trainer
+# checkpoints on SIGTERM. Karpenter's GPU nodes give pods this long when they shut down (node_pools.py).
+TRAINING_POD_GRACE_SECONDS = 180
 # The stack config key (in the project's namespace) that names a workload stack's platform stack.
 PLATFORM_STACK_KEY = "platformStack"
 
@@ -210,3 +213,31 @@ def quantity(value: str | int | float) -> Decimal:
     if not match:
         raise ValueError(f"not a Kubernetes quantity: {value!r}")
     return Decimal(match.group(1)) * _SUFFIX[match.group(2)]
+
+
+# Kueue ResourceFlavors the platform creates (infra/addons/training.py kueue_objects): CPU and EFA flavors
+# carry nothing, a GPU flavor pins admitted pods to the accelerator's nodes. Kueue writes an admitted job's
+# flavors into its pods (kueue pkg/podset/podset.go FromAssignment: nodeLabels as nodeSelector, tolerations).
+KUEUE_CPU_FLAVOR = "cpu"
+KUEUE_EFA_FLAVOR = "efa"
+KUEUE_GPU_FLAVOR_PREFIX = "gpu-"
+# Kueue manages the jobs of a namespace with this label only (its managedJobsNamespaceSelector): its Fail
+# webhooks then never stand between another namespace's jobs and their controllers.
+KUEUE_NAMESPACE_LABEL = "mlops-eks.io/kueue"
+
+
+def kueue_gpu_flavor(accelerator: str) -> tuple[str, dict[str, Any]]:
+    """(name, spec) of the ResourceFlavor of `accelerator`'s GPUs."""
+    acc = CATALOG[accelerator]
+    spec = {"nodeLabels": dict(acc.node_labels), "tolerations": [toleration_spec(acc.taint)]}
+    return f"{KUEUE_GPU_FLAVOR_PREFIX}{accelerator}", spec
+
+
+# Namespaces no job may use: Kubernetes' own and every one a platform add-on installs into (the Pod Security
+# levels of the latter are infra/addons/namespaces.py POD_SECURITY; a test keeps the two lists equal). A job
+# there would put its ResourceQuota, LocalQueue and default-deny NetworkPolicy on the platform's own pods.
+KUBERNETES_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
+PLATFORM_NAMESPACES = frozenset(
+    {"monitoring", "gpu-system", "kubecost", "kubeflow-system", "kuberay-system", "kueue-system",
+     "volcano-system", "kubeflow"}
+)  # fmt: skip

@@ -5,9 +5,10 @@ the Dockerfiles, and the CrossGuard policies run offline over the same stacks. `
 (what `make lint` runs) prints the findings and exits 1 on a mandatory policy violation, a hadolint
 finding, or a checkov failure that policy/checkov_skips.yaml does not explain.
 
-checkov's Kubernetes checks only know built-in kinds, so each pod template nested in a custom resource
-(PyTorchJob replicas, TrainJob runtimePatches, ClusterTrainingRuntime, NodePool-free kinds) is also
-written out as a Pod named `<kind>-<name>-<n>`: the training pods get the same container checks.
+checkov's Kubernetes checks only know built-in kinds, so the pods each training job's operator creates
+(workloads/operator_pods.py: init containers and sidecars included) and the pod templates of other custom
+resources (TrainingRuntime, ClusterTrainingRuntime) are also written out as Pods named
+`<kind>-<name>-<n>`: the training pods get the same container checks.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from policy import chart_exceptions, helm_render
 from policy.core import evaluate, from_synth, stack_is_prod
 from policy.k8s import from_manifests, pod_specs
 from policy.pack import RULES, STACK_RULES
+from workloads.operator_pods import operator_pods
+from workloads.platform import example_outputs_path, load_platform_outputs
+from workloads.stacks import load_stack
 
 REPO = Path(__file__).resolve().parents[1]
 SKIPS_FILE = Path(__file__).with_name("checkov_skips.yaml")
@@ -38,7 +42,6 @@ SKIPS_FILE = Path(__file__).with_name("checkov_skips.yaml")
 HADOLINT_CONFIG = REPO / "docker" / ".hadolint.yaml"
 VENV_BIN = Path(sys.executable).parent
 PLATFORM_STACKS = tuple(stack_files.platform_stacks(REPO))
-TRAINER_CONTAINER = "node"  # Kubeflow Trainer's trainer container in the torch runtimes
 # No network calls from checkov: it would try to fetch its guideline mappings on every run.
 CHECKOV_ENV = {"BC_SKIP_MAPPING": "TRUE", "CHECKOV_RUN_SCA_PACKAGE_SCAN_V2": "false", "LOG_LEVEL": "ERROR"}
 
@@ -93,56 +96,36 @@ def _name(obj: dict[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("name", "unnamed"))
 
 
-def merge(base: Any, patch: Any) -> Any:
-    """A simplified strategic merge: maps merge key by key, lists of named items merge by name, any
-    other value in the patch replaces the base (how Trainer applies runtimePatches to a runtime)."""
-    if isinstance(base, dict) and isinstance(patch, dict):
-        return {**base, **{k: merge(base.get(k), v) for k, v in patch.items()}}
-    named = isinstance(base, list) and isinstance(patch, list)
-    if named and all(isinstance(x, dict) and "name" in x for x in base + patch):
-        by_name = {x["name"]: x for x in base}
-        merged = [merge(by_name.get(x["name"]), x) for x in patch]
-        return merged + [x for x in base if x["name"] not in {m["name"] for m in merged}]
-    return patch
+JOB_KINDS = {"TrainJob", "PyTorchJob", "MPIJob", "RayJob"}
 
 
-def _runtime_pod(trainjob: dict[str, Any], objects: list[dict[str, Any]]) -> dict[str, Any]:
-    """The pod spec of the runtime a TrainJob references, when that runtime is among `objects`."""
-    ref = (trainjob.get("spec") or {}).get("runtimeRef") or {}
-    for obj in objects:
-        if obj.get("kind") == ref.get("kind") and _name(obj) == ref.get("name"):
-            specs = [spec for _, spec in pod_specs(obj.get("spec") or {})]
-            return dict(specs[0]) if specs else {}
-    return {}
-
-
-def _trainjob_pod(
-    patch: dict[str, Any], trainjob: dict[str, Any], objects: list[dict[str, Any]]
-) -> dict[str, Any]:
-    """A TrainJob's pod as Kubeflow Trainer builds it: the runtime's pod, the runtimePatches pod merged
-    in, and the trainer's image, command, env and resourcesPerNode in the `node` container."""
-    trainer = trainjob["spec"]["trainer"]
-    fields = {k: trainer[k] for k in ("image", "command", "args", "env") if k in trainer}
-    if "resourcesPerNode" in trainer:
-        fields["resources"] = trainer["resourcesPerNode"]
-    return merge(
-        merge(_runtime_pod(trainjob, objects), patch), {"containers": [{"name": TRAINER_CONTAINER, **fields}]}
-    )
-
-
-def template_pods(obj: dict[str, Any], objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Pods for checkov from the pod templates nested in a custom resource (none for built-in kinds)."""
-    if obj.get("apiVersion", "").split("/")[0] in ("v1", "apps", "batch"):
+def template_pods(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """Pods for checkov from the pod templates nested in a custom resource that is not a job (a training
+    runtime, say); a job's pods are the ones its operator creates (job_pods)."""
+    if obj.get("apiVersion", "").split("/")[0] in ("v1", "apps", "batch") or obj.get("kind") in JOB_KINDS:
         return []
     meta = obj.get("metadata") or {}
-    trainjob = obj.get("kind") == "TrainJob" and "trainer" in (obj.get("spec") or {})
     pods = []
     for i, (_, spec) in enumerate(pod_specs(obj.get("spec") or {})):
         metadata = {"name": f"{obj.get('kind', 'object').lower()}-{_name(obj)}-{i}"}
         if meta.get("namespace"):
             metadata["namespace"] = meta["namespace"]
-        spec = _trainjob_pod(dict(spec), obj, objects) if trainjob else dict(spec)
-        pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
+        pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": dict(spec)})
+    return pods
+
+
+def job_pods(stack: str, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pods the operators create for the jobs of workload stack `stack` on its platform's example
+    outputs, what `workloads render` renders against (workloads/operator_pods.py), named
+    <kind>-<job>-<role>-<n>: init containers and sidecars included."""
+    platform = load_platform_outputs(example_outputs_path(load_stack(stack).platform_stack))
+    pods = []
+    for i, created in enumerate(operator_pods(objects, platform)):
+        kind, name = created.job.split("/", 1)
+        pod_name = f"{kind.lower()}-{name}-{created.role.lower()}-{i}"
+        meta = {"name": pod_name, "namespace": created.pod["metadata"]["namespace"]}
+        meta["labels"] = created.labels
+        pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": created.spec})
     return pods
 
 
@@ -151,7 +134,10 @@ def write_scan_tree(root: Path, objects: dict[str, list[dict[str, Any]]]) -> Non
     for source, objs in objects.items():
         out = root / "k8s" / source
         out.mkdir(parents=True, exist_ok=True)
-        for i, doc in enumerate(d for obj in objs for d in (obj, *template_pods(obj, objs))):
+        stack = source.removeprefix("workload-") if source.startswith("workload-") else None
+        docs = [d for obj in objs for d in (obj, *template_pods(obj))]
+        docs += job_pods(stack, objs) if stack else []
+        for i, doc in enumerate(docs):
             (out / f"{i:03d}-{doc.get('kind', 'object').lower()}-{_name(doc)}.yaml").write_text(
                 yaml.safe_dump(doc)
             )

@@ -6,6 +6,7 @@ PyTorchJob `restartPolicy: ExitCode` and the TrainJob runtime rendered by `workl
   0    done
   1    a bug (an unexpected exception, with its traceback): permanent
   2    invalid configuration or data: permanent, the same pod would fail the same way
+  3    the job's restart budget is spent (a PyTorchJob pod that failed more often: trainer/attempts.py)
   137  killed by SIGKILL (OOM kill, grace period over), as the launcher reports it: 128 + 9
   143  stopped by SIGTERM after a checkpoint (Spot reclaim, eviction): 128 + 15
        (or, with no step to checkpoint yet, while waiting for the node's tokenized data)
@@ -20,6 +21,7 @@ The dedicated codes sit above 128 + 64 (the highest Linux signal), so none reads
 from __future__ import annotations
 
 INVALID = 2
+BUDGET_SPENT = 3
 STOPPED = 143
 STORAGE_UNAVAILABLE = 200
 NO_GPU = 201

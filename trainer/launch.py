@@ -15,6 +15,9 @@ A rendezvous that times out (static: "Timed out after N seconds waiting for clie
 RendezvousTimeoutError) is the launcher's own failure, before any worker starts; torchrun lets it
 escape as a traceback and exit 1, which would fail a 4-pod job for good when one Spot replacement is
 slower than the rendezvous timeout. The codes are listed in trainer/faults.py.
+
+In a PyTorchJob pod it also keeps the job's restart budget (trainer/attempts.py): each attempt and how it
+ended, beside the checkpoints; past the budget it exits 3 before torchrun starts.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.elastic.rendezvous.api import RendezvousError, RendezvousGracefulExitError
 
-from trainer import faults
+from trainer import attempts, faults
 
 
 def exit_code(failure_code: int) -> int:
@@ -60,8 +63,23 @@ def _default_log_dir(args: argparse.Namespace) -> Iterator[None]:
 
 def main(argv: list[str] | None = None) -> int:
     args = torchrun.parse_args(argv if argv is not None else sys.argv[1:])
+    try:
+        ledger = attempts.Ledger.from_env()
+        spent = ledger.begin() if ledger else None
+    except Exception as err:
+        found = faults.verdict(err)
+        if found is None:
+            raise
+        code, reason = found
+        print(f"trainer.launch: restart ledger: {reason}; exit {code}", file=sys.stderr, flush=True)
+        return code
+    if spent is not None:
+        return spent
     with _default_log_dir(args):
-        return _launch(args)
+        code = _launch(args)
+    if ledger:
+        ledger.end(code)
+    return code
 
 
 def _launch(args: argparse.Namespace) -> int:

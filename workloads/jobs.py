@@ -30,8 +30,16 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PERMANENT_EXIT_CODES = list(range(1, 128))
 # Pulumi property paths (of the resource's inputs) whose change replaces the object instead of updating it.
 REPLACE_ON_CHANGES = {
-    # activeDeadlineSeconds: immutable in the TrainJob CRD (CEL self == oldSelf).
-    "TrainJob": ["spec.trainer", "spec.runtimeRef", "spec.runtimePatches", "spec.activeDeadlineSeconds"],
+    # activeDeadlineSeconds: immutable in the TrainJob CRD (CEL self == oldSelf). The queue label: Kueue's
+    # webhook refuses changing it on a job that is not suspended (kueue 0.19.2 pkg/controller/jobframework/
+    # validation.go validateUpdateForQueueName), so a running job moves to another queue by replacement.
+    "TrainJob": [
+        "spec.trainer",
+        "spec.runtimeRef",
+        "spec.runtimePatches",
+        "spec.activeDeadlineSeconds",
+        f'metadata.labels["{KUEUE_QUEUE_LABEL}"]',
+    ],
     # Named after its spec (below): a changed runtime is a new object, created before the old one goes.
     "TrainingRuntime": ["spec"],
     "PyTorchJob": [
@@ -54,9 +62,11 @@ REPLACE_ON_CHANGES = {
 # Jobs keep their name (the job's identity in logs, dashboards and its S3 prefix), so the old one must go
 # before the new one can be created. pulumi-kubernetes deletes in the foreground (pulumi-kubernetes#2529):
 # the old job is gone only once its pods are, after their SIGTERM checkpoint. Not the runtime: Trainer's
-# `resource-in-use` finalizer holds it while the old TrainJob exists (kubeflow/trainer#2608), so it is
-# replaced create-first under a new name and the old one is deleted at the end of the update, after the
-# TrainJob that used it.
+# webhook refuses a TrainJob whose runtime does not exist yet (v2.3.0 pkg/runtime/core/trainingruntime.go
+# ValidateObjects), so a changed runtime is created first under a new name and the old one is deleted at
+# the end of the update. (A running TrainJob keeps a snapshot of its runtime, the ConfigMap
+# `<job>-runtime-snapshot` (core/snapshot.go); Trainer 2.3.0 only removes the old `resource-in-use`
+# finalizer from runtimes, trainingruntime_controller.go.)
 DELETE_BEFORE_REPLACE = {"TrainJob", "PyTorchJob", "MPIJob", "RayJob"}
 
 
@@ -257,11 +267,16 @@ def pytorch_job(
     if spec.priority:
         pod_spec["priorityClassName"] = spec.priority
     template = {"metadata": pod.template_metadata(spec, config_digest), "spec": pod_spec}
+    # ExitCode: 1-127 (e.g. the trainer's 2, invalid config) fail the job; 128+ (143 after a SIGTERM
+    # checkpoint, 137 OOM/kill) make the operator recreate the pod. It never counts them (backoffLimit sums
+    # restart counts, 0 on a recreated pod: pkg/core/job.go PastBackoffLimit), so the trainer's launcher
+    # keeps the budget, beside the checkpoints (trainer/attempts.py). Without the trainer's launcher or a
+    # checkpoint location nothing can: the job runs once (the spec allows it restartBudget 0 only).
+    counted = spec.counts_restarts
+    restart_policy = "ExitCode" if counted else "Never"
 
     def replicas(count: int) -> dict[str, Any]:
-        # ExitCode: 1-127 (e.g. the trainer's 2, invalid config) fail the job; 128+ (143 after a SIGTERM
-        # checkpoint, 137 OOM/kill) restart the pod, counted against runPolicy.backoffLimit.
-        return {"replicas": count, "restartPolicy": "ExitCode", "template": copy.deepcopy(template)}
+        return {"replicas": count, "restartPolicy": restart_policy, "template": copy.deepcopy(template)}
 
     gang = spec.elastic.min_nodes if spec.elastic else spec.nodes
     job_spec: dict[str, Any] = {
@@ -281,9 +296,26 @@ def pytorch_job(
         job_spec["pytorchReplicaSpecs"] = {"Master": replicas(1)}
         if spec.nodes > 1:
             job_spec["pytorchReplicaSpecs"]["Worker"] = replicas(spec.nodes - 1)
+    if counted:
+        _attempt_ledger(job_spec, spec, platform.bucket_name)
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
         "metadata": pod.metadata(spec, spec.name) | {"labels": _job_labels(spec, platform)},
         "spec": job_spec,
     }
+
+
+def _attempt_ledger(job_spec: dict[str, Any], spec: TrainingJobSpec, bucket: str) -> None:
+    """Where the launcher counts the job's failed attempts (trainer/attempts.py): beside its checkpoints,
+    with the budget and a digest of the job as rendered, so a changed job starts a new count."""
+    where = pod.location(spec, "checkpoint", bucket)
+    assert where is not None, "TrainingJobSpec.counts_restarts needs a checkpoint location"
+    submission = hashlib.sha256(json.dumps(job_spec, sort_keys=True).encode()).hexdigest()[:16]
+    env = [
+        {"name": "MLOPS_EKS_ATTEMPTS", "value": f"{where}/attempts"},
+        {"name": "MLOPS_EKS_RESTART_BUDGET", "value": str(spec.restart_budget)},
+        {"name": "MLOPS_EKS_SUBMISSION", "value": submission},
+    ]
+    for replica in job_spec["pytorchReplicaSpecs"].values():
+        replica["template"]["spec"]["containers"][0]["env"] += copy.deepcopy(env)

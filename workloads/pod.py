@@ -13,7 +13,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from infra.addons.monitoring.training_metrics import METRICS_PORT, METRICS_PORT_NAME
-from infra.contract import ACCELERATOR_LABEL, EFA_RESOURCE, JOB_LABEL, RUN_AS_UID, job_prefix, toleration_spec
+from infra.contract import (
+    ACCELERATOR_LABEL,
+    EFA_RESOURCE,
+    JOB_LABEL,
+    RUN_AS_UID,
+    TRAINING_POD_GRACE_SECONDS,
+    job_prefix,
+    toleration_spec,
+)
 from workloads.placement import Placement
 from workloads.spec import Storage, TrainingJobSpec
 
@@ -22,7 +30,7 @@ TRAINER_CONFIG_PATH = f"{TRAINER_CONFIG_DIR}/config.yaml"
 PROGRAM_DIR = "/opt/program"
 # The Spot interruption notice comes 2 minutes before the instance is reclaimed; the kubelet must not
 # SIGKILL the trainer before its SIGTERM checkpoint is written.
-TERMINATION_GRACE_SECONDS = 180
+TERMINATION_GRACE_SECONDS = TRAINING_POD_GRACE_SECONDS
 # torchrun forwards SIGTERM to its workers, then SIGKILLs them after --shutdown-timeout (default 30 s,
 # too short for a checkpoint upload); it must still end before the kubelet's own SIGKILL.
 LAUNCHER_SHUTDOWN_SECONDS = TERMINATION_GRACE_SECONDS - 20
@@ -34,9 +42,11 @@ AMD_DEVICE_GROUPS = (44, 109)
 PCIE_ONLY = {"t4", "a10g", "l4"}
 ROLES = ("data", "checkpoint", "output")
 CONFIG_DIGEST_ANNOTATION = "mlops-eks.io/config-sha256"
-# On a pod, Karpenter's do-not-disrupt blocks consolidation of its node and drift (unless the NodePool sets a
-# terminationGracePeriod); not expiry, repair or a Spot interruption (karpenter.sh, Well-Known Annotations).
-# A training pod evicted mid-run loses its steps since the last checkpoint and restarts its whole gang.
+# On a pod, Karpenter's do-not-disrupt keeps its node from consolidation and drift (the GPU NodePools set no
+# terminationGracePeriod, which would override it), and Karpenter never evicts it when the node goes anyway
+# (expiry, a Spot interruption: the drain waits for it; core pkg/utils/pod/scheduling.go IsEvictable); node
+# repair deletes it at once. A training pod evicted mid-run loses its steps since the last checkpoint and
+# restarts its whole gang.
 DO_NOT_DISRUPT = {"karpenter.sh/do-not-disrupt": "true"}
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from infra.addons.network_policies import job_policies
-from infra.contract import EFA_RESOURCE, JOB_LABEL
+from infra.contract import EFA_RESOURCE, JOB_LABEL, KUEUE_NAMESPACE_LABEL
 from workloads import jobs, mpijob, pod, rayjob
 from workloads.placement import Placement, place
 from workloads.platform import PlatformFacts
@@ -43,7 +43,7 @@ def trainer_config(spec: TrainingJobSpec, bucket: str) -> dict[str, Any]:
     return config
 
 
-def namespace(spec: TrainingJobSpec) -> list[dict[str, Any]]:
+def namespace(spec: TrainingJobSpec, platform: PlatformFacts) -> list[dict[str, Any]]:
     if not spec.create_namespace:
         return []
     meta = pod.metadata(spec, spec.namespace_name, namespaced=False)
@@ -53,6 +53,8 @@ def namespace(spec: TrainingJobSpec) -> list[dict[str, Any]]:
         meta["labels"] |= mpijob.NAMESPACE_POD_SECURITY
     else:
         meta["labels"] |= {"pod-security.kubernetes.io/enforce": "restricted"}
+    if spec.queue and platform.gang_scheduler == "kueue":
+        meta["labels"][KUEUE_NAMESPACE_LABEL] = "true"  # Kueue manages only such namespaces' jobs
     return [{"apiVersion": "v1", "kind": "Namespace", "metadata": meta}]
 
 
@@ -189,7 +191,7 @@ def render(
     maps = config_maps(spec, platform.bucket_name, program_text)
     digest = pod.config_digest(maps)
     objects = [
-        *namespace(spec),
+        *namespace(spec, platform),
         resource_quota(spec, placement),
         service_account(spec),
         *network_policies(spec),

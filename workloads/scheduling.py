@@ -1,12 +1,15 @@
 """Would the pods of a rendered workload ever run? A scheduling simulation against the platform's contract.
 
-For every pod template of the rendered job (a TrainJob with its TrainingRuntime and runtime patches, or a
-PyTorchJob's replicas) it looks for a node source (infra.contract.AcceleratorPool) that can host the pods:
-the node selector and required node affinity against the labels a node of the pool carries, the
-tolerations against its taints (Kubernetes' matching rules), each pod's requests against one instance,
-a device plugin serving that node for every extended resource, and enough nodes in the source for the
-job's pods. A queued job must also fit its queue's nominal quota, every requested resource covered.
-Pure functions of plain dicts: the same objects `render` returns and `pulumi up` creates.
+For every pod the rendered job leads to, as its operator creates it (workloads/operator_pods.py: the
+TrainJob's JobSet pods with Kueue's flavors written in, a PyTorchJob's Master and Workers with their init
+container, a RayJob's head, workers and submitter, an MPIJob's launcher and workers), it looks for a node
+source (infra.contract.AcceleratorPool) that can host the pods: the node selector and required node
+affinity against the labels a node of the pool carries, the tolerations against its taints (Kubernetes'
+matching rules), each pod's effective requests (init containers included) against one instance, a device
+plugin serving that node for every extended resource, and enough nodes in the source for the job's pods.
+A queued job must also fit its queue's nominal quota, every requested resource covered, and the pods the
+namespace's ResourceQuota (quota_problems). Pure functions of plain dicts: the same objects `render`
+returns and `pulumi up` creates.
 """
 
 from __future__ import annotations
@@ -19,11 +22,20 @@ from typing import Any
 
 from infra.accelerators import CATALOG
 from infra.contract import EFA_RESOURCE, AcceleratorPool, Toleration, quantity, tolerated
+from workloads.operator_pods import (
+    KUEUE_QUEUE_LABEL,
+    OperatorPod,
+    OperatorSettings,
+    operator_pods,
+    pod_requests,
+)
 from workloads.platform import PlatformFacts
-from workloads.rayjob import pod_specs as ray_job_pod_specs
 
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 _BASIC = {"cpu", "memory", "ephemeral-storage", "pods"}
+# The pools do not export their root volumes; none is smaller than this (infra/config: a managed group's
+# diskSizeGiB >= 20, Karpenter's rootVolumeGiB >= 50). An operator's init container asks for some (the MPI
+# launcher's kubectl-delivery: 5Gi).
+MIN_NODE_DISK = Decimal(20 * 2**30)
 # Training Operator v1 kinds: where each keeps its replicas (Master/Worker, Launcher/Worker).
 REPLICA_SPECS = {"PyTorchJob": "pytorchReplicaSpecs", "MPIJob": "mpiReplicaSpecs"}
 
@@ -38,6 +50,7 @@ class PodTemplate:
     tolerations: list[Toleration]
     requests: dict[str, str]  # per pod
     queue: str | None = None  # the ClusterQueue (Kueue) or Queue (Volcano) admitting the job
+    held: str | None = None  # why its pods are not created (a queue that cannot admit the job)
 
 
 @dataclass
@@ -51,89 +64,30 @@ class Verdict:
         return self.source is not None and not self.reasons
 
 
-def pod_templates(objects: Sequence[Mapping[str, Any]]) -> list[PodTemplate]:
-    """Every pod template of the job objects among `objects`, resolved as the operators would."""
+def pod_templates(objects: Sequence[Mapping[str, Any]], platform: PlatformFacts) -> list[PodTemplate]:
+    """One template per role of every job among `objects`: its pods as the operators create them on
+    `platform` (workloads/operator_pods.py), their count and one pod's effective requests."""
     local_queues = {
         o["metadata"]["name"]: o["spec"]["clusterQueue"] for o in objects if o["kind"] == "LocalQueue"
     }
-    runtimes = {o["metadata"]["name"]: o for o in objects if o["kind"] == "TrainingRuntime"}
-    templates = []
+    queues: dict[str, str | None] = {}
     for obj in objects:
-        labels = obj["metadata"].get("labels", {})
-        queue = labels.get(KUEUE_QUEUE_LABEL)
+        queue = (obj["metadata"].get("labels") or {}).get(KUEUE_QUEUE_LABEL)
+        if obj["kind"] in REPLICA_SPECS:
+            queue = queue or (obj["spec"]["runPolicy"].get("schedulingPolicy") or {}).get("queue")
         # Without a LocalQueue in the stack, the shared namespace's queue points at the same name.
-        queue = local_queues.get(queue, queue) if queue else None
-        if obj["kind"] == "TrainJob":
-            templates += _train_job(obj, runtimes[obj["spec"]["runtimeRef"]["name"]], queue)
-        elif obj["kind"] in REPLICA_SPECS:
-            policy = obj["spec"]["runPolicy"].get("schedulingPolicy", {})
-            templates += _pytorch_job(obj, queue or policy.get("queue"))
-        elif obj["kind"] == "RayJob":
-            name = f"RayJob/{obj['metadata']['name']}"
-            templates += [_template(f"{name}/{role}", count, spec, _requests(spec), queue)
-                          for role, count, spec in ray_job_pod_specs(obj)]  # fmt: skip
-    return templates
+        queues[f"{obj['kind']}/{obj['metadata']['name']}"] = local_queues.get(queue, queue) if queue else None
+    roles: dict[tuple[str, str], list[OperatorPod]] = {}
+    for pod in operator_pods(objects, platform):
+        roles.setdefault((pod.job, pod.role), []).append(pod)
+    return [
+        _template(f"{job}/{role}", len(pods), pods[0], queues.get(job))
+        for (job, role), pods in roles.items()
+    ]
 
 
-def _train_job(job: Mapping[str, Any], runtime: Mapping[str, Any], queue: str | None) -> list[PodTemplate]:
-    trainer = job["spec"]["trainer"]
-    templates = []
-    for rjob in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
-        spec = dict(rjob["template"]["spec"]["template"]["spec"])
-        for patch in job["spec"].get("runtimePatches", []):
-            for prj in patch.get("trainingRuntimeSpec", {}).get("template", {}).get("spec", {}).get(
-                "replicatedJobs", []
-            ):
-                if prj["name"] == rjob["name"]:
-                    spec = _patched(spec, prj["template"]["spec"]["template"].get("spec", {}))
-        count = trainer.get("numNodes") or runtime["spec"]["mlPolicy"].get("numNodes", 1)
-        # resourcesPerNode goes to the trainer container ("node", the runtime's ancestor step).
-        requests = {k: str(v) for k, v in trainer.get("resourcesPerNode", {}).get("requests", {}).items()}
-        templates.append(_template(f"TrainJob/{job['metadata']['name']}/{rjob['name']}", count, spec,
-                                   requests, queue))  # fmt: skip
-    return templates
-
-
-def _patched(spec: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
-    """A runtime patch: maps merge, lists of tolerations append, the rest replaces."""
-    out = dict(spec)
-    for key, value in patch.items():
-        if key == "nodeSelector":
-            out[key] = {**spec.get(key, {}), **value}
-        elif key == "tolerations":
-            out[key] = [*spec.get(key, []), *value]
-        elif key != "containers":
-            out[key] = value
-    return out
-
-
-def _pytorch_job(job: Mapping[str, Any], queue: str | None) -> list[PodTemplate]:
-    templates = []
-    elastic = job["spec"].get("elasticPolicy")
-    for role, replica in job["spec"][REPLICA_SPECS[job["kind"]]].items():
-        count = max(replica["replicas"], elastic["maxReplicas"] if elastic else 0)
-        spec = replica["template"]["spec"]
-        requests: dict[str, Decimal] = {}
-        for container in spec["containers"]:
-            for k, v in container.get("resources", {}).get("requests", {}).items():
-                requests[k] = requests.get(k, Decimal(0)) + quantity(v)
-        templates.append(_template(f"{job['kind']}/{job['metadata']['name']}/{role}", count, spec,
-                                   {k: f"{v}" for k, v in requests.items()}, queue))  # fmt: skip
-    return templates
-
-
-def _requests(spec: Mapping[str, Any]) -> dict[str, str]:
-    """A pod's requests: the sum over its containers."""
-    requests: dict[str, Decimal] = {}
-    for container in spec["containers"]:
-        for k, v in container.get("resources", {}).get("requests", {}).items():
-            requests[k] = requests.get(k, Decimal(0)) + quantity(v)
-    return {k: f"{v}" for k, v in requests.items()}
-
-
-def _template(
-    name: str, count: int, spec: Mapping[str, Any], requests: dict[str, str], queue: str | None
-) -> PodTemplate:
+def _template(name: str, count: int, pod: OperatorPod, queue: str | None) -> PodTemplate:
+    spec = pod.spec
     required = (
         spec.get("affinity", {}).get("nodeAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution")
     )
@@ -144,8 +98,9 @@ def _template(
         node_selector=dict(spec.get("nodeSelector", {})),
         node_terms=terms,
         tolerations=[Toleration(**t) for t in spec.get("tolerations", [])],
-        requests=requests,
+        requests=pod_requests(spec),
         queue=queue,
+        held=pod.held,
     )
 
 
@@ -193,6 +148,7 @@ def _node_problems(t: PodTemplate, pool: AcceleratorPool, platform: PlatformFact
                 # Allocatable, not capacity: the kubelet's reservations and the DaemonSets come first.
                 "cpu": instance.allocatable_cpu,
                 "memory": instance.allocatable_memory,
+                "ephemeral-storage": MIN_NODE_DISK,
                 pool.resource_name: Decimal(instance.gpus),
                 EFA_RESOURCE: Decimal(instance.efa_interfaces if pool.efa else 0),
             }
@@ -284,6 +240,10 @@ def _queue_problems(job: str, members: Sequence[Verdict], platform: PlatformFact
         nominal = queue.quota_for(resource, accelerator) if accelerator else queue.nominal.get(resource)
         if total == 0:
             continue
+        if nominal is None and queue.scheduler == "volcano":
+            # A Queue's capability limits only the resources it names (volcano pkg/scheduler/plugins/
+            # proportion/proportion.go: realCapability.MinDimensionResource(capability, api.Infinity)).
+            continue
         if nominal is None:
             problems.append(f"{job}: resource {resource} unavailable in {queue.scheduler} queue {name}")
         elif total > quantity(nominal):
@@ -297,7 +257,7 @@ def _queue_problems(job: str, members: Sequence[Verdict], platform: PlatformFact
 
 def simulate(objects: Sequence[Mapping[str, Any]], platform: PlatformFacts) -> list[Verdict]:
     """A verdict per pod template: the source that hosts it, or the reasons none can."""
-    templates = pod_templates(objects)
+    templates = pod_templates(objects, platform)
     verdicts = []
     for t in templates:
         verdict = Verdict(t)
@@ -314,6 +274,8 @@ def simulate(objects: Sequence[Mapping[str, Any]], platform: PlatformFacts) -> l
             reasons.append(f"pool {name}: {'; '.join(problems)}")
         if verdict.source is None:
             verdict.reasons = reasons or [f"{platform.cluster_name} has no GPU pools"]
+        if t.held:
+            verdict.reasons.insert(0, f"not admitted: {t.held}")
         verdicts.append(verdict)
     jobs: dict[str, list[Verdict]] = {}
     for v in verdicts:
@@ -339,3 +301,57 @@ def unschedulable(verdicts: Iterable[Verdict]) -> list[str]:
         for v in verdicts
         if not v.schedulable
     ]
+
+
+# The resources a ResourceQuota tracks that every container of a pod must then state (kubernetes
+# pkg/quota/v1/evaluator/core/pods.go Constraints: "must specify" for containers and init containers).
+_MUST_STATE = {"requests.cpu", "requests.memory", "limits.cpu", "limits.memory", "cpu", "memory"}
+
+
+def _pod_limits(spec: Mapping[str, Any]) -> dict[str, Decimal]:
+    """Effective limits, as pod_requests: the largest init container's or the containers' sum."""
+    total: dict[str, Decimal] = {}
+    for c in spec["containers"]:
+        for k, v in ((c.get("resources") or {}).get("limits") or {}).items():
+            total[k] = total.get(k, Decimal(0)) + quantity(v)
+    for c in spec.get("initContainers") or []:
+        for k, v in ((c.get("resources") or {}).get("limits") or {}).items():
+            total[k] = max(total.get(k, Decimal(0)), quantity(v))
+    return total
+
+
+def quota_problems(
+    objects: Sequence[Mapping[str, Any]],
+    platform: PlatformFacts,
+    gangs: int = 2,
+    settings: OperatorSettings | None = None,
+) -> list[str]:
+    """The job namespace's ResourceQuota against the pods the operators create: each pod states every
+    tracked cpu/memory request and limit (else the API server refuses it), and `gangs` times the job's
+    pods (a restarted gang starts while the old one terminates: workloads/render.py QUOTA_GANGS), counted
+    as the quota counts them (requests.X, limits.X, bare X as requests, pods), fit `hard`."""
+    quotas = [o for o in objects if o["kind"] == "ResourceQuota"]
+    pods = operator_pods(objects, platform, settings)
+    problems = []
+    for quota in quotas:
+        hard = {k: quantity(v) for k, v in quota["spec"]["hard"].items()}
+        used: dict[str, Decimal] = {"pods": Decimal(len(pods))}
+        for pod in pods:
+            name = pod.pod["metadata"].get("name") or pod.pod["metadata"]["generateName"]
+            for container in [*pod.spec.get("initContainers", []), *pod.spec["containers"]]:
+                resources = container.get("resources") or {}
+                for key in sorted(_MUST_STATE & set(hard)):
+                    kind, _, resource = key.rpartition(".")
+                    if resource not in (resources.get(kind or "requests") or {}):
+                        problems.append(f"{name}: container {container['name']} states no {key} "
+                                        f"(ResourceQuota {quota['metadata']['name']} tracks it)")  # fmt: skip
+            for resource, amount in pod_requests(pod.spec).items():
+                used[f"requests.{resource}"] = used.get(f"requests.{resource}", Decimal(0)) + quantity(amount)
+            for resource, limit in _pod_limits(pod.spec).items():
+                used[f"limits.{resource}"] = used.get(f"limits.{resource}", Decimal(0)) + limit
+        for key, most in hard.items():
+            wanted = used.get(key, used.get(f"requests.{key}", Decimal(0))) * gangs
+            if wanted > most:
+                problems.append(f"ResourceQuota {quota['metadata']['name']}: {key} {wanted:g} for {gangs} "
+                                f"x the job's pods > hard {quota['spec']['hard'][key]}")  # fmt: skip
+    return problems

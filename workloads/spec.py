@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from pydantic.alias_generators import to_camel
 
 from infra.config import stack_files
-from infra.contract import job_prefix
+from infra.contract import KUBERNETES_NAMESPACES, PLATFORM_NAMESPACES, job_prefix
 from infra.image_refs import image_problem, tag_problem
 
 # The trainer's own config model: pure Python (no torch, no pulumi), so the spec is checked with the
@@ -198,6 +198,8 @@ class TrainingJobSpec(_Model):
                 )
         problems += self._foreign_s3_problems()
         problems += self._mpi_image_problems()
+        problems += self._restart_problems()
+        problems += self._namespace_problems()
         for role, key in (("data", "source"), ("checkpoint", "dir"), ("output", "dir")):
             section = self.trainer_config.get(role)
             if getattr(self, role) is not None and isinstance(section, dict) and key in section:
@@ -214,6 +216,35 @@ class TrainingJobSpec(_Model):
                     f"{self.elastic.max_nodes}]"
                 )
         return problems
+
+    def _namespace_problems(self) -> list[str]:
+        reserved = KUBERNETES_NAMESPACES | PLATFORM_NAMESPACES
+        if self.namespace_name not in reserved:
+            return []
+        key = "namespace" if self.namespace else "name"
+        whose = "Kubernetes'" if self.namespace_name in KUBERNETES_NAMESPACES else "the platform's"
+        return [
+            f"{key}: {self.namespace_name!r} is {whose} own namespace: the job would put its ResourceQuota, "
+            "LocalQueue and NetworkPolicies on the pods already there; allowed: any other namespace (by "
+            f"default the job's name), not {', '.join(sorted(reserved))}"
+        ]
+
+    def _restart_problems(self) -> list[str]:
+        if self.operator != "pytorchjob" or self.restart_budget == 0 or self.counts_restarts:
+            return []
+        missing = "checkpoint location" if self.program.runs_trainer else "trainer (it runs a script)"
+        return [
+            f"restartBudget: {self.restart_budget} cannot be kept for this PyTorchJob: Training Operator v1 "
+            "recreates failed pods without counting them, and the trainer's launcher counts them in the "
+            f"job's checkpoint location; this job has no {missing}; allowed: restartBudget 0 (runs once), "
+            "operator trainjob (its JobSet counts restarts), or the trainer with `checkpoint` set"
+        ]
+
+    @property
+    def counts_restarts(self) -> bool:
+        """Whether a PyTorchJob's restarts can be counted (trainer/attempts.py): the trainer runs under its
+        launcher and has a checkpoint location to keep the count in."""
+        return self.program.runs_trainer and self.checkpoint is not None
 
     def _mpi_image_problems(self) -> list[str]:
         """An MPIJob's launcher and workers run one image, which must have Open MPI: the cpu image (the

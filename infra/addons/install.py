@@ -122,6 +122,7 @@ def install_addons(
                 partition=platform.partition,
                 k8s_provider=provider,
                 subnet_tags={"karpenter.sh/discovery": platform.cluster_name},
+                private_subnet_ids=platform.network.private_subnet_ids,
                 security_group_id=platform.cluster.info.vpc_config.cluster_security_group_id,
                 service_monitor=observability is not None,
                 node_repair=config.node_health.karpenter_node_repair,

@@ -15,9 +15,10 @@ StorageReady, ContainerRuntimeReady. Repair acts on them:
   pkg/cloudprovider/cloudprovider.go, RepairPolicies: AcceleratedHardwareReady False 10m, the other agent
   conditions False 30m, Ready False/Unknown 30m). It always replaces, and it does so by force: the health
   controller (kubernetes-sigs/karpenter pkg/controllers/node/health) stamps the NodeClaim's termination
-  timestamp with the current time and deletes it, so neither `karpenter.sh/do-not-disrupt` nor the pool's
-  terminationGracePeriod holds the node, and its pods are deleted with their grace clamped to the time left
-  until that timestamp, about none (pkg/controllers/node/termination/terminator, DeleteExpiringPods): a
+  timestamp with the current time and deletes it, so `karpenter.sh/do-not-disrupt` does not hold the node
+  (the GPU NodePools set no terminationGracePeriod; the timestamp stands in for one), and its pods are
+  deleted with their grace clamped to the time left until that timestamp, about none
+  (pkg/controllers/node/termination/terminator, DeleteExpiringPods): a
   training pod is killed without its SIGTERM checkpoint and the job resumes from the last periodic one. It
   also stops while more than 20% of a NodePool's nodes are unhealthy.
 """

@@ -17,24 +17,31 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from infra.accelerators import CATALOG
-from infra.addons import kuberay
+from infra.addons import kuberay, training_operator_v1
 from infra.addons.manifests import custom_resource
-from infra.charts import TRAINER_TORCH_RUNTIME_IMAGE, TRAINING_OPERATOR_V1_KUSTOMIZE, release
+from infra.charts import TRAINER_TORCH_RUNTIME_IMAGE, release
 from infra.component_args import ComponentArgs, child_options
 from infra.config.addons import TeamQueue, TrainingConfig
-from infra.contract import EFA_RESOURCE, RUN_AS_UID, QueueQuota, quantity, toleration_spec
+from infra.contract import (
+    EFA_RESOURCE,
+    KUEUE_CPU_FLAVOR,
+    KUEUE_EFA_FLAVOR,
+    KUEUE_GPU_FLAVOR_PREFIX,
+    KUEUE_NAMESPACE_LABEL,
+    RUN_AS_UID,
+    QueueQuota,
+    kueue_gpu_flavor,
+    quantity,
+)
 
 TRAINER_NAMESPACE = "kubeflow-system"
-# The overlay of TRAINING_OPERATOR_V1_KUSTOMIZE with `--gang-scheduler-name=volcano` (see the file), relative
-# to the project root, where Pulumi runs the program.
-TRAINING_OPERATOR_V1_VOLCANO = "infra/addons/kustomize/training-operator-v1-volcano"
 TORCH_RUNTIME = "torch-distributed"
 # The upstream runtime's default image (pinned in infra/charts.py); every TrainJob sets its own.
 TORCH_RUNTIME_IMAGE = TRAINER_TORCH_RUNTIME_IMAGE
-CPU_FLAVOR = "cpu"
+CPU_FLAVOR = KUEUE_CPU_FLAVOR
 # EFA interfaces are not tied to an accelerator's nodes (the GPU flavor pins the node): a flavor of its own.
-EFA_FLAVOR = "efa"
-GPU_FLAVOR_PREFIX = "gpu-"
+EFA_FLAVOR = KUEUE_EFA_FLAVOR
+GPU_FLAVOR_PREFIX = KUEUE_GPU_FLAVOR_PREFIX
 
 
 def trainer_values() -> dict[str, Any]:
@@ -118,10 +125,14 @@ VOLCANO_NAMESPACE = "volcano-system"
 def kueue_manager_config(platform_namespaces: Sequence[str] = ()) -> dict[str, Any]:
     """The chart's default controller_manager_config.yaml (kueue 0.19.2 values.yaml) with our frameworks.
 
-    The chart still renders Fail webhooks for every framework's kind (batch Jobs included; Helm hooks are
-    Jobs) with `managedJobsNamespaceSelector` as their namespaceSelector (default: all but kube-system and
-    kueue-system): keeping the platform's own namespaces out means no add-on object ever waits on Kueue.
-    Jobs are queued in the job namespaces only (workload stacks never use the platform's namespaces)."""
+    The chart still renders Fail webhooks for every framework's kind (batch Jobs included: Helm hooks, a
+    JobSet's Jobs, a RayJob's submitter; RayClusters, PyTorchJobs, MPIJobs) with
+    `managedJobsNamespaceSelector` as their namespaceSelector (default: all but kube-system and
+    kueue-system). While no Kueue replica serves, such a webhook refuses the object: a JobSet could not
+    recreate its Jobs to restart, KubeRay could not create a cluster. So Kueue manages only the
+    namespaces that opt in (KUEUE_NAMESPACE_LABEL: the workload renderer sets it on a namespace whose job
+    names a queue), never a platform namespace: an outage touches queued jobs alone, and two replicas make
+    one rare (kueue_values)."""
     exempt = sorted({"kube-system", KUEUE_NAMESPACE, *platform_namespaces})
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
@@ -139,16 +150,35 @@ def kueue_manager_config(platform_namespaces: Sequence[str] = ()) -> dict[str, A
         "clientConnection": {"qps": 300, "burst": 500},
         "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
         "managedJobsNamespaceSelector": {
+            "matchLabels": {KUEUE_NAMESPACE_LABEL: "true"},
             "matchExpressions": [
                 {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": exempt}
-            ]
+            ],
         },
     }
 
 
+# The manager pods (kueue 0.19.2 templates/_helpers.tpl kueue.selectorLabels for release "kueue").
+KUEUE_MANAGER_POD = {
+    "app.kubernetes.io/name": "kueue",
+    "app.kubernetes.io/instance": "kueue",
+    "control-plane": "controller-manager",
+}
+
+
 def kueue_values(*, service_monitor: bool, platform_namespaces: Sequence[str] = ()) -> dict[str, Any]:
+    """Two replicas on two nodes, one kept through a drain: both serve the webhooks (controller-runtime's
+    webhook server runs in every replica), one leads the controllers (leader election; the others keep
+    their caches warm, pkg/controller/core/leader_aware_reconciler.go)."""
     config = kueue_manager_config(platform_namespaces)
+    spread = {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+              "labelSelector": {"matchLabels": dict(KUEUE_MANAGER_POD)}}  # fmt: skip
     return {
+        "controllerManager": {
+            "replicas": 2,
+            "podDisruptionBudget": {"enabled": True, "minAvailable": 1},
+            "topologySpreadConstraints": [spread],
+        },
         "enablePrometheus": service_monitor,
         # The chart parses this string with fromYaml (templates/manager/manager-config.yaml).
         "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(config)},
@@ -171,10 +201,9 @@ def kueue_objects(queues: Sequence[TeamQueue]) -> list[dict[str, Any]]:
     if any(q.efa_interfaces for q in queues):
         flavors.append(_resource_flavor(EFA_FLAVOR, {}, []))
     for key in accelerators:
-        acc = CATALOG[key]
-        flavors.append(
-            _resource_flavor(_flavor_name(key), dict(acc.node_labels), [toleration_spec(acc.taint)])
-        )
+        name, spec = kueue_gpu_flavor(key)
+        flavors.append({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+                        "metadata": {"name": name}, "spec": spec})  # fmt: skip
     cluster_queues = []
     for q in queues:
         groups: list[dict[str, Any]] = [
@@ -324,7 +353,9 @@ class Training(pulumi.ComponentResource):
             # Under Volcano the operator must create the PodGroups that gang a job's pods, and it watches
             # them only if their CRD is served when it starts (v1.9.2 mpijob_controller.go SetupWithManager,
             # "skip watching volcano PodGroup if volcano PodGroup is not installed"): after Volcano.
-            directory = TRAINING_OPERATOR_V1_VOLCANO if volcano else TRAINING_OPERATOR_V1_KUSTOMIZE
+            # Its own overlay either way: the PyTorchJob init container from our restricted template
+            # (infra/addons/training_operator_v1.py), and Volcano as gang scheduler when it is installed.
+            directory = training_operator_v1.overlay(volcano=volcano is not None)
             after_volcano = pulumi.ResourceOptions(depends_on=[volcano] if volcano else None)
             operator_v1 = k8s.kustomize.v2.Directory(
                 f"{name}-training-operator-v1",

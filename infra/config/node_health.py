@@ -18,7 +18,7 @@ class NodeHealthConfig(ConfigModel):
     # condition stays False (10 min for GPUs, 30 for the rest).
     managed_node_repair: bool = True
     # Karpenter's node repair (feature gate `nodeRepair`, ALPHA in 1.14.1). Off unless a stack turns it on:
-    # it replaces by force, past `do-not-disrupt` and the pool's termination grace, so a job on the node is
+    # it replaces by force, past `do-not-disrupt`, so a job on the node is
     # killed without its SIGTERM checkpoint. Dev turns it on; prod leaves Karpenter GPU nodes to the alerts
     # (and a person) until the gate is beta.
     karpenter_node_repair: bool = False

@@ -36,6 +36,20 @@ CASES = [
     ("unknown-key", {"gpus": 4}, "dev", "mlops-eks:job.gpus"),
     ("cpu-above-instance", {"cpuPerNode": 500}, "dev", "mlops-eks:job.cpuPerNode"),
     ("memory-above-instance", {"memoryGiBPerNode": 10000}, "dev", "mlops-eks:job.memoryGiBPerNode"),
+    (
+        "namespace-kube-system",
+        {"namespace": "kube-system", "createNamespace": False},
+        "dev",
+        "mlops-eks:job.namespace",
+    ),
+    ("name-of-a-platform-namespace", {"name": "monitoring"}, "dev", "mlops-eks:job.name"),
+    (
+        "pytorchjob-script-with-restarts",
+        {"operator": "pytorchjob", "trainerConfig": DELETE, "restartBudget": 2,
+         "program": {"delivery": "configmap", "file": "trainer/gpu_check.py"}},
+        "dev",
+        "mlops-eks:job.restartBudget",
+    ),  # fmt: skip
 ]
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pulumi
 import pulumi_kubernetes as k8s
 import pytest
+import yaml
 from recording_mocks import RecordingMocks
 
 from infra.accelerators import CATALOG
@@ -17,6 +19,7 @@ from infra.addons.training import Training, TrainingArgs
 from infra.config.addons import AddonsConfig
 from infra.config.platform import GpuPoolConfig
 
+REPO = Path(__file__).resolve().parents[2]
 GPU_POOLS = [
     GpuPoolConfig.model_validate(
         {"name": "t4", "accelerator": "t4", "capacityTypes": ["spot", "on-demand"], "gpuLimit": 8}
@@ -217,11 +220,13 @@ def test_training_installs_trainer_runtime_operator_v1_and_kueue_queues(mocks):
         runtimes = mocks.by_name("kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime")
         assert [r["metadata"]["name"] for r in runtimes.values()] == ["torch-distributed"]
         (operator_v1,) = mocks.by_name("kubernetes:kustomize/v2:Directory").values()
-        # Pinned by commit (the tag v1.9.2's), not by a tag that could move.
+        # Our overlay of the upstream one pinned by commit (the tag v1.9.2's), not by a tag that could move.
+        assert operator_v1["directory"] == "infra/addons/kustomize/training-operator-v1"
+        kustomization = yaml.safe_load((REPO / operator_v1["directory"] / "kustomization.yaml").read_text())
         commit = "bde9c20903ad9b54af1f3883e4fa764a3c0db797"
-        assert operator_v1["directory"] == (
+        assert kustomization["resources"] == [
             f"https://github.com/kubeflow/trainer//manifests/overlays/standalone?ref={commit}"
-        )
+        ]
         assert {"kubeflow-trainer", "kueue"} <= set(mocks.by_name("kubernetes:helm.sh/v3:Release"))
         assert len(mocks.by_name("kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue")) == 1
 

@@ -6,9 +6,17 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from netpol import selects
 
 from infra.addons.training import KUEUE_FRAMEWORKS
-from infra.contract import EFA_RESOURCE, AcceleratorPool, DevicePlugin, PoolTaint, Toleration
+from infra.contract import (
+    EFA_RESOURCE,
+    KUEUE_NAMESPACE_LABEL,
+    AcceleratorPool,
+    DevicePlugin,
+    PoolTaint,
+    Toleration,
+)
 from policy import helm_render
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -72,12 +80,9 @@ def test_the_efa_device_plugin_daemonset_runs_on_the_a100_nodes_as_exported(plat
     assert "m6i.xlarge" not in affinity["node.kubernetes.io/instance-type"]
 
 
-def _excluded(selector: dict, namespace: str) -> bool:
-    """Whether a webhook's namespaceSelector (NotIn on the namespace name) leaves `namespace` out."""
-    return any(
-        e["key"] == "kubernetes.io/metadata.name" and e["operator"] == "NotIn" and namespace in e["values"]
-        for e in selector.get("matchExpressions", [])
-    )
+def _excluded(selector: dict, namespace: str, labels: dict | None = None) -> bool:
+    """Whether a webhook's namespaceSelector leaves `namespace` (with its `labels`) out."""
+    return not selects(selector, {"kubernetes.io/metadata.name": namespace, **(labels or {})})
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -102,7 +107,29 @@ def test_kueue_webhooks_never_refuse_another_releases_objects(platforms, stack):
             selector = hook.get("namespaceSelector")  # the job kinds; Kueue's CRDs are its own objects
             if selector is not None:
                 blocking |= {(hook["name"], ns) for ns in namespaces if not _excluded(selector, ns)}
+                # Job namespaces too: only one whose job names a queue (workloads/render.py labels it).
+                assert _excluded(selector, "a-job-without-a-queue"), hook["name"]
+                assert not _excluded(selector, "a-queued-job", {KUEUE_NAMESPACE_LABEL: "true"}), hook["name"]
     assert blocking == set()
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_kueue_runs_two_replicas_on_two_nodes_and_keeps_one_through_a_drain(platforms, stack):
+    objects = _render(platforms[stack], "kueue")
+    (deployment,) = [
+        o for o in objects if o["kind"] == "Deployment" and "controller-manager" in o["metadata"]["name"]
+    ]
+    assert deployment["spec"]["replicas"] == 2
+    (spread,) = deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert (
+        spread["topologyKey"] == "kubernetes.io/hostname" and spread["whenUnsatisfiable"] == "DoNotSchedule"
+    )
+    assert (
+        spread["labelSelector"]["matchLabels"].items()
+        <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    )
+    (pdb,) = [o for o in objects if o["kind"] == "PodDisruptionBudget"]
+    assert pdb["spec"]["minAvailable"] == 1
 
 
 @pytest.mark.parametrize("stack", STACKS)

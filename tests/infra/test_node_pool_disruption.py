@@ -1,28 +1,35 @@
 """When Karpenter may take a node away, read from the NodePools the program registers, with the defaults
-Karpenter's NodePool CRD applies to what the program leaves out (../shared/upstream/crds).
+Karpenter's NodePool CRD applies to what the program leaves out, and what that does to a running training
+pod (tests/infra/karpenter_disruption.py, ported from Karpenter's source).
 
 A training job loses every step since its last checkpoint and restarts its whole gang when one of its
-nodes goes, so GPU nodes are removed only when empty, one at a time, never for drift in working hours,
-and with time for the SIGTERM checkpoint; every node still expires, so new AMIs reach it.
+nodes goes, so GPU nodes are removed only when empty, one at a time; drift and expiry wait until the job
+ends; every node still expires, so new AMIs reach it.
 """
 
 from __future__ import annotations
 
 import math
-import re
-from datetime import datetime, timedelta
 from functools import cache
-from pathlib import Path
 
 import pytest
 import yaml
 
+from infra.addons.karpenter.node_pools import CRITICAL_POD_SHUTDOWN_SECONDS
+from tests.conftest import SHARED
+from tests.infra.karpenter_disruption import (
+    KEEPS_RUNNING,
+    SHUTDOWN,
+    is_candidate,
+    seconds,
+    shutdown_grace,
+    training_pod_fate,
+)
 from workloads.pod import TERMINATION_GRACE_SECONDS
 
 NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
-CRD = Path(__file__).resolve().parents[3] / "shared" / "upstream" / "crds" / "karpenter.sh_nodepools.yaml"
-MONDAY = datetime(2026, 11, 23)  # a Monday; Karpenter reads budget schedules in UTC
-WORKING_HOURS = range(8, 18)
+NODE_CLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
+CRD = SHARED / "upstream" / "crds" / "karpenter.sh_nodepools.yaml"
 
 
 @cache
@@ -47,67 +54,21 @@ def gpu_pools(stack) -> dict[str, dict]:
     return {name: spec for name, spec in node_pools(stack).items() if name.startswith("gpu-")}
 
 
-def seconds(duration: str) -> float:
-    """A Karpenter duration ("720h", "1h30m", "90s"); "Never" is infinite."""
-    if duration == "Never":
-        return float("inf")
-    parts = re.fullmatch(r"((\d+)h)?((\d+)m)?((\d+)s)?", duration)
-    assert parts and duration, f"not a duration: {duration!r}"
-    h, m, s = (int(parts.group(i) or 0) for i in (2, 4, 6))
-    return h * 3600 + m * 60 + s
+def node_class(stack, pool_spec: dict) -> dict:
+    name = pool_spec["template"]["spec"]["nodeClassRef"]["name"]
+    (spec,) = [r.inputs["spec"] for r in stack.of_type(NODE_CLASS) if r.inputs["metadata"]["name"] == name]
+    return spec
 
 
-DAYS = {"sun": 0, "mon": 1, "tue": 2, "wed": 3, "thu": 4, "fri": 5, "sat": 6}
-
-
-def _cron_field(field: str, value: int, first: int = 0, names: dict[str, int] | None = None) -> bool:
-    for part in field.split(","):
-        for name, number in (names or {}).items():
-            part = part.replace(name, str(number))
-        step = 1
-        if "/" in part:
-            part, step_text = part.split("/")
-            step = int(step_text)
-        if part == "*":
-            low, high = first, 10**6
-        elif "-" in part:
-            low, high = (int(x) for x in part.split("-"))
-        else:
-            low = high = int(part)
-        if low <= value <= high and (value - low) % step == 0:
-            return True
-    return False
-
-
-def cron_fires(schedule: str, moment: datetime) -> bool:
-    """Whether a five-field cron schedule (UTC) fires at `moment`'s minute."""
-    minute, hour, dom, month, dow = schedule.split()
-    weekday = (moment.weekday() + 1) % 7  # cron: Sunday is 0 (or 7)
-    dom_ok = _cron_field(dom, moment.day, first=1)
-    dow_ok = _cron_field(dow, weekday, names=DAYS) or (weekday == 0 and _cron_field(dow, 7, names=DAYS))
-    # Both day fields restricted: either matching suffices (cron's rule).
-    day_ok = dom_ok or dow_ok if "*" not in (dom, dow) else dom_ok and dow_ok
-    return (
-        _cron_field(minute, moment.minute)
-        and _cron_field(hour, moment.hour)
-        and _cron_field(month, moment.month, first=1)
-        and day_ok
-    )
-
-
-def allowed_disruptions(spec: dict, reason: str, moment: datetime, nodes: int) -> int:
-    """How many of `nodes` Karpenter may disrupt for `reason` at `moment`: the most restrictive budget
-    active then (no schedule: always; else from a firing of its schedule for its duration) that applies
-    to the reason (no reasons: every reason)."""
+def allowed_disruptions(spec: dict, reason: str, nodes: int) -> int:
+    """How many of `nodes` Karpenter may disrupt for `reason`: the most restrictive budget that applies to
+    the reason (no reasons: every reason). Scheduled budgets are not used by the platform."""
     budgets = spec.get("disruption", {}).get("budgets") or crd_default("spec", "disruption", "budgets")
+    assert not any("schedule" in b for b in budgets), "a scheduled budget: evaluate its cron window"
     allowed = nodes
     for budget in budgets:
         if reason not in budget.get("reasons", [reason]):
             continue
-        if "schedule" in budget:
-            minutes = int(seconds(budget["duration"]) // 60)
-            if not any(cron_fires(budget["schedule"], moment - timedelta(minutes=m)) for m in range(minutes)):
-                continue
         value = budget["nodes"]
         limit = math.ceil(nodes * int(value[:-1]) / 100) if value.endswith("%") else int(value)
         allowed = min(allowed, limit)
@@ -132,24 +93,45 @@ def test_empty_gpu_nodes_go_after_the_pools_configured_wait(stack):
         assert after == pool.consolidate_after and seconds(after) < float("inf")
 
 
-def test_drift_never_replaces_gpu_nodes_in_working_hours_and_one_at_a_time_outside_them(stack):
+def test_one_gpu_node_at_a_time_for_any_reason(stack):
     for name, spec in gpu_pools(stack).items():
-        for hour in range(7 * 24):
-            moment = MONDAY + timedelta(hours=hour)
-            working = moment.weekday() < 5 and moment.hour in WORKING_HOURS
-            drift = allowed_disruptions(spec, "Drifted", moment, nodes=10)
-            assert drift == (0 if working else 1), f"{name}: {drift} drifted nodes at {moment:%a %H:%M}"
-            # Empty nodes still go in working hours, one at a time.
-            assert allowed_disruptions(spec, "Empty", moment, nodes=10) == 1, f"{name} at {moment:%a %H:%M}"
+        for reason in ("Drifted", "Empty", "Underutilized"):
+            assert allowed_disruptions(spec, reason, nodes=10) == 1, f"{name}: {reason}"
 
 
-def test_the_budget_evaluation_sees_a_window_and_its_end():
-    spec = {"disruption": {"budgets": [{"nodes": "0", "schedule": "30 9 * * sat", "duration": "1h"}]}}
-    saturday = MONDAY + timedelta(days=5)
-    assert allowed_disruptions(spec, "Drifted", saturday.replace(hour=9, minute=29), 4) == 4
-    assert allowed_disruptions(spec, "Drifted", saturday.replace(hour=10, minute=29), 4) == 0
-    assert allowed_disruptions(spec, "Drifted", saturday.replace(hour=10, minute=30), 4) == 4
-    assert allowed_disruptions(spec, "Drifted", saturday.replace(hour=10) - timedelta(days=1), 4) == 4
+def test_drift_never_takes_a_gpu_node_under_a_running_training_pod(stack):
+    """Drift is eventual disruption: with a terminationGracePeriod on the pool, a node under a do-not-disrupt
+    training pod would be a candidate and its pods deleted at the grace period's end (no DisruptionTarget:
+    the restart counts against the job's budget). Without one, it waits for the job."""
+    for name, spec in gpu_pools(stack).items():
+        assert "terminationGracePeriod" not in spec["template"]["spec"], name
+        assert not is_candidate(spec, "eventual", do_not_disrupt_pod=True), name
+        assert is_candidate(spec, "eventual", do_not_disrupt_pod=False), name  # an idle node is replaced
+        for event in ("drift", "expiry"):
+            fate = training_pod_fate(event, spec, node_class(stack, spec), TERMINATION_GRACE_SECONDS, "1.35")
+            assert fate.outcome == KEEPS_RUNNING, (name, event)
+
+
+def test_the_karpenter_model_tells_a_terminating_pool_apart():
+    with_grace = {"template": {"spec": {"terminationGracePeriod": "1h"}}}
+    assert is_candidate(with_grace, "eventual", do_not_disrupt_pod=True)
+    assert not is_candidate(with_grace, "graceful", do_not_disrupt_pod=True)
+    fate = training_pod_fate("drift", with_grace, {}, TERMINATION_GRACE_SECONDS, "1.35")
+    assert fate.outcome.startswith("deleted at the node's grace period's end") and fate.grace_s == 180
+
+
+@pytest.mark.parametrize("version", ["1.33", "1.34", "1.35"])
+def test_a_spot_reclaim_gives_training_pods_their_full_grace_on_every_version(stack, version):
+    """Karpenter never evicts a do-not-disrupt pod, so a Spot reclaim reaches it as the kubelet's graceful
+    shutdown; the AMI's own (1.34+) would cap the grace at 120 s, and 1.33 would give none."""
+    for name, spec in gpu_pools(stack).items():
+        node = node_class(stack, spec)
+        fate = training_pod_fate("spot-interruption", spec, node, TERMINATION_GRACE_SECONDS, version)
+        assert fate.outcome == SHUTDOWN and fate.grace_s == TERMINATION_GRACE_SECONDS, (name, fate)
+        assert shutdown_grace(node, version) == TERMINATION_GRACE_SECONDS
+    # What the AMIs do without the node class's NodeConfig.
+    assert shutdown_grace({}, "1.33") is None
+    assert shutdown_grace({}, "1.34") == 150 - CRITICAL_POD_SHUTDOWN_SECONDS < TERMINATION_GRACE_SECONDS
 
 
 def test_every_node_expires_within_thirty_days(stack):
@@ -157,12 +139,3 @@ def test_every_node_expires_within_thirty_days(stack):
     for name, spec in node_pools(stack).items():
         expire = spec["template"]["spec"]["expireAfter"]
         assert seconds(expire) <= 30 * 24 * 3600, f"{name}: expireAfter {expire}"
-
-
-def test_gpu_nodes_drain_with_time_for_the_training_pods_checkpoint(stack):
-    # A training pod is do-not-disrupt: without a node termination grace period a drifted or expired node
-    # would wait for it forever; with one shorter than the pod's own grace, the checkpoint is cut short.
-    for name, spec in gpu_pools(stack).items():
-        grace = spec["template"]["spec"].get("terminationGracePeriod")
-        assert grace is not None, f"{name} drains forever behind a do-not-disrupt pod"
-        assert TERMINATION_GRACE_SECONDS < seconds(grace) <= 24 * 3600, f"{name}: {grace}"

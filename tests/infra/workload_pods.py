@@ -1,9 +1,10 @@
 """The pods a flow matrix connects: those the rendered charts create (with their template labels and
 named ports), those an operator creates behind a rendered Service (Prometheus, Alertmanager) or EKS runs
-(CoreDNS), and two ranks of every workload stack's job."""
+(CoreDNS), and the pods of every workload stack's job as its operator creates them."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,7 +14,7 @@ from pod_security import pod_spec
 
 from infra.contract import JOB_LABEL
 from workloads.__main__ import platform_facts
-from workloads.rayjob import pod_templates as ray_job_pod_templates
+from workloads.operator_pods import operator_pods
 from workloads.render import render
 from workloads.stacks import load_stack, program_text, workload_stacks
 
@@ -29,8 +30,10 @@ def _named_ports(spec: dict[str, Any]) -> dict[str, int]:
 
 def _behind(service: dict[str, Any], pod: Endpoint) -> bool:
     selector = service["spec"].get("selector")
-    return bool(selector) and pod.namespace == service["metadata"]["namespace"] and selects(
-        {"matchLabels": selector}, pod.labels
+    return (
+        bool(selector)
+        and pod.namespace == service["metadata"]["namespace"]
+        and selects({"matchLabels": selector}, pod.labels)
     )
 
 
@@ -94,6 +97,7 @@ def service_targets(
 class Jobs:
     policies: list[dict[str, Any]] = field(default_factory=list)
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Pairs of pods of one job (a one-pod job: the pod with itself).
     ranks: list[tuple[Endpoint, Endpoint]] = field(default_factory=list)
 
     @property
@@ -101,28 +105,9 @@ class Jobs:
         return [p for pair in self.ranks for p in pair]
 
 
-def _templates(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    found = []
-    for obj in objects:
-        if obj["kind"] == "PyTorchJob":
-            found += [r["template"] for r in obj["spec"]["pytorchReplicaSpecs"].values()]
-        elif obj["kind"] == "RayJob":
-            found += [template for _, _, template in ray_job_pod_templates(obj)]
-        elif obj["kind"] == "MPIJob":
-            found += [r["template"] for r in obj["spec"]["mpiReplicaSpecs"].values()]
-        elif obj["kind"] == "TrainingRuntime":
-            jobs = obj["spec"]["template"]["spec"]["replicatedJobs"]
-            found += [j["template"]["spec"]["template"] for j in jobs]
-        elif obj["kind"] == "TrainJob":
-            for patch in obj["spec"].get("runtimePatches") or []:
-                jobs = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
-                found += [j["template"]["spec"]["template"] for j in jobs]
-    return found
-
-
 def job_world(platform_stack: str, ips: Iterator[str]) -> Jobs:
-    """Every workload stack on `platform_stack`, rendered: its policies, namespace and two ranks whose
-    labels and named ports are the union of what its pod templates (and patches) set."""
+    """Every workload stack on `platform_stack`, rendered: its policies, namespace and the pods its operator
+    creates (workloads/operator_pods.py), with their own labels and named ports."""
     jobs = Jobs()
     for stack in workload_stacks():
         loaded = load_stack(stack)
@@ -133,14 +118,13 @@ def job_world(platform_stack: str, ips: Iterator[str]) -> Jobs:
         jobs.policies += [o for o in objects if o["kind"] == "NetworkPolicy"]
         for ns in (o for o in objects if o["kind"] == "Namespace"):
             jobs.namespaces[ns["metadata"]["name"]] = ns["metadata"].get("labels") or {}
-        labels: dict[str, str] = {}
-        ports: dict[str, int] = {}
-        for template in _templates(objects):
-            labels |= (template.get("metadata") or {}).get("labels") or {}
-            ports |= _named_ports(template.get("spec") or {})
-        assert labels.get(JOB_LABEL) == loaded.spec.name, f"{stack}: pods without {JOB_LABEL}"
         ns = loaded.spec.namespace_name
-        jobs.ranks.append(tuple(
-            Endpoint(f"{ns}/{loaded.spec.name}-{rank}", next(ips), ns, labels, ports) for rank in (0, 1)
-        ))  # fmt: skip
+        pods = [
+            Endpoint(f"{ns}/{p.job}/{p.role}/{i}", next(ips), ns, p.labels, _named_ports(p.spec))
+            for i, p in enumerate(operator_pods(objects, facts))
+        ]
+        assert pods and all(p.labels.get(JOB_LABEL) == loaded.spec.name for p in pods), (
+            f"{stack}: pods without {JOB_LABEL}"
+        )
+        jobs.ranks += list(itertools.pairwise(pods)) or [(pods[0], pods[0])]
     return jobs

@@ -393,7 +393,7 @@ def test_updates_the_crds_refuse_replace_the_object_instead(rules, stack, pulumi
         assert options.replace_on_changes == jobs.REPLACE_ON_CHANGES.get(kind, [])
     if "TrainingRuntime" in deployed:
         # Its Kubernetes name follows its spec, its Pulumi name does not: a change is one replacement,
-        # create-first, so Trainer's resource-in-use finalizer never blocks a delete the update waits on.
+        # create-first, so the new TrainJob's runtime exists when Trainer's webhook checks for it.
         runtime = deployed["TrainingRuntime"]
         assert runtime.name == f"{load_stack(stack).spec.name}-trainingruntime"
         assert not runtime.delete_before_replace

@@ -15,6 +15,7 @@ from pod_security import restricted_violations
 
 from trainer import ray_train
 from workloads import pod, rayjob
+from workloads.operator_pods import operator_pods
 from workloads.placement import place
 from workloads.platform import example_outputs_path, load_platform_outputs
 from workloads.render import render
@@ -121,12 +122,12 @@ def test_every_pod_of_the_rayjob_is_restricted(variant):
 
 def test_the_init_container_kuberay_adds_to_workers_is_restricted_too():
     """KubeRay injects `wait-gcs-ready` into worker pods with the Ray container's securityContext
-    (common/pod.go, DeepCopy of containers[0].SecurityContext): restricted if the Ray container is."""
-    worker = _pod_specs(_job(nodes=2, gpusPerNode=2))[rayjob.WORKER_GROUP]
-    ray_container = worker["containers"][0]
-    injected = {"name": "wait-gcs-ready", "image": ray_container["image"],
-                "securityContext": copy.deepcopy(ray_container["securityContext"])}  # fmt: skip
-    assert restricted_violations(worker | {"initContainers": [injected]}) == []
+    (common/pod.go DefaultWorkerPodTemplate): restricted if the Ray container is. The worker pod as
+    KubeRay creates it comes from workloads/operator_pods.py."""
+    job = _job(nodes=2, gpusPerNode=2)
+    (worker,) = [p for p in operator_pods([job], _platform()) if p.role == rayjob.WORKER_GROUP]
+    assert [c["name"] for c in worker.spec["initContainers"]] == ["wait-gcs-ready"]
+    assert restricted_violations(worker.spec) == []
 
 
 def test_head_and_workers_are_the_jobs_pods_on_the_jobs_pool():

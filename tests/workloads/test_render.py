@@ -8,10 +8,11 @@ from kubeflow_trainer_api.models import TrainerV1alpha1TrainingRuntime, TrainerV
 
 from infra.accelerators import CATALOG
 from infra.config.cluster_rules import DEFAULT_KUBERNETES_VERSION
+from infra.contract import KUEUE_NAMESPACE_LABEL
 from workloads.platform import example_outputs_path, load_platform_outputs
 from workloads.rayjob import pod_specs as ray_job_pod_specs
 from workloads.render import render
-from workloads.spec import parse_spec
+from workloads.spec import SpecError, parse_spec
 from workloads.stacks import load_stack, program_text, workload_stacks
 
 EKS_KUBERNETES = f"{DEFAULT_KUBERNETES_VERSION}.0"  # the EKS version the platform pins
@@ -228,6 +229,29 @@ def test_seed_shape_four_pods_one_t4_as_pytorchjob_with_exit_code_restarts():
     container = replicas["Worker"]["template"]["spec"]["containers"][0]
     assert container["name"] == "pytorch"
     assert "--standalone" not in container["command"]  # the operator's PET_* variables drive rendezvous
+    # The launcher keeps the restart budget beside the checkpoints (trainer/attempts.py).
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["MLOPS_EKS_RESTART_BUDGET"] == "5"
+    assert env["MLOPS_EKS_ATTEMPTS"].startswith("s3://") and env["MLOPS_EKS_ATTEMPTS"].endswith(
+        "/jobs/zimdb-multinode/checkpoints/attempts"
+    )
+    assert env["MLOPS_EKS_SUBMISSION"] == replicas["Master"]["template"]["spec"]["containers"][0]["env"][-1][
+        "value"
+    ]
+
+
+def test_a_pytorchjob_whose_restarts_nothing_can_count_is_refused_or_runs_once():
+    base = {"name": "j", "accelerator": "t4", "imageTag": "1", "operator": "pytorchjob", "nodes": 2}
+    script = {"delivery": "configmap", "file": "trainer/gpu_check.py"}
+    with pytest.raises(SpecError) as err:
+        parse_spec(base | {"program": script, "restartBudget": 2})
+    assert str(err.value).startswith("mlops-eks:job.restartBudget: 2 cannot be kept for this PyTorchJob")
+    with pytest.raises(SpecError, match="this job has no checkpoint location; allowed: restartBudget 0"):
+        parse_spec(base | {"checkpoint": None})
+    once = parse_spec(base | {"program": script, "restartBudget": 0})
+    platform = load_platform_outputs(example_outputs_path("dev"))
+    job = by_kind(render(once, platform, program_text="print()"), "PyTorchJob")["spec"]
+    assert {r["restartPolicy"] for r in job["pytorchReplicaSpecs"].values()} == {"Never"}
 
 
 def test_seed_shape_configmap_mounted_script():
@@ -371,3 +395,12 @@ def test_job_in_an_existing_team_namespace_creates_neither_namespace_nor_local_q
     assert not [o for o in objects if o["kind"] in ("Namespace", "LocalQueue")]
     assert {o["metadata"]["namespace"] for o in objects} == {"ml-team"}
     assert by_kind(objects, "TrainJob")["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "research"
+
+
+def test_only_a_queued_jobs_namespace_is_managed_by_kueue():
+    """Kueue's Fail webhooks apply where its managedJobsNamespaceSelector selects (infra/addons/training.py):
+    a job without a queue keeps its restarts out of Kueue's reach."""
+    queued = by_kind(render_stack("prod-a100"), "Namespace")["metadata"]["labels"]
+    assert queued[KUEUE_NAMESPACE_LABEL] == "true"
+    for stack in ("dev-zimdb", "dev-zimdb-ray", "dev-zimdb-multinode"):
+        assert KUEUE_NAMESPACE_LABEL not in by_kind(render_stack(stack), "Namespace")["metadata"]["labels"]

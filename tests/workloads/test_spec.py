@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from infra.contract import KUBERNETES_NAMESPACES, PLATFORM_NAMESPACES
 from workloads.placement import place
 from workloads.spec import SpecError, parse_spec
 
@@ -143,3 +144,13 @@ def test_image_from_the_platform_ecr_repository_of_the_vendor(dev_platform):
     assert t4.image.endswith("/mlops-eks/dev/cuda:0.1.0")
     assert [t.name for t in t4.instance_types] == ["g4dn.12xlarge"]
     assert (t4.cpu, t4.memory_gib, t4.shm_gib) == (35, 140, 35)
+
+
+def test_the_reserved_namespaces_are_every_platform_namespace_and_kubernetes_own():
+    from infra.addons.namespaces import POD_SECURITY
+
+    assert set(POD_SECURITY) == PLATFORM_NAMESPACES
+    assert "kube-system" in KUBERNETES_NAMESPACES
+    for namespace in sorted(PLATFORM_NAMESPACES | KUBERNETES_NAMESPACES):
+        message = _error({**BASE, "namespace": namespace, "createNamespace": False})
+        assert message.startswith(f"mlops-eks:job.namespace: {namespace!r} is "), message

@@ -32,8 +32,8 @@ def test_gpu_pools_export_the_startup_taint_apart_from_their_taints(platform_sta
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_no_training_pod_tolerates_the_startup_taint(stack):
-    objects, _ = _rendered(stack)
-    templates = pod_templates(objects)
+    objects, platform = _rendered(stack)
+    templates = pod_templates(objects, platform)
     assert templates
     for t in templates:
         assert not tolerated(t.tolerations, STARTUP_TAINT), t.job

@@ -13,7 +13,7 @@ the release depends on the cluster and its node groups, so it goes before them.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pulumi
@@ -33,6 +33,7 @@ from infra.addons.karpenter.node_pools import (
     ec2_node_class,
     gpu_node_class_name,
     gpu_node_pool,
+    placement_group_name,
 )
 from infra.addons.manifests import custom_resource
 from infra.charts import release
@@ -55,6 +56,8 @@ class KarpenterArgs(ComponentArgs):
     k8s_provider: k8s.Provider
     # Tags on the private subnets (karpenter.sh/discovery: <cluster>) and the cluster security group.
     subnet_tags: dict[str, str]
+    # The private subnets, in AZ order: an EFA pool's nodes launch into the first (node_pools.py).
+    private_subnet_ids: pulumi.Output[Any] | Sequence[str] = ()
     security_group_id: pulumi.Output[str] | str
     partition: str = "aws"
     # Create a ServiceMonitor for the controller's metrics (needs the Prometheus Operator CRDs).
@@ -80,6 +83,10 @@ def karpenter_values(
         },
         "logLevel": "info",
     }
+
+
+def _group_name(pool: GpuPoolConfig) -> Callable[[str], str]:
+    return lambda cluster: placement_group_name(cluster, pool)
 
 
 class Karpenter(pulumi.ComponentResource):
@@ -218,16 +225,20 @@ class Karpenter(pulumi.ComponentResource):
             ),
         )
 
-        facts = pulumi.Output.all(
-            args.cluster_name, self.node_role.name, args.subnet_tags, args.security_group_id
-        )
+        facts_inputs = (args.cluster_name, self.node_role.name, args.subnet_tags, args.security_group_id)
         self.node_classes = {}
+        self.placement_groups: dict[str, aws.ec2.PlacementGroup] = {}
         self.node_pools = {}
         # Deleted before the release (they depend on it): the controller must still run to drain and
         # terminate their nodes.
         cr_opts = pulumi.ResourceOptions(parent=self, provider=args.k8s_provider, depends_on=[self.release])
 
-        def node_class(class_name: str, ami_id: str | None = None) -> None:
+        def node_class(
+            class_name: str,
+            ami_id: str | None = None,
+            subnet_id: pulumi.Input[str] | None = None,
+            placement_group: pulumi.Input[str] | None = None,
+        ) -> None:
             def render(v: list[Any]) -> dict[str, Any]:
                 shared = NodeClassFacts(
                     cluster_name=v[0],
@@ -238,21 +249,33 @@ class Karpenter(pulumi.ComponentResource):
                     root_volume_gib=cfg.root_volume_gib,
                     tags=args.tags,
                 )
-                return ec2_node_class(class_name, shared, ami_id=ami_id)["spec"]
+                body = ec2_node_class(class_name, shared, ami_id=ami_id, subnet_id=v[4], placement_group=v[5])
+                return body["spec"]
 
             self.node_classes[class_name] = custom_resource(
                 f"{name}-class-{class_name}",
                 {"apiVersion": NODE_CLASS_API, "kind": "EC2NodeClass", "metadata": {"name": class_name}},
                 cr_opts,
-                spec=facts.apply(render),
+                spec=pulumi.Output.all(*facts_inputs, subnet_id, placement_group).apply(render),
             )
 
         gpu_pools = [p for p in args.gpu_pools if p.source == "karpenter"]
-        if any(CATALOG[p.accelerator].vendor == "nvidia" for p in gpu_pools):
+        if any(gpu_node_class_name(p) == NVIDIA_NODE_CLASS for p in gpu_pools):
             node_class(NVIDIA_NODE_CLASS)
         for pool in gpu_pools:
             if CATALOG[pool.accelerator].vendor == "amd":
                 node_class(gpu_node_class_name(pool), pool.ami_id)
+            elif pool.efa:
+                group = aws.ec2.PlacementGroup(
+                    f"{name}-pg-{pool.name}",
+                    name=pulumi.Output.from_input(args.cluster_name).apply(_group_name(pool)),
+                    strategy="cluster",
+                    tags=args.tags,
+                    opts=pulumi.ResourceOptions(parent=self),
+                )
+                self.placement_groups[pool.name] = group
+                first_subnet = pulumi.Output.from_input(args.private_subnet_ids).apply(lambda ids: ids[0])
+                node_class(gpu_node_class_name(pool), subnet_id=first_subnet, placement_group=group.name)
         if cfg.cpu_pool.enabled:
             node_class(CPU_NODE_CLASS)
 

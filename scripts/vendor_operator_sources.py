@@ -1,0 +1,79 @@
+"""Copy the controller source that workloads/operator_pods.py models into tests/fixtures/operators/.
+
+    .venv/bin/python scripts/vendor_operator_sources.py                   # raw.githubusercontent.com
+    .venv/bin/python scripts/vendor_operator_sources.py --git-dir-root D  # bare clones D/<owner>+<name>/repo
+
+Each file is the upstream text at the pinned tag, whole or the listed line range, under
+tests/fixtures/operators/<owner>/<name>/<tag>/<path>; PROVENANCE.txt lists repository, tag, path and lines.
+tests/workloads/test_operator_pods.py reads the constants the model copies (label keys, ports, default
+images, the init-container template) from these files, so a model that drifts from its source fails there.
+Change a tag here when its operator's pin changes (infra/charts.py), rerun, and fix what the tests report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "tests" / "fixtures" / "operators"
+
+# (repository, tag, path, (first, last) line or None for the whole file)
+SOURCES: list[tuple[str, str, str, tuple[int, int] | None]] = [
+    # Training Operator v1.9.2 (PyTorchJob, MPIJob); the repository is kubeflow/trainer now.
+    ("kubeflow/trainer", "v1.9.2", "pkg/controller.v1/pytorch/initcontainer.go", None),
+    ("kubeflow/trainer", "v1.9.2", "pkg/config/config.go", None),
+    ("kubeflow/trainer", "v1.9.2", "manifests/base/deployment.yaml", None),
+    ("kubeflow/trainer", "v1.9.2", "pkg/apis/kubeflow.org/v1/pytorch_types.go", (20, 32)),
+    ("kubeflow/trainer", "v1.9.2", "pkg/apis/kubeflow.org/v1/common_types.go", (20, 40)),
+    ("kubeflow/trainer", "v1.9.2", "pkg/controller.v1/mpi/mpijob.go", (27, 48)),
+    # Kubeflow Trainer 2.3.0 (TrainJob) and the JobSet its chart bundles (0.12.0).
+    ("kubeflow/trainer", "v2.3.0", "pkg/constants/constants.go", None),
+    ("kubernetes-sigs/jobset", "v0.12.0", "api/jobset/v1alpha2/jobset_types.go", (20, 80)),
+    # KubeRay 1.7.0.
+    ("ray-project/kuberay", "v1.7.0", "ray-operator/controllers/ray/utils/constant.go", (1, 140)),
+    ("ray-project/kuberay", "v1.7.0", "ray-operator/controllers/ray/common/pod.go", (595, 660)),
+    # Kueue 0.19.2.
+    ("kubernetes-sigs/kueue", "v0.19.2", "pkg/constants/constants.go", (55, 80)),
+    ("kubernetes-sigs/kueue", "v0.19.2", "pkg/controller/constants/constants.go", (20, 40)),
+    ("kubernetes-sigs/kueue", "v0.19.2", "apis/kueue/v1beta2/topology_types.go", (70, 82)),
+    ("kubernetes-sigs/kueue", "v0.19.2", "pkg/controller/jobs/trainjob/trainjob_controller.go", (70, 80)),
+]
+
+
+def _read(repo: str, tag: str, path: str, git_dir_root: Path | None) -> str:
+    if git_dir_root is not None:
+        git_dir = git_dir_root / repo.replace("/", "+") / "repo"
+        command = ["git", f"--git-dir={git_dir}", "show", f"{tag}:{path}"]
+        return subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    url = f"https://raw.githubusercontent.com/{repo}/{tag}/{path}"
+    with urllib.request.urlopen(url, timeout=60) as response:  # noqa: S310 (a fixed https URL)
+        return response.read().decode()
+
+
+def main(argv: list[str] | None = None) -> int:
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
+    parser.add_argument("--git-dir-root", type=Path, default=None)
+    args = parser.parse_args(argv)
+    provenance = []
+    for repo, tag, path, lines in SOURCES:
+        text = _read(repo, tag, path, args.git_dir_root)
+        if lines is not None:
+            first, last = lines
+            text = "".join(text.splitlines(keepends=True)[first - 1 : last])
+        target = OUT / repo / tag / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+        shown = f"lines {lines[0]}-{lines[1]}" if lines else "whole file"
+        provenance.append(f"https://github.com/{repo}/blob/{tag}/{path} ({shown})")
+        print(f"{repo}@{tag} {path}: {shown}")
+    (OUT / "PROVENANCE.txt").write_text("Copied by scripts/vendor_operator_sources.py from:\n" +
+                                        "\n".join(provenance) + "\n")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,147 @@
+"""Training Operator v1 as the platform installs it: its own overlay of the pinned standalone overlay, whose
+Deployment reads the restricted init-container template for PyTorchJob workers, and, under Volcano, starts
+with --gang-scheduler-name=volcano so that it creates the PodGroup that gangs a job's pods.
+
+The overlays are applied (infra/addons/training_operator_v1.py, kustomize's `add` semantics) to the upstream
+Deployment at the pinned commit (tests/fixtures/operators, scripts/vendor_operator_sources.py)."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import pulumi
+import pulumi_kubernetes as k8s
+import pytest
+import yaml
+
+from infra.addons import training_operator_v1
+from infra.addons.training import Training, TrainingArgs
+from infra.charts import TRAINING_OPERATOR_V1_KUSTOMIZE
+from infra.config.addons import AddonsConfig
+from infra.image_refs import image_problem
+from infra.tools.synth import stack_config
+from tests.conftest import synth_with_edges
+from tests.infra.dependency_graph import build_graph, depends_on
+
+REPO = Path(__file__).resolve().parents[2]
+UPSTREAM = REPO / "tests" / "fixtures" / "operators" / "kubeflow" / "trainer" / "v1.9.2"
+UPSTREAM_DEPLOYMENT = yaml.safe_load((UPSTREAM / "manifests/base/deployment.yaml").read_text())
+TEMPLATE_FLAG = "pytorch-init-container-template-file"
+
+
+def _kustomization(directory: str) -> dict:
+    return yaml.safe_load((REPO / directory / "kustomization.yaml").read_text())
+
+
+def _applied(directory: str) -> training_operator_v1.OperatorDeployment:
+    return training_operator_v1.apply_overlay(directory, UPSTREAM_DEPLOYMENT)
+
+
+def test_the_overlay_builds_on_the_pinned_upstream_overlay_only():
+    assert _kustomization(training_operator_v1.OVERLAY)["resources"] == [TRAINING_OPERATOR_V1_KUSTOMIZE]
+    assert _kustomization(training_operator_v1.VOLCANO_OVERLAY)["resources"] == ["../training-operator-v1"]
+
+
+def test_the_reader_sees_what_the_upstream_deployment_has():
+    """BASE_DEPLOYMENT stands in for the upstream Deployment at run time: same container, mounts, volumes."""
+    upstream = UPSTREAM_DEPLOYMENT["spec"]["template"]["spec"]
+    base = training_operator_v1.BASE_DEPLOYMENT["spec"]["template"]["spec"]
+    assert "args" not in upstream["containers"][0]
+    for key in ("volumeMounts",):
+        assert [m["mountPath"] for m in base["containers"][0][key]] == [
+            m["mountPath"] for m in upstream["containers"][0][key]
+        ]
+    assert [v["name"] for v in base["volumes"]] == [v["name"] for v in upstream["volumes"]]
+    for directory in (training_operator_v1.OVERLAY, training_operator_v1.VOLCANO_OVERLAY):
+        assert training_operator_v1.apply_overlay(directory).flags == _applied(directory).flags
+
+
+@pytest.mark.parametrize("directory", [training_operator_v1.OVERLAY, training_operator_v1.VOLCANO_OVERLAY])
+def test_the_operator_reads_our_template_from_where_its_flag_points(directory):
+    operator = _applied(directory)
+    path = operator.flags[TEMPLATE_FLAG]
+    template = (REPO / training_operator_v1.OVERLAY / "initContainer.yaml").read_text()
+    assert operator.read_file(path) == template
+    # The image it renders into the template: pinned by digest (docker.io/library/alpine, the busybox
+    # nslookup the upstream default runs).
+    image = operator.flags["pytorch-init-container-image"]
+    assert re.fullmatch(r"docker\.io/library/alpine:[0-9.]+@sha256:[0-9a-f]{64}", image)
+    assert image_problem(image) is None
+
+
+def test_a_mount_elsewhere_leaves_the_operator_on_its_builtin_template():
+    """What the reader catches: the operator's os.ReadFile fails and it falls back silently
+    (initcontainer.go getInitContainerTemplateOrDefault)."""
+    operator = _applied(training_operator_v1.OVERLAY)
+    moved = copy.deepcopy(operator.deployment)
+    mounts = moved["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+    mounts[-1]["mountPath"] = "/etc/config"
+    broken = training_operator_v1.OperatorDeployment(moved, operator.config_maps)
+    assert broken.read_file(operator.flags[TEMPLATE_FLAG]) is None
+
+
+def test_only_the_volcano_overlay_starts_the_operator_with_volcano_as_its_gang_scheduler():
+    plain, volcano = _applied(training_operator_v1.OVERLAY), _applied(training_operator_v1.VOLCANO_OVERLAY)
+    # The flag as cmd/training-operator.v1/main.go declares it; appended to the base overlay's args.
+    assert "gang-scheduler-name" not in plain.flags
+    assert volcano.flags == plain.flags | {"gang-scheduler-name": "volcano"}
+
+
+@pytest.fixture
+def mocks(pulumi_mocks):
+    return pulumi_mocks()
+
+
+def _training(gang_scheduler: str) -> Training:
+    config = AddonsConfig.model_validate(
+        {"training": {"trainingOperatorV1": True, "gangScheduler": gang_scheduler, "queues": [{"name": "a"}]}}
+    )
+    provider = k8s.Provider("k8s", kubeconfig="{}")
+    return Training("training", TrainingArgs(config=config.training, k8s_provider=provider))
+
+
+@pulumi.runtime.test
+def test_a_volcano_platform_installs_the_volcano_overlay(mocks):
+    training = _training("volcano")
+
+    def check(_):
+        (operator_v1,) = mocks.by_name("kubernetes:kustomize/v2:Directory").values()
+        assert operator_v1["directory"] == training_operator_v1.VOLCANO_OVERLAY
+        assert training.operators["mpijob"] is True
+
+    return pulumi.Output.all(*[r.urn for r in training.installed]).apply(check)
+
+
+@pulumi.runtime.test
+def test_a_kueue_platform_installs_the_overlay_with_the_template(mocks):
+    training = _training("kueue")
+
+    def check(_):
+        (operator_v1,) = mocks.by_name("kubernetes:kustomize/v2:Directory").values()
+        assert operator_v1["directory"] == training_operator_v1.OVERLAY
+
+    return pulumi.Output.all(*[r.urn for r in training.installed]).apply(check)
+
+
+def _operator_and_volcano(gang_scheduler: str):
+    values = copy.deepcopy(stack_config("dev"))
+    values["mlops-eks:addons"]["training"]["gangScheduler"] = gang_scheduler
+    graph = build_graph(synth_with_edges("dev", values))
+    (operator_v1,) = [n for n in graph if n.type == "kubernetes:kustomize/v2:Directory"]
+    volcano = [n for n in graph if n.type == "kubernetes:helm.sh/v3:Release" and n.name == "volcano"]
+    return graph, operator_v1, volcano
+
+
+def test_under_volcano_the_operator_starts_after_the_podgroup_crd():
+    """At v1.9.2 the operator watches Volcano PodGroups only if their CRD is served when it starts
+    (mpijob_controller.go SetupWithManager): started before Volcano, it never sees a gang's PodGroup."""
+    graph, operator_v1, (volcano,) = _operator_and_volcano("volcano")
+    assert operator_v1.inputs["directory"] == training_operator_v1.VOLCANO_OVERLAY
+    assert depends_on(graph, operator_v1, volcano.urn)
+
+
+def test_under_kueue_there_is_no_volcano_to_wait_for():
+    _, operator_v1, volcano = _operator_and_volcano("kueue")
+    assert volcano == [] and operator_v1.inputs["directory"] == training_operator_v1.OVERLAY

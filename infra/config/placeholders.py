@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 EXAMPLE_ACCOUNT = "123456789012"  # the account id of the AWS documentation's examples
@@ -33,7 +33,9 @@ def placeholder_problem(value: str) -> str | None:
             net = ipaddress.ip_network(match, strict=False)
         except ValueError:
             continue
-        doc = next((d for d in DOCUMENTATION_NETWORKS if net.overlaps(d)), None)
+        # Inside a documentation range, not merely overlapping one: 0.0.0.0/0 (a default route, a
+        # NetworkPolicy's egress) contains every range and is no placeholder.
+        doc = next((d for d in DOCUMENTATION_NETWORKS if net.version == d.version and net.subnet_of(d)), None)
         if doc is not None:
             return f"{match} is in {doc}, reserved for documentation (RFC 5737); use your real egress CIDR"
     return None
@@ -45,7 +47,8 @@ def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
     elif isinstance(value, Mapping):
         for key, item in value.items():
             yield from _strings(item, f"{path}.{key}" if path else str(key))
-    elif isinstance(value, list | tuple):
+    elif isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        # Sequence, not list: under the engine the pack sees pulumi-policy's read-only proxies.
         for i, item in enumerate(value):
             yield from _strings(item, f"{path}[{i}]")
 

@@ -33,7 +33,7 @@ from infra.config.cluster_rules import (
 from infra.config.environment import DEFAULT_ENVIRONMENT, Environment
 from infra.config.errors import ConfigError, describe
 from infra.config.nodes import GpuPoolConfig, SystemNodesConfig
-from infra.config.secrets import offline_secrets, secret_problems
+from infra.config.secrets import SECRET_KEYS, is_unset_secret, offline_secrets, secret_problems
 from infra.config.stack_files import PROJECT, PROVIDER_NAMESPACES, REGION_KEY, WORKLOAD_KEYS
 
 # The model, its parts and its error: what the program, the tools and the tests import from here.
@@ -338,7 +338,11 @@ class PlatformConfig(ConfigModel):
         problems += secret_problems(values, decrypted=decrypted)
         if problems:
             raise ConfigError(problems)
-        values = offline_secrets(values)
+        values = {
+            k: v
+            for k, v in offline_secrets(values).items()
+            if not (k.removeprefix(f"{PROJECT}:") in SECRET_KEYS and is_unset_secret(v))
+        }
         ours = {
             k.split(":", 1)[1]: v
             for k, v in values.items()

@@ -20,6 +20,7 @@ from infra.config.node_health import NodeHealthConfig
 from infra.config.platform import ConfigError, GpuPoolConfig, PlatformConfig
 from infra.contract import AcceleratorPool, PoolTaint, taint_spec
 from infra.platform.cluster import Cluster, ClusterArgs, ManagedAddons, ManagedAddonsArgs
+from infra.platform.creator import CREATOR_EXPORT, recorded_creator
 from infra.platform.keys import StackKey, StackKeyArgs
 from infra.platform.network import Network, NetworkArgs
 from infra.platform.node_groups import (
@@ -70,8 +71,9 @@ class Platform:
         return [self.system_node_group.node_group, *(g.node_group for g in self.managed_gpu_groups.values())]
 
 
-def build(config: PlatformConfig, stack: str) -> Platform:
-    """Register the platform's resources for `stack`."""
+def build(config: PlatformConfig, stack: str, creator_arn: str | None = None) -> Platform:
+    """Register the platform's resources for `stack`. `creator_arn`: who created the cluster
+    (infra/platform/creator.py; default: whoever runs this update)."""
     cluster_name = f"mlops-eks-{stack}"
     tags = {"mlops-eks:stack": stack, "managed-by": "pulumi", **config.tags}
     partition = partition_of(config.region)
@@ -178,7 +180,8 @@ def build(config: PlatformConfig, stack: str) -> Platform:
             account_id=account_id,
             kms_key_arn=key.arn,
             admin_principal_arns=config.admin_principal_arns,
-            deployer_arn=caller.arn,
+            # The creator, not whoever runs this update: the bucket's principals change only by config.
+            deployer_arn=creator_arn if creator_arn is not None else caller.arn,
             noncurrent_days=config.checkpoint_noncurrent_days,
             keep_images=config.ecr_keep_images,
             force_destroy=config.force_destroy,
@@ -293,11 +296,14 @@ def program() -> Platform:
     """Entry point of a platform stack (dev, prod)."""
     try:
         config = PlatformConfig.from_pulumi()
-        # Who runs `pulumi up` becomes cluster-admin through EKS itself: known at preview, refused here.
-        config.check_deployable(aws.get_caller_identity().arn)
+        caller = aws.get_caller_identity().arn
+        # The creator is cluster-admin through EKS itself; a later deployer needs an admin entry.
+        creator = recorded_creator(caller)
+        config.check_deployable(caller, creator)
     except ConfigError as e:
         raise pulumi.RunError(str(e)) from None
-    platform = build(config, pulumi.get_stack())
+    platform = build(config, pulumi.get_stack(), creator)
+    platform.exports[CREATOR_EXPORT] = creator
     password = config.grafana_admin_password
     secret = (
         pulumi.Output.secret(password.get_secret_value())

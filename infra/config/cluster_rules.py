@@ -103,6 +103,15 @@ def is_access_entry_principal(arn: str) -> bool:
     return _IAM.match(arn) is not None
 
 
+def has_cluster_access(caller_arn: str, creator_arn: str, admin_arns: list[str]) -> bool:
+    """Whether the identity running pulumi can reach the Kubernetes API: it created the cluster (EKS's
+    creator entry) or has an access entry from adminPrincipalArns."""
+    caller = iam_principal(caller_arn)
+    if caller is None:  # not a role or user ARN (a federated user): nothing to compare, EKS decides
+        return True
+    return caller == iam_principal(creator_arn) or any(caller == iam_principal(arn) for arn in admin_arns)
+
+
 def creator_conflicts(admin_arns: list[str], caller_arn: str) -> list[int]:
     """Indexes of `admin_arns` that name the identity deploying the cluster. EKS already gives the
     cluster creator an admin access entry (pulumi-eks always sets bootstrapClusterCreatorAdminPermissions:

@@ -16,7 +16,7 @@ EXAMPLE_ACCOUNT = "123456789012"  # the account id of the AWS documentation's ex
 EXAMPLE_AMI = "ami-0123456789abcdef0"
 # RFC 5737 TEST-NET-1/2/3: reserved for documentation, never routed on the internet.
 DOCUMENTATION_NETWORKS = tuple(
-    ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
+    ipaddress.IPv4Network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
 )
 _CIDR = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?:/\d{1,2})?\b")
 _ACCOUNT = re.compile(rf"(?<!\d){EXAMPLE_ACCOUNT}(?!\d)")
@@ -30,12 +30,12 @@ def placeholder_problem(value: str) -> str | None:
         return f"{EXAMPLE_AMI} is an example AMI id; use the id of your AMI in this region"
     for match in _CIDR.findall(value):
         try:
-            net = ipaddress.ip_network(match, strict=False)
+            net = ipaddress.IPv4Network(match, strict=False)
         except ValueError:
             continue
         # Inside a documentation range, not merely overlapping one: 0.0.0.0/0 (a default route, a
         # NetworkPolicy's egress) contains every range and is no placeholder.
-        doc = next((d for d in DOCUMENTATION_NETWORKS if net.version == d.version and net.subnet_of(d)), None)
+        doc = next((d for d in DOCUMENTATION_NETWORKS if net.subnet_of(d)), None)
         if doc is not None:
             return f"{match} is in {doc}, reserved for documentation (RFC 5737); use your real egress CIDR"
     return None

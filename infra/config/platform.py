@@ -26,6 +26,7 @@ from infra.config.cluster_rules import (
     EKS_STANDARD_SUPPORT_END,
     PRIVATE_ONLY_REASON,
     creator_conflicts,
+    has_cluster_access,
     is_access_entry_principal,
     public_cidr_problem,
     public_cidrs_problem,
@@ -286,10 +287,14 @@ class PlatformConfig(ConfigModel):
                 reason=problem,
             )
 
-    def check_deployable(self, caller_arn: str | None = None) -> None:
+    def check_deployable(self, caller_arn: str | None = None, creator_arn: str | None = None) -> None:
         """Refuse a config `pulumi up` cannot carry out from where it runs: a private-only endpoint
-        with the deployer outside the VPC, or an admin entry for the deploying identity `caller_arn`
-        (EKS makes the creator cluster-admin already; a second access entry for it fails)."""
+        with the deployer outside the VPC, an admin entry for the cluster's creator `creator_arn` (EKS
+        makes the creator cluster-admin already; a second access entry for it fails), or a deploying
+        identity `caller_arn` that is neither the creator nor an admin (it could not install anything
+        into the cluster). The creator is the identity of the first deploy, recorded then
+        (infra/program.py); on the first deploy it is the caller."""
+        creator_arn = creator_arn or caller_arn
         problems = []
         if not self.endpoint_public_access and not self.deploy_from_vpc:
             problems.append(
@@ -297,13 +302,21 @@ class PlatformConfig(ConfigModel):
                 "and deployFromVpc false; allowed: endpointPublicAccess true with publicAccessCidrs "
                 "(the deployer's egress CIDRs), or deployFromVpc true when pulumi runs inside the VPC"
             )
-        for i in creator_conflicts(self.admin_principal_arns, caller_arn or ""):
+        for i in creator_conflicts(self.admin_principal_arns, creator_arn or ""):
             problems.append(
-                f"{PROJECT}:adminPrincipalArns[{i}]: {self.admin_principal_arns[i]!r} is the identity "
-                f"running pulumi ({caller_arn}); EKS already gives the cluster creator cluster-admin "
+                f"{PROJECT}:adminPrincipalArns[{i}]: {self.admin_principal_arns[i]!r} is the cluster's "
+                f"creator ({creator_arn}); EKS already gives the cluster creator cluster-admin "
                 "(pulumi-eks sets bootstrapClusterCreatorAdminPermissions: true), so a second access entry "
                 "for it fails with ResourceInUseException; allowed: remove it from adminPrincipalArns "
-                "(the creator stays admin) or deploy as another identity"
+                "(the creator stays admin) or create the cluster as another identity"
+            )
+        admins = self.admin_principal_arns
+        if caller_arn and creator_arn and not has_cluster_access(caller_arn, creator_arn, admins):
+            problems.append(
+                f"{PROJECT}:adminPrincipalArns: the identity running pulumi ({caller_arn}) is neither the "
+                f"cluster's creator ({creator_arn}, recorded at the first deploy) nor listed, so it cannot "
+                "install the Helm releases and custom resources; allowed: add its role to adminPrincipalArns "
+                "in an update run by the creator or a listed admin, then deploy as it"
             )
         if problems:
             raise ConfigError(problems)

@@ -94,6 +94,7 @@ class RunResult:
     logs: list[tuple[str, str]]  # (severity, message)
     diagnostics: list[Diagnostic]
     output: str  # the program's stdout and stderr
+    caller: str = ""  # the identity the run deployed as
 
     @property
     def errors(self) -> list[str]:
@@ -457,6 +458,7 @@ def run_program(
             logs=engine.logs,
             diagnostics=analyzer.diagnostics if analyzer else [],
             output=done.stdout + done.stderr,
+            caller=cloud.caller_arn,
         )
     finally:
         if analyzer is not None:

@@ -211,6 +211,8 @@ class Rehearsal:
             if step.kind != "preview":
                 self.outputs[stack_fqn(stack)] = _plain(result.outputs)
             ran.append(command)
+        if (stack, "up-second-identity") in self.runs:
+            check_identities(stack, self.runs[(stack, "up")], self.runs[(stack, "up-second-identity")])
         return ran
 
 
@@ -229,6 +231,36 @@ def _plain(outputs: Mapping[str, Any]) -> dict[str, Any]:
     from infra.tools.engine import _unwrap
 
     return {k: _unwrap(v) for k, v in outputs.items()}
+
+
+def _inputs(result: RunResult, type_: str) -> list[dict[str, Any]]:
+    from infra.tools.engine import _unwrap
+
+    return [_unwrap(r.inputs) for r in result.registrations if r.type == type_]
+
+
+def check_identities(stack: str, first: RunResult, second: RunResult) -> None:
+    """After an update by a second identity: the creator recorded at the first deploy is still the
+    creator, the second identity has its own access entry (the creator keeps EKS's), and the bucket
+    policy's principals did not change hands."""
+    from infra.platform.creator import CREATOR_EXPORT
+
+    problems = []
+    creators = {_plain(r.outputs).get(CREATOR_EXPORT) for r in (first, second)}
+    if creators != {FIRST_DEPLOYER}:
+        problems.append(f"the recorded creator changed: {sorted(map(str, creators))}")
+    clusters = _inputs(second, "eks:index:Cluster")
+    entries = [e.get("principalArn") for c in clusters for e in (c.get("accessEntries") or {}).values()]
+    role = re.sub(r"^arn:aws:sts::(\d+):assumed-role/([^/]+)/.*$", r"arn:aws:iam::\1:role/\2", second.caller)
+    if role not in entries:
+        problems.append(f"the second identity {role} has no access entry (entries: {entries})")
+    policies = [
+        [p.get("policy") for p in _inputs(r, "aws:s3/bucketPolicy:BucketPolicy")] for r in (first, second)
+    ]
+    if policies[0] != policies[1]:
+        problems.append("the data bucket's policy changed with the deploying identity")
+    if problems:
+        raise RehearsalError(f"{stack}: update by a second identity: " + "; ".join(problems))
 
 
 def check(stack: str, command: str, result: RunResult) -> None:

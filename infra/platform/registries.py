@@ -25,8 +25,15 @@ _K8S_BUCKET_REGION = {
     "me-south-1": "me-central-1",
 }  # fmt: skip
 _K8S_OWN_BUCKET = frozenset(
-    ["af-south-1", "ap-east-1", "ap-northeast-1", "ap-northeast-2", "ap-northeast-3", "ap-southeast-1", "ap-southeast-2", "ap-southeast-3", "ap-southeast-4", "ap-southeast-5", "ap-southeast-6", "ap-southeast-7", "ap-south-1", "ap-south-2", "ca-central-1", "ca-west-1", "eu-central-1", "eu-central-2", "eu-north-1", "eu-south-1", "eu-south-2", "eu-west-1", "eu-west-2", "eu-west-3", "il-central-1", "me-central-1", "mx-central-1", "sa-east-1", "us-east-1", "us-east-2", "us-west-1", "us-west-2"]
-)
+    {
+     "af-south-1", "ap-east-1", "ap-northeast-1", "ap-northeast-2", "ap-northeast-3", "ap-southeast-1",
+     "ap-southeast-2", "ap-southeast-3", "ap-southeast-4", "ap-southeast-5", "ap-southeast-6",
+     "ap-southeast-7", "ap-south-1", "ap-south-2", "ca-central-1", "ca-west-1", "eu-central-1",
+     "eu-central-2", "eu-north-1", "eu-south-1", "eu-south-2", "eu-west-1", "eu-west-2", "eu-west-3",
+     "il-central-1", "me-central-1", "mx-central-1", "sa-east-1", "us-east-1", "us-east-2", "us-west-1",
+     "us-west-2",
+    }
+)  # fmt: skip
 _K8S_BUCKET_NAME = {"eu-west-2": "767373bbdcb8270361b96548387bf2a9ad0d48758c35-eu-west-2"}
 
 
@@ -94,15 +101,15 @@ REGISTRIES = (
         hosts=re.compile(r"public\.ecr\.aws"),
         bytes_from="layers: CloudFront",
         path="nat",
-        source='AWS News Blog, "Amazon ECR Public: A New Public Container Registry" (layers cached in CloudFront)',
+        source='AWS News Blog, "Amazon ECR Public: A New Public Container Registry" (layers in CloudFront)',
     ),
     Registry(
         name="Docker Hub",
         hosts=re.compile(r"docker\.io"),
-        bytes_from="blobs: production.cloudflare.docker.com / production.cloudfront.docker.com / Cloudflare R2",
+        bytes_from="blobs: production.cloudflare.docker.com, production.cloudfront.docker.com, Cloudflare R2",
         path="nat",
-        source="docker/docs content/manuals/desktop/setup/allow-list.md (docker/docs#25122); a redirect to an "
-        "S3 bucket from inside AWS is reported by third parties only (README: what only AWS can confirm)",
+        source="docker/docs content/manuals/desktop/setup/allow-list.md (docker/docs#25122); a redirect to "
+        "an S3 bucket from inside AWS is reported by third parties only (README: what only AWS can confirm)",
     ),
     Registry(
         name="NVIDIA NGC",

@@ -1,8 +1,8 @@
-"""Every image the platform and the jobs run, followed to where its bytes come from: derived from the rendered
-objects (the platform's own Kubernetes objects, every Helm release rendered from its real chart package, every
-workload stack's objects), each must belong to a registry of infra/platform/registries.py (which says where its
-blobs come from for a caller in AWS and which path they take), so a new registry cannot slip past the S3
-endpoint's policy unexamined."""
+"""Every image the platform and the jobs run, followed to where its bytes come from: derived from the
+rendered objects (the platform's own Kubernetes objects, every Helm release rendered from its real chart
+package, every workload stack's objects), each must belong to a registry of infra/platform/registries.py
+(where its blobs come from for a caller in AWS, which path they take), so a new registry cannot slip
+past the S3 endpoint's policy unexamined."""
 
 from __future__ import annotations
 

@@ -164,8 +164,7 @@ def build(config: PlatformConfig, stack: str, creator_arn: str | None = None) ->
             pod_identity_agent=cluster.node_prerequisites[:1],
             partition=partition,
             k8s_provider=cluster.k8s_provider,
-            # GPU faults are what the agent is here for; a stack without GPU pools goes without it.
-            node_monitoring_agent=health.monitoring_agent and bool(config.gpu_pools),
+            node_monitoring_agent=config.node_monitoring_agent,
             tags=tags,
         ),
         # The add-ons' pods need schedulable nodes before EKS reports them ACTIVE.

@@ -92,6 +92,7 @@ def install_addons(
             config=config.gpu,
             k8s_provider=provider,
             service_monitor_after=monitors_after,
+            node_host_engine=platform.config.node_monitoring_agent,
             node_check_instance_types=(
                 [t for p in platform.config.gpu_pools for t in p.instance_type_names]
                 if config.node_health.gpu_check

@@ -322,6 +322,12 @@ class PlatformConfig(ConfigModel):
             raise ConfigError(problems)
 
     @property
+    def node_monitoring_agent(self) -> bool:
+        """Whether the EKS node monitoring agent (and its DCGM host engine) runs: GPU faults are what it
+        is here for, so a stack without GPU pools goes without it."""
+        return self.addons.node_health.monitoring_agent and bool(self.gpu_pools)
+
+    @property
     def log_retention(self) -> int:
         if self.log_retention_days:
             return self.log_retention_days

@@ -8,6 +8,7 @@ holding every component, so later stages (Helm add-ons, Karpenter) plug in with 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import date
 
 import pulumi
 import pulumi_aws as aws
@@ -16,6 +17,7 @@ import pulumi_kubernetes as k8s
 
 from infra.addons.gpu_node_check import startup_taints
 from infra.addons.install import install_addons
+from infra.config.cluster_rules import extended_support_notice
 from infra.config.node_health import NodeHealthConfig
 from infra.config.platform import ConfigError, GpuPoolConfig, PlatformConfig
 from infra.contract import AcceleratorPool, PoolTaint, taint_spec
@@ -165,6 +167,7 @@ def build(config: PlatformConfig, stack: str, creator_arn: str | None = None) ->
             partition=partition,
             k8s_provider=cluster.k8s_provider,
             node_monitoring_agent=config.node_monitoring_agent,
+            kubeconfig=cluster.kubeconfig_json,
             tags=tags,
         ),
         # The add-ons' pods need schedulable nodes before EKS reports them ACTIVE.
@@ -301,6 +304,8 @@ def program() -> Platform:
         config.check_deployable(caller, creator)
     except ConfigError as e:
         raise pulumi.RunError(str(e)) from None
+    if notice := extended_support_notice(config.kubernetes_version, date.today()):
+        pulumi.log.warn(notice)
     platform = build(config, pulumi.get_stack(), creator)
     platform.exports[CREATOR_EXPORT] = creator
     password = config.grafana_admin_password

@@ -71,6 +71,7 @@ class Registration:
     dependencies: list[str]
     property_dependencies: dict[str, list[str]]
     id: str = ""
+    delete_timeout: str = ""  # the resource's customTimeouts.delete ("" for the provider's default)
 
 
 @dataclass
@@ -251,6 +252,7 @@ class Monitor(resource_pb2_grpc.ResourceMonitorServicer):
             state={},
             dependencies=list(request.dependencies),
             property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
+            delete_timeout=request.customTimeouts.delete,
         )
         if self.analyzer is not None:
             self.analyzer.analyze(registration)

@@ -244,6 +244,27 @@ def test_public_endpoint_cidrs_dev_admits_an_office_block_prod_only_the_deployer
         assert "the whole internet" in error_of(cidrs(environment, "0.0.0.0/0"))
 
 
+@pytest.mark.parametrize("environment", ["dev", "prod"])
+def test_a_bare_ip_in_public_access_cidrs_is_refused_before_eks_refuses_it(environment):
+    values = {
+        **BASE,
+        **PINNED_AMI,
+        "mlops-eks:environment": environment,
+        "mlops-eks:endpointPublicAccess": True,
+        "mlops-eks:publicAccessCidrs": ["52.94.76.10"],
+    }
+    message = error_of(values)
+    assert "mlops-eks:publicAccessCidrs[0]" in message and "'52.94.76.10'" in message
+    assert "bare IP address" in message and "/32" in message
+    # The policy pack applies the same rule to the cluster it is shown.
+    from policy.core import Resource, evaluate
+    from policy.pack import RULES
+
+    cluster = {"endpointPublicAccess": True, "publicAccessCidrs": ["52.94.76.10"], "name": "c"}
+    findings = evaluate([Resource(type="eks:index:Cluster", name="c", inputs=cluster)], RULES, prod=True)
+    assert any("bare IP address" in f.message for f in findings), findings
+
+
 def test_private_only_endpoint_needs_the_deployer_inside_the_vpc():
     private = PlatformConfig.from_mapping(DEV)
     with pytest.raises(ConfigError) as e:

@@ -185,3 +185,34 @@ def test_a_secret_set_with_config_set_secret_reaches_the_program_as_a_secret():
         policy_pack=False,
     )
     assert any("a plaintext secret in the stack file" in e for e in result.errors), result.errors
+
+
+def test_a_preview_on_a_version_past_standard_support_says_what_it_costs(rehearsal):
+    """Kubernetes 1.33 left EKS standard support on 2026-07-29: still deployable (an existing cluster
+    upgrades one minor at a time), and the preview says so with the price."""
+    session, _ = rehearsal
+    config = session.stack_config("dev")[0]
+    config["mlops-eks:kubernetesVersion"] = "1.33"
+    values, secret_keys = session.merged("dev", config)
+    result = run_program(
+        stack="dev",
+        preview=True,
+        config=values,
+        secret_keys=secret_keys,
+        cloud=PlatformMocks("us-east-1", account_id=USER_ACCOUNT, caller_arn=FIRST_DEPLOYER),
+        stack_outputs={},
+        policy_pack=False,
+    )
+    assert result.returncode == 0, result.errors
+    warnings = [m for s, m in result.logs if s == "warning" and "extended support" in m]
+    assert warnings and "$0.60 per hour" in warnings[0]
+
+
+def test_destroy_waits_for_a_gpu_pools_termination_grace_not_the_providers_ten_minutes(rehearsal):
+    """Deleting a NodePool drains its nodes first, and a training pod gets the pool's terminationGracePeriod
+    (left as the pool sets it) to checkpoint: the engine is told to wait that long plus a margin."""
+    session, _ = rehearsal
+    pools = [r for r in session.runs[("dev", "up")].registrations if r.type == "kubernetes:karpenter.sh/v1:NodePool"]
+    gpu = [r for r in pools if r.inputs["spec"]["template"]["spec"].get("terminationGracePeriod") == "1h"]
+    assert gpu, [r.name for r in pools]
+    assert {r.delete_timeout for r in gpu} == {"75m"}

@@ -143,8 +143,10 @@ def test_eks_addons_with_pods_wait_for_the_system_nodes_and_the_pod_identity_age
 def test_destroy_waits_for_the_ebs_volumes_before_the_csi_driver_goes(graph):
     """`pulumi destroy` deletes in reverse dependency order: every release and namespace (and so every PVC)
     before the command that waits for the volumes, and that command before the driver's add-on."""
-    (wait,) = [n for n in graph if n.type == "command:local:Command" and n.name.endswith("ebs-volumes-released")]
-    (driver,) = [n for n in graph if n.type == "aws:eks/addon:Addon" and n.inputs["addonName"] == "aws-ebs-csi-driver"]
+    (wait,) = [n for n in graph if n.name.endswith("ebs-volumes-released")]
+    assert wait.type == "command:local:Command"
+    addons = [n for n in graph if n.type == "aws:eks/addon:Addon"]
+    (driver,) = [n for n in addons if n.inputs["addonName"] == "aws-ebs-csi-driver"]
     assert depends_on(graph, wait, driver.urn)
     holders = [n for n in graph if n.type in (RELEASE, "kubernetes:core/v1:Namespace")]
     assert holders

@@ -212,7 +212,8 @@ def test_destroy_waits_for_a_gpu_pools_termination_grace_not_the_providers_ten_m
     """Deleting a NodePool drains its nodes first, and a training pod gets the pool's terminationGracePeriod
     (left as the pool sets it) to checkpoint: the engine is told to wait that long plus a margin."""
     session, _ = rehearsal
-    pools = [r for r in session.runs[("dev", "up")].registrations if r.type == "kubernetes:karpenter.sh/v1:NodePool"]
+    registered = session.runs[("dev", "up")].registrations
+    pools = [r for r in registered if r.type == "kubernetes:karpenter.sh/v1:NodePool"]
     gpu = [r for r in pools if r.inputs["spec"]["template"]["spec"].get("terminationGracePeriod") == "1h"]
     assert gpu, [r.name for r in pools]
     assert {r.delete_timeout for r in gpu} == {"75m"}

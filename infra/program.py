@@ -22,7 +22,7 @@ from infra.config.node_health import NodeHealthConfig
 from infra.config.platform import ConfigError, GpuPoolConfig, PlatformConfig
 from infra.contract import AcceleratorPool, PoolTaint, taint_spec
 from infra.platform.cluster import Cluster, ClusterArgs, ManagedAddons, ManagedAddonsArgs
-from infra.platform.creator import CREATOR_EXPORT, recorded_creator
+from infra.platform.creator import CREATOR_EXPORT, recorded
 from infra.platform.keys import StackKey, StackKeyArgs
 from infra.platform.network import Network, NetworkArgs
 from infra.platform.node_groups import (
@@ -124,6 +124,7 @@ def build(config: PlatformConfig, stack: str, creator_arn: str | None = None) ->
             endpoint_public_access=config.endpoint_public_access,
             public_access_cidrs=config.public_access_cidrs,
             deploy_from_vpc=config.deploy_from_vpc,
+            deployer_cidrs=config.deployer_cidrs,
             admin_principal_arns=config.admin_principal_arns,
             region=config.region,
             account_id=account_id,
@@ -300,8 +301,11 @@ def program() -> Platform:
         config = PlatformConfig.from_pulumi()
         caller = aws.get_caller_identity().arn
         # The creator is cluster-admin through EKS itself; a later deployer needs an admin entry.
-        creator = recorded_creator(caller)
-        config.check_deployable(caller, creator)
+        previous = recorded()
+        # A stack deployed before the creator was recorded: its deployer then is unknown, the caller is
+        # the best record (and is checked for cluster access like any deployer).
+        creator = previous.creator or caller
+        config.check_deployable(caller, creator, first_deploy=previous.first_deploy)
     except ConfigError as e:
         raise pulumi.RunError(str(e)) from None
     if notice := extended_support_notice(config.kubernetes_version, date.today()):

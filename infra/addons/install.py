@@ -51,6 +51,8 @@ def install_addons(
     provider = platform.k8s_provider
     cluster_ready: list[pulumi.Resource] = [
         platform.eks_cluster,
+        # A deploy-from-VPC runner reaches the API only once its security group rule exists.
+        *platform.cluster.api_access,
         *platform.node_groups,
         platform.managed_addons,
     ]

@@ -92,6 +92,9 @@ class PlatformConfig(ConfigModel):
     public_access_cidrs: list[str] = Field(default_factory=list)
     # `pulumi up` runs inside the VPC (a CI runner or bastion there): a private-only endpoint is usable.
     deploy_from_vpc: bool = False
+    # Where that runner is (its subnet's CIDR, inside the VPC or a network peered with it): the cluster's
+    # security group admits 443 from here, or the runner cannot reach the private endpoint.
+    deployer_cidrs: list[str] = Field(default_factory=list)
     admin_principal_arns: list[str] = Field(default_factory=list)
     system_nodes: SystemNodesConfig = Field(default_factory=SystemNodesConfig)
     gpu_pools: list[GpuPoolConfig] = Field(default_factory=list)
@@ -149,6 +152,7 @@ class PlatformConfig(ConfigModel):
             )
         self._check_network()
         self._check_endpoint()
+        self._check_deployer_cidrs()
         if self.log_retention_days and self.log_retention_days not in LOG_RETENTION_DAYS:
             raise Invalid(
                 "logRetentionDays",
@@ -258,6 +262,27 @@ class PlatformConfig(ConfigModel):
                         )
                 seen.append((f"{key}[{i}]", net))
 
+    def _check_deployer_cidrs(self) -> None:
+        if self.deploy_from_vpc and not self.deployer_cidrs:
+            raise Invalid(
+                "deployerCidrs",
+                [],
+                "the CIDR of the subnet the runner lives in (inside vpcCidr or a peered network)",
+                reason="with deployFromVpc true the runner reaches the API through the private endpoint "
+                "only, whose security group admits nothing else",
+            )
+        if self.deployer_cidrs and not self.deploy_from_vpc:
+            raise Invalid("deployerCidrs", self.deployer_cidrs, "[] when deployFromVpc is false")
+        for i, value in enumerate(self.deployer_cidrs):
+            net = _cidr(f"deployerCidrs[{i}]", value)
+            if "/" not in value or not net.is_private:
+                raise Invalid(
+                    f"deployerCidrs[{i}]",
+                    value,
+                    "a private network in CIDR notation (e.g. 10.30.0.0/19, a private subnet of the VPC)",
+                    reason="the private endpoint is reached from inside the VPC or a peered network",
+                )
+
     def _check_endpoint(self) -> None:
         if self.endpoint_public_access and not self.public_access_cidrs:
             raise Invalid(
@@ -287,15 +312,26 @@ class PlatformConfig(ConfigModel):
                 reason=problem,
             )
 
-    def check_deployable(self, caller_arn: str | None = None, creator_arn: str | None = None) -> None:
+    def check_deployable(
+        self, caller_arn: str | None = None, creator_arn: str | None = None, *, first_deploy: bool = False
+    ) -> None:
         """Refuse a config `pulumi up` cannot carry out from where it runs: a private-only endpoint
         with the deployer outside the VPC, an admin entry for the cluster's creator `creator_arn` (EKS
         makes the creator cluster-admin already; a second access entry for it fails), or a deploying
         identity `caller_arn` that is neither the creator nor an admin (it could not install anything
         into the cluster). The creator is the identity of the first deploy, recorded then
-        (infra/program.py); on the first deploy it is the caller."""
+        (infra/program.py); on the first deploy it is the caller. `first_deploy`: the stack has never been
+        updated, so the VPC a deploy-from-VPC runner would live in does not exist yet."""
         creator_arn = creator_arn or caller_arn
         problems = []
+        if self.deploy_from_vpc and first_deploy:
+            problems.append(
+                f"{PROJECT}:deployFromVpc: true on the stack's first deploy, which creates the VPC the "
+                "runner would live in, so no runner can be there yet; allowed: deploy first with "
+                "endpointPublicAccess true and publicAccessCidrs (your egress), put the runner in a private "
+                "subnet (stack output private_subnet_ids), then set deployFromVpc true, deployerCidrs to its "
+                "subnet's CIDR and endpointPublicAccess false, and run the update from the runner"
+            )
         if not self.endpoint_public_access and not self.deploy_from_vpc:
             problems.append(
                 f"{PROJECT}:endpointPublicAccess: {PRIVATE_ONLY_REASON}; got endpointPublicAccess false "

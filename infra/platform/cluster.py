@@ -102,6 +102,8 @@ class ClusterArgs(ComponentArgs):
     public_access_cidrs: list[str]
     # Recorded on the cluster as a tag, so the policy pack sees why a private-only prod API is legal.
     deploy_from_vpc: bool = False
+    # Where a deploy-from-VPC runner lives: 443 on the cluster security group is opened to these.
+    deployer_cidrs: list[str] = []
     admin_principal_arns: list[str]
     region: str
     account_id: pulumi.Output[str] | str
@@ -209,6 +211,22 @@ class Cluster(pulumi.ComponentResource):
         self.info = aws.eks.get_cluster_output(
             name=args.cluster_name, opts=pulumi.InvokeOutputOptions(parent=self, depends_on=[self.eks])
         )
+        # The private endpoint's ENIs carry the EKS cluster security group, which admits the nodes only: a
+        # runner in its own subnet (deployFromVpc) reaches the API through a rule for its CIDR.
+        self.api_access: list[pulumi.Resource] = [
+            aws.ec2.SecurityGroupRule(
+                f"{name}-deployer-{i}",
+                type="ingress",
+                protocol="tcp",
+                from_port=443,
+                to_port=443,
+                cidr_blocks=[cidr],
+                security_group_id=self.info.vpc_config.cluster_security_group_id,
+                description="pulumi up from a runner inside the VPC (deployerCidrs)",
+                opts=child,
+            )
+            for i, cidr in enumerate(args.deployer_cidrs)
+        ]
         self.k8s_provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig_json, opts=child)
         self.arn: pulumi.Output[str] = pulumi.Output.all(self.name, args.account_id).apply(
             lambda v: pod_identity.cluster_arn(

@@ -47,10 +47,18 @@ class PlatformMocks(pulumi.runtime.Mocks):
     # monitor (infra/tools/engine.py) mark them alike, so what reads them sees them masked.
     SECRET_OUTPUTS = frozenset({"kubeconfigJson"})
 
-    def __init__(self, region: str, account_id: str = ACCOUNT_ID, caller_arn: str | None = None):
+    def __init__(
+        self,
+        region: str,
+        account_id: str = ACCOUNT_ID,
+        caller_arn: str | None = None,
+        previous_outputs: Mapping[str, Any] | None = None,
+    ):
         self.region = region
         self.account_id = account_id
         self.caller_arn = caller_arn or f"arn:aws:iam::{account_id}:user/mock"
+        # What a StackReference reads (the stack's own last update: none before its first deploy).
+        self.previous_outputs = dict(previous_outputs or {})
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict]:
         id_, state = self.created(args.typ, args.name, dict(args.inputs))
@@ -88,8 +96,7 @@ class PlatformMocks(pulumi.runtime.Mocks):
         elif typ == "aws:ec2/launchTemplate:LaunchTemplate":
             outputs = {"latestVersion": 1, "arn": arn}
         elif typ == "pulumi:pulumi:StackReference":
-            # A stack that was never updated (the first deploy's reference to itself) has no outputs.
-            outputs = {"outputs": {}, "secretOutputNames": []}
+            outputs = {"outputs": self.previous_outputs, "secretOutputNames": []}
         return f"{name}-id", {**inputs, **outputs}
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> dict:  # type: ignore[override]  # a dict is accepted
@@ -207,16 +214,20 @@ def engine_config(values: Mapping[str, Any]) -> dict[str, str]:
 
 
 def synth(
-    stack: str, values: dict[str, Any], monitor_type: type[RecordingMonitor] | None = None
+    stack: str,
+    values: dict[str, Any],
+    monitor_type: type[RecordingMonitor] | None = None,
+    previous_outputs: Mapping[str, Any] | None = None,
 ) -> tuple[PlatformConfig, list[Registered], dict[str, Any]]:
     """Run the real platform program for `stack` under mocks. Raises ConfigError on invalid config.
-    `monitor_type`: a RecordingMonitor subclass that keeps more of each registration (tests). Leaves an
+    `monitor_type`: a RecordingMonitor subclass that keeps more of each registration (tests).
+    `previous_outputs`: the stack's outputs from an earlier update (default: its first deploy). Leaves an
     empty config and a fresh event loop behind, so a caller that synthesizes again (tests) starts clean."""
     from infra.program import program
 
     config = PlatformConfig.from_mapping(values)  # fail with the config message before any mock runs
     config.check_deployable()
-    mocks = PlatformMocks(config.region)
+    mocks = PlatformMocks(config.region, previous_outputs=previous_outputs)
     monitor = (monitor_type or RecordingMonitor)(mocks)
     pulumi.runtime.set_all_config(engine_config(values))
     install_mocks(mocks, stack, monitor)

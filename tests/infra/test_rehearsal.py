@@ -217,3 +217,34 @@ def test_destroy_waits_for_a_gpu_pools_termination_grace_not_the_providers_ten_m
     gpu = [r for r in pools if r.inputs["spec"]["template"]["spec"].get("terminationGracePeriod") == "1h"]
     assert gpu, [r.name for r in pools]
     assert {r.delete_timeout for r in gpu} == {"75m"}
+
+
+def test_deploying_from_inside_the_vpc_is_refused_on_the_first_deploy_and_accepted_after_it(rehearsal):
+    session, _ = rehearsal
+    config = session.stack_config("prod")[0]
+    config.pop("mlops-eks:publicAccessCidrs")
+    config |= {
+        "mlops-eks:endpointPublicAccess": False,
+        "mlops-eks:deployFromVpc": True,
+        "mlops-eks:deployerCidrs": ["10.30.0.0/19"],
+    }
+    values, secret_keys = session.merged("prod", config)
+
+    def preview(previous: dict) -> object:
+        return run_program(
+            stack="prod",
+            preview=True,
+            config=values,
+            secret_keys=secret_keys,
+            cloud=PlatformMocks("us-east-1", account_id=USER_ACCOUNT, caller_arn=FIRST_DEPLOYER),
+            stack_outputs={"organization/mlops-eks/prod": previous},
+            policy_pack=False,
+        )
+
+    first = preview({})
+    assert first.registrations == [] and any("deployFromVpc" in e and "first deploy" in e for e in first.errors)
+    # After a first deploy from outside (the recorded outputs of the prod rehearsal), from the runner:
+    later = preview(session.outputs["organization/mlops-eks/prod"])
+    assert later.returncode == 0, later.errors
+    rules = [r for r in later.registrations if r.type == "aws:ec2/securityGroupRule:SecurityGroupRule"]
+    assert [r.inputs["cidrBlocks"] for r in rules] == [["10.30.0.0/19"]]

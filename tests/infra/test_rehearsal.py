@@ -242,7 +242,8 @@ def test_deploying_from_inside_the_vpc_is_refused_on_the_first_deploy_and_accept
         )
 
     first = preview({})
-    assert first.registrations == [] and any("deployFromVpc" in e and "first deploy" in e for e in first.errors)
+    assert first.registrations == []
+    assert any("deployFromVpc" in e and "first deploy" in e for e in first.errors), first.errors
     # After a first deploy from outside (the recorded outputs of the prod rehearsal), from the runner:
     later = preview(session.outputs["organization/mlops-eks/prod"])
     assert later.returncode == 0, later.errors

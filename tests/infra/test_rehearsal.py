@@ -14,7 +14,7 @@ import pytest
 from pulumi.runtime import rpc
 
 from infra.config import stack_files
-from infra.tools.engine import Analyzer, Registration, run_program
+from infra.tools.engine import Analyzer, Registration, RunResult, run_program
 from infra.tools.rehearse import (
     FIRST_DEPLOYER,
     REPO,
@@ -27,6 +27,26 @@ from infra.tools.rehearse import (
 from infra.tools.synth import PlatformMocks
 
 STACKS = ["dev", "prod", *stack_files.workload_stacks(REPO)]
+
+
+def preview(
+    values: dict[str, str],
+    secret_keys: list[str],
+    *,
+    stack: str = "dev",
+    caller: str = FIRST_DEPLOYER,
+    outputs: dict[str, dict] | None = None,
+) -> RunResult:
+    """One `make preview` of the program alone (no policy pack) as `caller`."""
+    return run_program(
+        stack=stack,
+        preview=True,
+        config=values,
+        secret_keys=secret_keys,
+        cloud=PlatformMocks("us-east-1", account_id=USER_ACCOUNT, caller_arn=caller),
+        stack_outputs=outputs or {},
+        policy_pack=False,
+    )
 
 
 def _in_plaintext(value: Any, secret: str) -> bool:
@@ -141,15 +161,7 @@ def test_a_deployer_neither_creator_nor_admin_is_refused_before_anything_is_crea
     session, _ = rehearsal
     values, secret_keys = session.merged("dev", session.stack_config("dev")[0])
     stranger = f"arn:aws:sts::{USER_ACCOUNT}:assumed-role/someone-else/x"
-    result = run_program(
-        stack="dev",
-        preview=True,
-        config=values,
-        secret_keys=secret_keys,
-        cloud=PlatformMocks("us-east-1", account_id=USER_ACCOUNT, caller_arn=stranger),
-        stack_outputs=session.outputs,
-        policy_pack=False,
-    )
+    result = preview(values, secret_keys, caller=stranger, outputs=session.outputs)
     assert result.returncode != 0 and result.registrations == []
     assert any("is neither the cluster's creator" in e for e in result.errors), result.errors
 
@@ -160,30 +172,14 @@ def test_a_secret_set_with_config_set_secret_reaches_the_program_as_a_secret():
     config["mlops-eks:addons"]["observability"]["alertReceiver"] = "webhook"
     values, secret_keys = session.merged("dev", config)
     assert secret_keys == ["mlops-eks:alertReceiverSecret"] and "********" in applied[-1]
-    result = run_program(
-        stack="dev",
-        preview=True,
-        config=values,
-        secret_keys=secret_keys,
-        cloud=PlatformMocks("us-east-1", account_id=USER_ACCOUNT, caller_arn=FIRST_DEPLOYER),
-        stack_outputs={},
-        policy_pack=False,
-    )
+    result = preview(values, secret_keys)
     assert result.returncode == 0, result.errors
     exposed = [r.name for r in result.registrations if _in_plaintext(r.inputs, "https://hooks.example.com/x")]
     sent = [r.name for r in result.registrations if "hooks.example.com" in json.dumps(r.inputs)]
     assert sent and exposed == []
     # The same value written into the file in plaintext is refused under the engine.
     plain = {**values}
-    result = run_program(
-        stack="dev",
-        preview=True,
-        config=plain,
-        secret_keys=[],
-        cloud=PlatformMocks("us-east-1", account_id=USER_ACCOUNT, caller_arn=FIRST_DEPLOYER),
-        stack_outputs={},
-        policy_pack=False,
-    )
+    result = preview(plain, [])
     assert any("a plaintext secret in the stack file" in e for e in result.errors), result.errors
 
 
@@ -194,15 +190,7 @@ def test_a_preview_on_a_version_past_standard_support_says_what_it_costs(rehears
     config = session.stack_config("dev")[0]
     config["mlops-eks:kubernetesVersion"] = "1.33"
     values, secret_keys = session.merged("dev", config)
-    result = run_program(
-        stack="dev",
-        preview=True,
-        config=values,
-        secret_keys=secret_keys,
-        cloud=PlatformMocks("us-east-1", account_id=USER_ACCOUNT, caller_arn=FIRST_DEPLOYER),
-        stack_outputs={},
-        policy_pack=False,
-    )
+    result = preview(values, secret_keys)
     assert result.returncode == 0, result.errors
     warnings = [m for s, m in result.logs if s == "warning" and "extended support" in m]
     assert warnings and "$0.60 per hour" in warnings[0]
@@ -230,22 +218,14 @@ def test_deploying_from_inside_the_vpc_is_refused_on_the_first_deploy_and_accept
     }
     values, secret_keys = session.merged("prod", config)
 
-    def preview(previous: dict) -> object:
-        return run_program(
-            stack="prod",
-            preview=True,
-            config=values,
-            secret_keys=secret_keys,
-            cloud=PlatformMocks("us-east-1", account_id=USER_ACCOUNT, caller_arn=FIRST_DEPLOYER),
-            stack_outputs={"organization/mlops-eks/prod": previous},
-            policy_pack=False,
-        )
+    def from_runner(previous: dict) -> RunResult:
+        return preview(values, secret_keys, stack="prod", outputs={"organization/mlops-eks/prod": previous})
 
-    first = preview({})
+    first = from_runner({})
     assert first.registrations == []
     assert any("deployFromVpc" in e and "first deploy" in e for e in first.errors), first.errors
     # After a first deploy from outside (the recorded outputs of the prod rehearsal), from the runner:
-    later = preview(session.outputs["organization/mlops-eks/prod"])
+    later = from_runner(session.outputs["organization/mlops-eks/prod"])
     assert later.returncode == 0, later.errors
     rules = [r for r in later.registrations if r.type == "aws:ec2/securityGroupRule:SecurityGroupRule"]
     assert [r.inputs["cidrBlocks"] for r in rules] == [["10.30.0.0/19"]]

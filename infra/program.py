@@ -302,10 +302,14 @@ def program() -> Platform:
         caller = aws.get_caller_identity().arn
         # The creator is cluster-admin through EKS itself; a later deployer needs an admin entry.
         previous = recorded()
-        # A stack deployed before the creator was recorded: its deployer then is unknown, the caller is
-        # the best record (and is checked for cluster access like any deployer).
+        if previous.creator is None and not previous.first_deploy:
+            # Deployed before the creator was recorded: who created it is unknown (its access entries
+            # exist already), so only the endpoint is checked, and this caller is recorded from now on.
+            pulumi.log.warn(f"no {CREATOR_EXPORT} recorded in this stack: recording {caller} from now on")
+            config.check_deployable()
+        else:
+            config.check_deployable(caller, previous.creator or caller, first_deploy=previous.first_deploy)
         creator = previous.creator or caller
-        config.check_deployable(caller, creator, first_deploy=previous.first_deploy)
     except ConfigError as e:
         raise pulumi.RunError(str(e)) from None
     if notice := extended_support_notice(config.kubernetes_version, date.today()):

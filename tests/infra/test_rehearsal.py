@@ -229,3 +229,13 @@ def test_deploying_from_inside_the_vpc_is_refused_on_the_first_deploy_and_accept
     assert later.returncode == 0, later.errors
     rules = [r for r in later.registrations if r.type == "aws:ec2/securityGroupRule:SecurityGroupRule"]
     assert [r.inputs["cidrBlocks"] for r in rules] == [["10.30.0.0/19"]]
+
+
+def test_a_stack_deployed_before_the_creator_was_recorded_records_its_next_deployer(rehearsal):
+    session, _ = rehearsal
+    values, secret_keys = session.merged("dev", session.stack_config("dev")[0])
+    admin = f"arn:aws:sts::{USER_ACCOUNT}:assumed-role/platform-admin/ci"  # listed in adminPrincipalArns
+    legacy = {"organization/mlops-eks/dev": {"vpc_id": "vpc-0old", "cluster_name": "mlops-eks-dev"}}
+    result = preview(values, secret_keys, caller=admin, outputs=legacy)
+    assert result.returncode == 0, result.errors
+    assert any("no cluster_creator_arn recorded" in m for s, m in result.logs if s == "warning")

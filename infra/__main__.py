@@ -1,4 +1,6 @@
 """`python -m infra synth --stack dev|prod [--json]`: print what the platform program would register.
+`python -m infra rehearse --stack S`: run the README's deploy steps for any stack (platform or workload)
+through the real program, config path and policy pack, without AWS (infra/tools/rehearse.py).
 
 Runs the real program offline against Pulumi mocks with the stack's config file: every resource with
 its type, name, parent and inputs (secrets masked), the exports and the estimated idle cost per hour.
@@ -28,7 +30,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--file", type=Path, help="read the config from this file instead of Pulumi.<stack>.yaml")
     p.add_argument("--json", action="store_true", help="print the resources as JSON only")
+    rehearsal = sub.add_parser(
+        "rehearse", help="rehearse `make preview` and `make up` of a stack before the first deploy"
+    )
+    rehearsal.add_argument("--stack", required=True, help="any stack, workload stacks too")
+    rehearsal.add_argument("--file", type=Path, help="start from this stack file")
+    rehearsal.add_argument(
+        "--value",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="what the README's <NAME> is for you (account, your-admin-role, your-egress-ip, your-amd-ami)",
+    )
+    rehearsal.add_argument(
+        "--secret", action="append", default=[], metavar="KEY=VALUE", help="a `config set --secret`"
+    )
     args = parser.parse_args(argv)
+    if args.command == "rehearse":
+        return rehearse(args)
 
     try:
         config, resources, exports = synth(args.stack, stack_config(args.stack, args.file))
@@ -48,6 +67,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {key}: {json.dumps(value, sort_keys=True)}")
     print("\n" + idle_cost_report(config))
     return 0
+
+
+def rehearse(args: argparse.Namespace) -> int:
+    from infra.tools.rehearse import USER_VALUES, Rehearsal, RehearsalError
+
+    try:
+        values = {**USER_VALUES, **dict(_pair(v) for v in args.value)}
+        secrets = dict(_pair(v) for v in args.secret)
+        rehearsal = Rehearsal(values=values, secrets=secrets, progress=lambda line: print(line, flush=True))
+        ran = rehearsal.run(args.stack, args.file)
+    except (RehearsalError, ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"rehearsed {args.stack}: {len(ran)} steps passed")
+    return 0
+
+
+def _pair(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise ValueError(f"{text!r}: expected NAME=VALUE")
+    return name, value
 
 
 if __name__ == "__main__":

@@ -22,6 +22,9 @@ PRICE_REGION = "us-east-1"
 ACCELERATOR_LABEL = "mlops-eks.io/accelerator"
 
 EKS_CONTROL_PLANE_USD_PER_HOUR = 0.10
+# A cluster on a Kubernetes version past its EKS standard support (infra/config/cluster_rules.py) is billed
+# extended support instead: six times the fee (Amazon EKS pricing, "Extended support").
+EKS_EXTENDED_SUPPORT_USD_PER_HOUR = 0.60
 NAT_GATEWAY_USD_PER_HOUR = 0.045
 # System (non-GPU) node instance types the platform may use, with their indicative prices.
 SYSTEM_INSTANCE_USD_PER_HOUR = MappingProxyType(

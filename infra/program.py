@@ -8,6 +8,7 @@ holding every component, so later stages (Helm add-ons, Karpenter) plug in with 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import date
 
 import pulumi
 import pulumi_aws as aws
@@ -16,10 +17,12 @@ import pulumi_kubernetes as k8s
 
 from infra.addons.gpu_node_check import startup_taints
 from infra.addons.install import install_addons
+from infra.config.cluster_rules import extended_support_notice
 from infra.config.node_health import NodeHealthConfig
 from infra.config.platform import ConfigError, GpuPoolConfig, PlatformConfig
 from infra.contract import AcceleratorPool, PoolTaint, taint_spec
 from infra.platform.cluster import Cluster, ClusterArgs, ManagedAddons, ManagedAddonsArgs
+from infra.platform.creator import CREATOR_EXPORT, recorded
 from infra.platform.keys import StackKey, StackKeyArgs
 from infra.platform.network import Network, NetworkArgs
 from infra.platform.node_groups import (
@@ -70,8 +73,9 @@ class Platform:
         return [self.system_node_group.node_group, *(g.node_group for g in self.managed_gpu_groups.values())]
 
 
-def build(config: PlatformConfig, stack: str) -> Platform:
-    """Register the platform's resources for `stack`."""
+def build(config: PlatformConfig, stack: str, creator_arn: str | None = None) -> Platform:
+    """Register the platform's resources for `stack`. `creator_arn`: who created the cluster
+    (infra/platform/creator.py; default: whoever runs this update)."""
     cluster_name = f"mlops-eks-{stack}"
     tags = {"mlops-eks:stack": stack, "managed-by": "pulumi", **config.tags}
     partition = partition_of(config.region)
@@ -120,6 +124,7 @@ def build(config: PlatformConfig, stack: str) -> Platform:
             endpoint_public_access=config.endpoint_public_access,
             public_access_cidrs=config.public_access_cidrs,
             deploy_from_vpc=config.deploy_from_vpc,
+            deployer_cidrs=config.deployer_cidrs,
             admin_principal_arns=config.admin_principal_arns,
             region=config.region,
             account_id=account_id,
@@ -162,8 +167,8 @@ def build(config: PlatformConfig, stack: str) -> Platform:
             pod_identity_agent=cluster.node_prerequisites[:1],
             partition=partition,
             k8s_provider=cluster.k8s_provider,
-            # GPU faults are what the agent is here for; a stack without GPU pools goes without it.
-            node_monitoring_agent=health.monitoring_agent and bool(config.gpu_pools),
+            node_monitoring_agent=config.node_monitoring_agent,
+            kubeconfig=cluster.kubeconfig_json,
             tags=tags,
         ),
         # The add-ons' pods need schedulable nodes before EKS reports them ACTIVE.
@@ -178,7 +183,8 @@ def build(config: PlatformConfig, stack: str) -> Platform:
             account_id=account_id,
             kms_key_arn=key.arn,
             admin_principal_arns=config.admin_principal_arns,
-            deployer_arn=caller.arn,
+            # The creator, not whoever runs this update: the bucket's principals change only by config.
+            deployer_arn=creator_arn if creator_arn is not None else caller.arn,
             noncurrent_days=config.checkpoint_noncurrent_days,
             keep_images=config.ecr_keep_images,
             force_destroy=config.force_destroy,
@@ -293,11 +299,23 @@ def program() -> Platform:
     """Entry point of a platform stack (dev, prod)."""
     try:
         config = PlatformConfig.from_pulumi()
-        # Who runs `pulumi up` becomes cluster-admin through EKS itself: known at preview, refused here.
-        config.check_deployable(aws.get_caller_identity().arn)
+        caller = aws.get_caller_identity().arn
+        # The creator is cluster-admin through EKS itself; a later deployer needs an admin entry.
+        previous = recorded()
+        if previous.creator is None and not previous.first_deploy:
+            # Deployed before the creator was recorded: who created it is unknown (its access entries
+            # exist already), so only the endpoint is checked, and this caller is recorded from now on.
+            pulumi.log.warn(f"no {CREATOR_EXPORT} recorded in this stack: recording {caller} from now on")
+            config.check_deployable()
+        else:
+            config.check_deployable(caller, previous.creator or caller, first_deploy=previous.first_deploy)
+        creator = previous.creator or caller
     except ConfigError as e:
         raise pulumi.RunError(str(e)) from None
-    platform = build(config, pulumi.get_stack())
+    if notice := extended_support_notice(config.kubernetes_version, date.today()):
+        pulumi.log.warn(notice)
+    platform = build(config, pulumi.get_stack(), creator)
+    platform.exports[CREATOR_EXPORT] = creator
     password = config.grafana_admin_password
     secret = (
         pulumi.Output.secret(password.get_secret_value())

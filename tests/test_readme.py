@@ -326,3 +326,26 @@ def test_readme_figures_match_the_code(dev, prod):
         total = re.search(r"total per hour\s+\$\s*([\d.]+)", reports[stack])
         assert total, reports[stack]
         assert round(float(total.group(1)), 2) == float(usd), f"{stack}: synth {total.group(1)}, README {usd}"
+
+
+def test_the_deploy_steps_are_the_ones_the_rehearsal_runs_in_order():
+    """The README's "Deploy to AWS" commands are `infra/tools/rehearse.py`'s STEPS for dev, in order, and
+    the section says what only AWS can confirm."""
+    from infra.tools.rehearse import STEPS
+
+    section = README.split("## Deploy to AWS", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```bash\n(.*?)```", section, re.S)
+    assert block, "no command block in Deploy to AWS"
+    shown = [re.sub(r"(^|\s)#.*", "", line).strip() for line in block[1].splitlines()]
+    assert [line for line in shown if line] == [step.command.replace("{stack}", "dev") for step in STEPS]
+    assert "What only a real `pulumi up` verifies" in section and "python -m infra rehearse" in section
+
+
+def test_the_workload_deploy_steps_are_the_ones_the_rehearsal_runs_in_order():
+    from infra.tools.rehearse import WORKLOAD_STEPS
+
+    section = README.split("## Workload stacks", 1)[1].split("\n## ", 1)[0]
+    lines = code_blocks(section)
+    wanted = [step.command.replace("{stack}", "dev-zimdb") for step in WORKLOAD_STEPS]
+    positions = [lines.index(command) for command in wanted]
+    assert positions == sorted(positions), lines

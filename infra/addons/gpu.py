@@ -62,8 +62,35 @@ def nvidia_device_plugin_values() -> dict[str, Any]:
     }
 
 
-def dcgm_exporter_values(*, service_monitor: bool) -> dict[str, Any]:
+# The EKS node monitoring agent's DCGM host engine: its dcgm-server DaemonSet runs `nv-hostengine -n -b ALL`
+# with hostPort 5555 on every GPU node it is placed on (aws/eks-node-monitoring-agent
+# charts/eks-node-monitoring-agent/templates/dcgm-daemonset.yaml).
+NODE_HOST_ENGINE_PORT = 5555
+
+
+def dcgm_exporter_values(*, service_monitor: bool, node_host_engine: bool = False) -> dict[str, Any]:
+    """`node_host_engine`: the node monitoring agent runs a DCGM host engine on every GPU node. DCGM's
+    profiling module (the DCGM_FI_PROF_* fields; Kubecost's GPU utilisation reads
+    DCGM_FI_PROF_GR_ENGINE_ACTIVE, which the exporter's default-counters.csv collects) takes a system-wide
+    lock in the driver, so one engine per node can serve it (NVIDIA/DCGM#56; aws/eks-node-monitoring-agent
+    #256). The agent's engine cannot be switched off (its add-on configuration schema,
+    charts/configuration.schema.json `DCGMAgent`, has no such key) and the agent needs it for
+    AcceleratedHardwareReady, so it owns the GPUs: the exporter embeds no engine of its own and connects to
+    the agent's on the pod's node (`-r`, env DCGM_REMOTE_HOSTENGINE_INFO: NVIDIA/dcgm-exporter
+    pkg/cmd/app.go; the chart's values.yaml documents `-r <HOST>:<PORT>`)."""
+    remote = (
+        {
+            "extraEnv": [
+                {"name": "NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+                # $(NODE_IP): the kubelet expands a variable defined earlier in the container's env.
+                {"name": "DCGM_REMOTE_HOSTENGINE_INFO", "value": f"$(NODE_IP):{NODE_HOST_ENGINE_PORT}"},
+            ]
+        }
+        if node_host_engine
+        else {}
+    )
     return {
+        **remote,
         "nodeSelector": vendor_node_selector("nvidia"),
         "tolerations": [vendor_toleration("nvidia")],
         "serviceMonitor": {
@@ -156,6 +183,8 @@ class GpuSoftwareArgs(ComponentArgs):
     k8s_provider: k8s.Provider
     # DCGM's ServiceMonitor needs the Prometheus Operator CRDs: pass the observability release.
     service_monitor_after: pulumi.Resource | None = None
+    # The EKS node monitoring agent runs its DCGM host engine on the GPU nodes (dcgm_exporter_values).
+    node_host_engine: bool = False
     # The startup GPU check (infra/addons/gpu_node_check.py) for the stack's GPU pools' instance types
     # (its NVIDIA ones; none: no check), run from `node_check_image`.
     node_check_instance_types: list[str] = []
@@ -181,7 +210,7 @@ class GpuSoftware(pulumi.ComponentResource):
                 "dcgm-exporter",
                 "dcgm-exporter",
                 NAMESPACE,
-                dcgm_exporter_values(service_monitor=monitored),
+                dcgm_exporter_values(service_monitor=monitored, node_host_engine=args.node_host_engine),
                 pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(depends_on=after)),
             )
         if cfg.amd_device_plugin:

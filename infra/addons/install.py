@@ -51,6 +51,8 @@ def install_addons(
     provider = platform.k8s_provider
     cluster_ready: list[pulumi.Resource] = [
         platform.eks_cluster,
+        # A deploy-from-VPC runner reaches the API only once its security group rule exists.
+        *platform.cluster.api_access,
         *platform.node_groups,
         platform.managed_addons,
     ]
@@ -92,6 +94,7 @@ def install_addons(
             config=config.gpu,
             k8s_provider=provider,
             service_monitor_after=monitors_after,
+            node_host_engine=platform.config.node_monitoring_agent,
             node_check_instance_types=(
                 [t for p in platform.config.gpu_pools for t in p.instance_type_names]
                 if config.node_health.gpu_check

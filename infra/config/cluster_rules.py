@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from datetime import date
 from typing import NamedTuple
+
+from infra.accelerators import EKS_CONTROL_PLANE_USD_PER_HOUR, EKS_EXTENDED_SUPPORT_USD_PER_HOUR
 
 # EKS Kubernetes minors the platform is validated with, and when EKS standard support ends (after it,
 # extended support bills six times the control-plane fee). Sources, looked up 2026-11-23 in stored
@@ -24,6 +27,26 @@ EKS_STANDARD_SUPPORT_END = {
     "1.35": "2027-03-27",
 }
 DEFAULT_KUBERNETES_VERSION = "1.35"
+
+
+def in_extended_support(version: str, today: date) -> bool:
+    """Whether EKS bills `version` at the extended-support rate on `today`."""
+    return today > date.fromisoformat(EKS_STANDARD_SUPPORT_END[version])
+
+
+def extended_support_notice(version: str, today: date) -> str | None:
+    """What a preview and an update say about a version past its standard support, or None."""
+    if not in_extended_support(version, today):
+        return None
+    newest = max(EKS_STANDARD_SUPPORT_END, key=lambda v: int(v.split(".")[1]))
+    extra = (EKS_EXTENDED_SUPPORT_USD_PER_HOUR - EKS_CONTROL_PLANE_USD_PER_HOUR) * 730
+    return (
+        f"mlops-eks:kubernetesVersion: {version!r} left EKS standard support on "
+        f"{EKS_STANDARD_SUPPORT_END[version]}: EKS bills this cluster extended support, "
+        f"${EKS_EXTENDED_SUPPORT_USD_PER_HOUR:.2f} per hour instead of ${EKS_CONTROL_PLANE_USD_PER_HOUR:.2f} "
+        f"(about ${extra:.0f} more a month); "
+        f"upgrade one minor at a time towards {newest!r}"
+    )
 MINIMUM_KUBERNETES_VERSION = "1.33"
 
 # The widest public-endpoint CIDR each environment accepts. Prod admits only the deployer's own
@@ -38,6 +61,10 @@ PRIVATE_ONLY_REASON = (
 
 def public_cidr_problem(cidr: str, environment: str) -> str | None:
     """Why `cidr` may not reach the public endpoint in `environment`, or None when it may."""
+    if "/" not in cidr:
+        # Python reads "198.51.100.7" as a /32; EKS's UpdateClusterConfig and CreateCluster refuse a
+        # publicAccessCidrs entry without a prefix length (InvalidParameterException), after the VPC exists.
+        return "a bare IP address, which EKS refuses: write it as a CIDR (e.g. 198.51.100.7/32)"
     try:
         net = ipaddress.ip_network(cidr)
     except ValueError:
@@ -101,6 +128,15 @@ def iam_principal(arn: str) -> Principal | None:
 def is_access_entry_principal(arn: str) -> bool:
     """EKS access entries take IAM role or user ARNs, not STS session ARNs."""
     return _IAM.match(arn) is not None
+
+
+def has_cluster_access(caller_arn: str, creator_arn: str, admin_arns: list[str]) -> bool:
+    """Whether the identity running pulumi can reach the Kubernetes API: it created the cluster (EKS's
+    creator entry) or has an access entry from adminPrincipalArns."""
+    caller = iam_principal(caller_arn)
+    if caller is None:  # not a role or user ARN (a federated user): nothing to compare, EKS decides
+        return True
+    return caller == iam_principal(creator_arn) or any(caller == iam_principal(arn) for arn in admin_arns)
 
 
 def creator_conflicts(admin_arns: list[str], caller_arn: str) -> list[int]:

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 EXAMPLE_ACCOUNT = "123456789012"  # the account id of the AWS documentation's examples
 EXAMPLE_AMI = "ami-0123456789abcdef0"
 # RFC 5737 TEST-NET-1/2/3: reserved for documentation, never routed on the internet.
 DOCUMENTATION_NETWORKS = tuple(
-    ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
+    ipaddress.IPv4Network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
 )
 _CIDR = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?:/\d{1,2})?\b")
 _ACCOUNT = re.compile(rf"(?<!\d){EXAMPLE_ACCOUNT}(?!\d)")
@@ -30,10 +30,12 @@ def placeholder_problem(value: str) -> str | None:
         return f"{EXAMPLE_AMI} is an example AMI id; use the id of your AMI in this region"
     for match in _CIDR.findall(value):
         try:
-            net = ipaddress.ip_network(match, strict=False)
+            net = ipaddress.IPv4Network(match, strict=False)
         except ValueError:
             continue
-        doc = next((d for d in DOCUMENTATION_NETWORKS if net.overlaps(d)), None)
+        # Inside a documentation range, not merely overlapping one: 0.0.0.0/0 (a default route, a
+        # NetworkPolicy's egress) contains every range and is no placeholder.
+        doc = next((d for d in DOCUMENTATION_NETWORKS if net.subnet_of(d)), None)
         if doc is not None:
             return f"{match} is in {doc}, reserved for documentation (RFC 5737); use your real egress CIDR"
     return None
@@ -45,7 +47,8 @@ def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
     elif isinstance(value, Mapping):
         for key, item in value.items():
             yield from _strings(item, f"{path}.{key}" if path else str(key))
-    elif isinstance(value, list | tuple):
+    elif isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        # Sequence, not list: under the engine the pack sees pulumi-policy's read-only proxies.
         for i, item in enumerate(value):
             yield from _strings(item, f"{path}[{i}]")
 

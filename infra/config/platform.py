@@ -26,6 +26,7 @@ from infra.config.cluster_rules import (
     EKS_STANDARD_SUPPORT_END,
     PRIVATE_ONLY_REASON,
     creator_conflicts,
+    has_cluster_access,
     is_access_entry_principal,
     public_cidr_problem,
     public_cidrs_problem,
@@ -33,7 +34,7 @@ from infra.config.cluster_rules import (
 from infra.config.environment import DEFAULT_ENVIRONMENT, Environment
 from infra.config.errors import ConfigError, describe
 from infra.config.nodes import GpuPoolConfig, SystemNodesConfig
-from infra.config.secrets import offline_secrets, secret_problems
+from infra.config.secrets import SECRET_KEYS, is_unset_secret, offline_secrets, secret_problems
 from infra.config.stack_files import PROJECT, PROVIDER_NAMESPACES, REGION_KEY, WORKLOAD_KEYS
 
 # The model, its parts and its error: what the program, the tools and the tests import from here.
@@ -91,6 +92,9 @@ class PlatformConfig(ConfigModel):
     public_access_cidrs: list[str] = Field(default_factory=list)
     # `pulumi up` runs inside the VPC (a CI runner or bastion there): a private-only endpoint is usable.
     deploy_from_vpc: bool = False
+    # Where that runner is (its subnet's CIDR, inside the VPC or a network peered with it): the cluster's
+    # security group admits 443 from here, or the runner cannot reach the private endpoint.
+    deployer_cidrs: list[str] = Field(default_factory=list)
     admin_principal_arns: list[str] = Field(default_factory=list)
     system_nodes: SystemNodesConfig = Field(default_factory=SystemNodesConfig)
     gpu_pools: list[GpuPoolConfig] = Field(default_factory=list)
@@ -148,6 +152,7 @@ class PlatformConfig(ConfigModel):
             )
         self._check_network()
         self._check_endpoint()
+        self._check_deployer_cidrs()
         if self.log_retention_days and self.log_retention_days not in LOG_RETENTION_DAYS:
             raise Invalid(
                 "logRetentionDays",
@@ -257,6 +262,27 @@ class PlatformConfig(ConfigModel):
                         )
                 seen.append((f"{key}[{i}]", net))
 
+    def _check_deployer_cidrs(self) -> None:
+        if self.deploy_from_vpc and not self.deployer_cidrs:
+            raise Invalid(
+                "deployerCidrs",
+                [],
+                "the CIDR of the subnet the runner lives in (inside vpcCidr or a peered network)",
+                reason="with deployFromVpc true the runner reaches the API through the private endpoint "
+                "only, whose security group admits nothing else",
+            )
+        if self.deployer_cidrs and not self.deploy_from_vpc:
+            raise Invalid("deployerCidrs", self.deployer_cidrs, "[] when deployFromVpc is false")
+        for i, value in enumerate(self.deployer_cidrs):
+            net = _cidr(f"deployerCidrs[{i}]", value)
+            if "/" not in value or not net.is_private:
+                raise Invalid(
+                    f"deployerCidrs[{i}]",
+                    value,
+                    "a private network in CIDR notation (e.g. 10.30.0.0/19, a private subnet of the VPC)",
+                    reason="the private endpoint is reached from inside the VPC or a peered network",
+                )
+
     def _check_endpoint(self) -> None:
         if self.endpoint_public_access and not self.public_access_cidrs:
             raise Invalid(
@@ -286,27 +312,56 @@ class PlatformConfig(ConfigModel):
                 reason=problem,
             )
 
-    def check_deployable(self, caller_arn: str | None = None) -> None:
+    def check_deployable(
+        self, caller_arn: str | None = None, creator_arn: str | None = None, *, first_deploy: bool = False
+    ) -> None:
         """Refuse a config `pulumi up` cannot carry out from where it runs: a private-only endpoint
-        with the deployer outside the VPC, or an admin entry for the deploying identity `caller_arn`
-        (EKS makes the creator cluster-admin already; a second access entry for it fails)."""
+        with the deployer outside the VPC, an admin entry for the cluster's creator `creator_arn` (EKS
+        makes the creator cluster-admin already; a second access entry for it fails), or a deploying
+        identity `caller_arn` that is neither the creator nor an admin (it could not install anything
+        into the cluster). The creator is the identity of the first deploy, recorded then
+        (infra/program.py); on the first deploy it is the caller. `first_deploy`: the stack has never been
+        updated, so the VPC a deploy-from-VPC runner would live in does not exist yet."""
+        creator_arn = creator_arn or caller_arn
         problems = []
+        if self.deploy_from_vpc and first_deploy:
+            problems.append(
+                f"{PROJECT}:deployFromVpc: true on the stack's first deploy, which creates the VPC the "
+                "runner would live in, so no runner can be there yet; allowed: deploy first with "
+                "endpointPublicAccess true and publicAccessCidrs (your egress), put the runner in a private "
+                "subnet (stack output private_subnet_ids), then set deployFromVpc true, deployerCidrs to its "
+                "subnet's CIDR and endpointPublicAccess false, and run the update from the runner"
+            )
         if not self.endpoint_public_access and not self.deploy_from_vpc:
             problems.append(
                 f"{PROJECT}:endpointPublicAccess: {PRIVATE_ONLY_REASON}; got endpointPublicAccess false "
                 "and deployFromVpc false; allowed: endpointPublicAccess true with publicAccessCidrs "
                 "(the deployer's egress CIDRs), or deployFromVpc true when pulumi runs inside the VPC"
             )
-        for i in creator_conflicts(self.admin_principal_arns, caller_arn or ""):
+        for i in creator_conflicts(self.admin_principal_arns, creator_arn or ""):
             problems.append(
-                f"{PROJECT}:adminPrincipalArns[{i}]: {self.admin_principal_arns[i]!r} is the identity "
-                f"running pulumi ({caller_arn}); EKS already gives the cluster creator cluster-admin "
+                f"{PROJECT}:adminPrincipalArns[{i}]: {self.admin_principal_arns[i]!r} is the cluster's "
+                f"creator ({creator_arn}); EKS already gives the cluster creator cluster-admin "
                 "(pulumi-eks sets bootstrapClusterCreatorAdminPermissions: true), so a second access entry "
                 "for it fails with ResourceInUseException; allowed: remove it from adminPrincipalArns "
-                "(the creator stays admin) or deploy as another identity"
+                "(the creator stays admin) or create the cluster as another identity"
+            )
+        admins = self.admin_principal_arns
+        if caller_arn and creator_arn and not has_cluster_access(caller_arn, creator_arn, admins):
+            problems.append(
+                f"{PROJECT}:adminPrincipalArns: the identity running pulumi ({caller_arn}) is neither the "
+                f"cluster's creator ({creator_arn}, recorded at the first deploy) nor listed, so it cannot "
+                "install the Helm releases and custom resources; allowed: add its role to adminPrincipalArns "
+                "in an update run by the creator or a listed admin, then deploy as it"
             )
         if problems:
             raise ConfigError(problems)
+
+    @property
+    def node_monitoring_agent(self) -> bool:
+        """Whether the EKS node monitoring agent (and its DCGM host engine) runs: GPU faults are what it
+        is here for, so a stack without GPU pools goes without it."""
+        return self.addons.node_health.monitoring_agent and bool(self.gpu_pools)
 
     @property
     def log_retention(self) -> int:
@@ -338,7 +393,11 @@ class PlatformConfig(ConfigModel):
         problems += secret_problems(values, decrypted=decrypted)
         if problems:
             raise ConfigError(problems)
-        values = offline_secrets(values)
+        values = {
+            k: v
+            for k, v in offline_secrets(values).items()
+            if not (k.removeprefix(f"{PROJECT}:") in SECRET_KEYS and is_unset_secret(v))
+        }
         ours = {
             k.split(":", 1)[1]: v
             for k, v in values.items()

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from infra.config.errors import ConfigError
 from infra.config.placeholders import placeholder_problems
 from infra.config.platform import PlatformConfig
-from infra.config.secrets import SECRET_KEYS, is_secure, secret_problems
+from infra.config.secrets import SECRET_KEYS, is_secure, is_unset_secret, secret_problems
 from infra.config.stack_files import PROJECT
 
 
@@ -33,8 +33,14 @@ def read_platform_config() -> PlatformConfig:
     if not offline:
         for name in SECRET_KEYS:
             key = f"{PROJECT}:{name}"
+            if runtime_config.is_config_secret(key):
+                continue
+            # Pulumi.yaml's `default: ""` arrives as a plain "" for every stack that does not set the key
+            # (the CLI merges project defaults in: infra/config/project_config.py): not set, not a leak.
+            if is_unset_secret(values.get(key)):
+                values.pop(key, None)
             # The engine decrypts only what the stack file encrypts: a plaintext secret is in git.
-            if isinstance(values.get(key), str) and not runtime_config.is_config_secret(key):
+            elif isinstance(values.get(key), str):
                 raise ConfigError(secret_problems({key: values[key]}, decrypted=False))
     config = PlatformConfig.from_mapping(values, decrypted=not offline)
     check_placeholders(values, offline=offline)

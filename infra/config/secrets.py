@@ -19,12 +19,19 @@ def is_secure(value: Any) -> bool:
     return isinstance(value, Mapping) and set(value) == {"secure"} and isinstance(value["secure"], str)
 
 
+def is_unset_secret(value: Any) -> bool:
+    """Pulumi.yaml declares `default: ""` for each secret (a key without a default is required in every
+    stack), so "" is how an unset secret arrives from the CLI; it means "not set" (a generated password,
+    no receiver), never a plaintext secret."""
+    return value is None or value == ""
+
+
 def secret_problems(values: Mapping[str, Any], *, decrypted: bool) -> list[str]:
     """A secret written in plaintext into a stack file ends up in git; Pulumi writes `{secure: ...}`."""
     problems = []
     for name in SECRET_KEYS:
         value = values.get(f"{PROJECT}:{name}")
-        if value is None or decrypted or is_secure(value):
+        if is_unset_secret(value) or decrypted or is_secure(value):
             continue
         problems.append(
             f"{PROJECT}:{name}: a plaintext secret in the stack file (got {'*' * 8}); allowed: an "

@@ -36,6 +36,7 @@ import json
 
 import pulumi
 import pulumi_aws as aws
+import pulumi_command as command
 import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
@@ -48,6 +49,23 @@ LOG_TYPES = ["api", "audit", "authenticator", "controllerManager", "scheduler"]
 # EKS's own default service CIDR, set explicitly because custom-AMI nodes are told it at bootstrap.
 SERVICE_CIDR = "172.20.0.0/16"
 EBS_CSI_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
+GP3 = "gp3"  # the default StorageClass, on the EBS CSI driver
+# How long `pulumi destroy` waits for the driver to delete the class's volumes (each takes seconds).
+VOLUME_WAIT = "15m"
+# Run by `pulumi destroy` (pulumi-command's local Command, on the deployer's machine, with kubectl and the
+# AWS CLI the README's prerequisites list): every PV of the class, until the driver has deleted it.
+VOLUMES_RELEASED_SCRIPT = r"""set -eu
+kubeconfig=$(mktemp)
+trap 'rm -f "$kubeconfig"' EXIT
+printf '%s' "$KUBECONFIG_JSON" > "$kubeconfig"
+export KUBECONFIG="$kubeconfig"
+of_class="{range .items[?(@.spec.storageClassName==\"$STORAGE_CLASS\")]}{.metadata.name}{' '}{end}"
+volumes=$(kubectl get pv -o "jsonpath=$of_class")
+if [ -n "$volumes" ]; then
+  echo "waiting up to $TIMEOUT for the EBS CSI driver to delete: $volumes"
+  kubectl wait --for=delete --timeout="$TIMEOUT" pv $volumes
+fi
+"""
 # The VPC CNI's service account (the vpc-cni add-on's DaemonSet aws-node runs as it).
 VPC_CNI_SERVICE_ACCOUNT = "aws-node"
 # No AmazonEKS_CNI_Policy: the VPC CNI has its own Pod Identity role (module docstring).
@@ -84,6 +102,8 @@ class ClusterArgs(ComponentArgs):
     public_access_cidrs: list[str]
     # Recorded on the cluster as a tag, so the policy pack sees why a private-only prod API is legal.
     deploy_from_vpc: bool = False
+    # Where a deploy-from-VPC runner lives: 443 on the cluster security group is opened to these.
+    deployer_cidrs: list[str] = []
     admin_principal_arns: list[str]
     region: str
     account_id: pulumi.Output[str] | str
@@ -191,6 +211,22 @@ class Cluster(pulumi.ComponentResource):
         self.info = aws.eks.get_cluster_output(
             name=args.cluster_name, opts=pulumi.InvokeOutputOptions(parent=self, depends_on=[self.eks])
         )
+        # The private endpoint's ENIs carry the EKS cluster security group, which admits the nodes only: a
+        # runner in its own subnet (deployFromVpc) reaches the API through a rule for its CIDR.
+        self.api_access: list[pulumi.Resource] = [
+            aws.ec2.SecurityGroupRule(
+                f"{name}-deployer-{i}",
+                type="ingress",
+                protocol="tcp",
+                from_port=443,
+                to_port=443,
+                cidr_blocks=[cidr],
+                security_group_id=self.info.vpc_config.cluster_security_group_id,
+                description="pulumi up from a runner inside the VPC (deployerCidrs)",
+                opts=child,
+            )
+            for i, cidr in enumerate(args.deployer_cidrs)
+        ]
         self.k8s_provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig_json, opts=child)
         self.arn: pulumi.Output[str] = pulumi.Output.all(self.name, args.account_id).apply(
             lambda v: pod_identity.cluster_arn(
@@ -256,6 +292,8 @@ class ManagedAddonsArgs(ComponentArgs):
     k8s_provider: k8s.Provider
     # The EKS node monitoring agent (infra/addons/node_health.py): node conditions for GPU and other faults.
     node_monitoring_agent: bool = False
+    # The cluster's kubeconfig (a secret): `pulumi destroy` waits through it for the EBS volumes to go.
+    kubeconfig: pulumi.Output[str]
     tags: dict[str, str]
 
 
@@ -316,7 +354,7 @@ class ManagedAddons(pulumi.ComponentResource):
         self.storage_class = k8s.storage.v1.StorageClass(
             f"{name}-gp3",
             metadata=k8s.meta.v1.ObjectMetaArgs(
-                name="gp3", annotations={"storageclass.kubernetes.io/is-default-class": "true"}
+                name=GP3, annotations={"storageclass.kubernetes.io/is-default-class": "true"}
             ),
             provisioner="ebs.csi.aws.com",
             parameters={"type": "gp3", "encrypted": "true", "fsType": "ext4"},
@@ -324,5 +362,17 @@ class ManagedAddons(pulumi.ComponentResource):
             allow_volume_expansion=True,
             reclaim_policy="Delete",
             opts=pulumi.ResourceOptions(parent=self, provider=args.k8s_provider, depends_on=[ebs]),
+        )
+        # `pulumi destroy` deletes what depends on the add-ons first (the releases and their namespaces, so
+        # their PVCs), then the add-ons. A deleted PVC's EBS volume is deleted afterwards, asynchronously, by
+        # the driver's controller (external-provisioner; the class's reclaimPolicy is Delete): removed
+        # before that, the driver leaves the volumes behind, billed. This command's delete runs between the
+        # two (it depends on the driver, everything else on the add-ons component) and waits for them.
+        command.local.Command(
+            f"{name}-ebs-volumes-released",
+            create="true",
+            delete=VOLUMES_RELEASED_SCRIPT,
+            environment={"KUBECONFIG_JSON": args.kubeconfig, "STORAGE_CLASS": GP3, "TIMEOUT": VOLUME_WAIT},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[ebs, self.storage_class]),
         )
         self.register_outputs({"storage_class": self.storage_class.metadata.name})

@@ -20,6 +20,7 @@ import pulumi_aws as aws
 
 from infra.component_args import ComponentArgs
 from infra.platform.keys import flow_log_group_name
+from infra.platform.registries import endpoint_buckets
 
 
 class NetworkArgs(ComponentArgs):
@@ -216,14 +217,14 @@ def s3_endpoint_policy(
 ) -> dict[str, Any]:
     """What may pass the S3 gateway endpoint: the platform's buckets (owned by this account: a bucket of
     the same name pattern in another account is refused), the configured extra buckets, and read-only the
-    AWS-owned buckets a node reads: ECR image layers (ECR User Guide, "Amazon ECR interface VPC endpoints",
-    `prod-<region>-starport-layer-bucket`), the Amazon Linux 2023 package repositories
-    (`al2023-repos-<region>-*`) and SSM Agent's buckets (Systems Manager User Guide, "SSM Agent
-    communications with AWS managed S3 buckets")."""
+    buckets a node reads: the image registries' layer buckets in the region (infra/platform/registries.py:
+    ECR's `prod-<region>-starport-layer-bucket`, registry.k8s.io's `prod-registry-k8s-io-<region>`, Quay's
+    in us-east-1), the Amazon Linux 2023 package repositories (`al2023-repos-<region>-*`) and SSM Agent's
+    buckets (Systems Manager User Guide, "SSM Agent communications with AWS managed S3 buckets")."""
     s3 = f"arn:{partition}:s3:::"
     platform = f"{s3}{platform_bucket_prefix}*"
     aws_owned = [
-        f"prod-{region}-starport-layer-bucket",
+        *endpoint_buckets(region),
         f"al2023-repos-{region}-*",
         f"aws-ssm-{region}",
         f"aws-windows-downloads-{region}",

@@ -2,7 +2,8 @@
 
 The bucket is private, versioned, encrypted with the stack's KMS key (infra/platform/keys.py) and reachable
 only over TLS; its objects (and their listing) only by the cluster's pod roles (IAM path
-`/mlops-eks/<cluster>/`, infra/platform/pod_identity.py), the cluster admins and the deploying identity. The
+`/mlops-eks/<cluster>/`, infra/platform/pod_identity.py), the cluster admins and the cluster's creator
+(infra/platform/creator.py: recorded at the first deploy, so a later deployer does not take its place). The
 bucket's own configuration stays governed by IAM, so a new deployer is never locked out of it. Old
 checkpoint versions expire. Repositories scan on push, refuse tag overwrites (a tag names one
 image forever) and keep the last N images.

@@ -7,23 +7,31 @@ priced on demand even when Spot: an upper bound. Data transfer, EBS, S3, CloudWa
 
 from __future__ import annotations
 
+from datetime import date
+
 from infra.accelerators import (
     EKS_CONTROL_PLANE_USD_PER_HOUR,
+    EKS_EXTENDED_SUPPORT_USD_PER_HOUR,
     NAT_GATEWAY_USD_PER_HOUR,
     PRICE_REGION,
     PRICES_READ,
     SYSTEM_INSTANCE_USD_PER_HOUR,
 )
+from infra.config.cluster_rules import in_extended_support
 from infra.config.platform import PlatformConfig
 
 
-def idle_cost_lines(config: PlatformConfig) -> list[tuple[str, float]]:
-    """(item, USD per hour) for each idle cost of the stack."""
+def idle_cost_lines(config: PlatformConfig, today: date | None = None) -> list[tuple[str, float]]:
+    """(item, USD per hour) for each idle cost of the stack, at the control-plane rate of `today`."""
     nats = 1 if config.nat_gateways == "single" else config.availability_zone_count
     system = config.system_nodes
     system_type = system.instance_types[0]
+    extended = in_extended_support(config.kubernetes_version, today or date.today())
     lines = [
-        ("EKS control plane", EKS_CONTROL_PLANE_USD_PER_HOUR),
+        (
+            "EKS control plane (extended support)" if extended else "EKS control plane",
+            EKS_EXTENDED_SUPPORT_USD_PER_HOUR if extended else EKS_CONTROL_PLANE_USD_PER_HOUR,
+        ),
         (f"NAT gateways ({nats})", nats * NAT_GATEWAY_USD_PER_HOUR),
         (
             f"system nodes ({system.desired} x {system_type})",

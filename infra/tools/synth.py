@@ -40,52 +40,68 @@ def _kubeconfig(cluster_name: str) -> dict:
 
 
 class PlatformMocks(pulumi.runtime.Mocks):
-    def __init__(self, region: str):
+    """`account_id` and `caller_arn`: whose account the outputs (ARNs, ECR URLs) name and who runs
+    `pulumi up` (the rehearsal passes a user's; synth keeps the documentation account)."""
+
+    # Outputs a provider returns as secrets (pulumi-eks's kubeconfig): the mock and the rehearsal's
+    # monitor (infra/tools/engine.py) mark them alike, so what reads them sees them masked.
+    SECRET_OUTPUTS = frozenset({"kubeconfigJson"})
+
+    def __init__(
+        self,
+        region: str,
+        account_id: str = ACCOUNT_ID,
+        caller_arn: str | None = None,
+        previous_outputs: Mapping[str, Any] | None = None,
+    ):
         self.region = region
+        self.account_id = account_id
+        self.caller_arn = caller_arn or f"arn:aws:iam::{account_id}:user/mock"
+        # What a StackReference reads (the stack's own last update: none before its first deploy).
+        self.previous_outputs = dict(previous_outputs or {})
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict]:
-        name, inputs = args.name, dict(args.inputs)
-        arn = f"arn:aws:mock:{self.region}:{ACCOUNT_ID}:{name}"
+        id_, state = self.created(args.typ, args.name, dict(args.inputs))
+        secrets = {k: pulumi.Output.secret(v) for k, v in state.items() if k in self.SECRET_OUTPUTS}
+        return id_, {**state, **secrets}
+
+    def created(self, typ: str, name: str, inputs: dict) -> tuple[str, dict]:
+        """The id and state a create returns: the inputs and the outputs AWS (or pulumi-eks) computes."""
+        account, region = self.account_id, self.region
+        arn = f"arn:aws:mock:{region}:{account}:{name}"
         outputs: dict[str, Any] = {"arn": arn, "name": inputs.get("name", name)}
-        if args.typ == "eks:index:Cluster":
+        if typ == "eks:index:Cluster":
             cluster_name = inputs.get("name", name)
-            issuer = f"oidc.eks.{self.region}.amazonaws.com/id/MOCK{cluster_name.upper()}"
+            issuer = f"oidc.eks.{region}.amazonaws.com/id/MOCK{cluster_name.upper()}"
             outputs = {
                 "kubeconfig": _kubeconfig(cluster_name),
-                # pulumi-eks returns the kubeconfig as a secret: so does the mock, so synth masks it.
-                "kubeconfigJson": pulumi.Output.secret(json.dumps(_kubeconfig(cluster_name))),
-                "oidcProviderArn": f"arn:aws:iam::{ACCOUNT_ID}:oidc-provider/{issuer}",
+                "kubeconfigJson": json.dumps(_kubeconfig(cluster_name)),
+                "oidcProviderArn": f"arn:aws:iam::{account}:oidc-provider/{issuer}",
                 "oidcProviderUrl": issuer,
                 "clusterSecurityGroupId": "sg-0cluster",
                 "nodeSecurityGroupId": "sg-0node",
             }
-        elif args.typ == "aws:iam/role:Role":
-            outputs = {"arn": f"arn:aws:iam::{ACCOUNT_ID}:role/{name}", "name": name}
-        elif args.typ == "aws:kms/key:Key":
-            outputs = {"arn": f"arn:aws:kms:{self.region}:{ACCOUNT_ID}:key/{name}", "keyId": f"{name}-key-id"}
-        elif args.typ == "aws:s3/bucket:Bucket":
+        elif typ == "aws:iam/role:Role":
+            outputs = {"arn": f"arn:aws:iam::{account}:role/{name}", "name": name}
+        elif typ == "aws:kms/key:Key":
+            outputs = {"arn": f"arn:aws:kms:{region}:{account}:key/{name}", "keyId": f"{name}-key-id"}
+        elif typ == "aws:s3/bucket:Bucket":
             bucket = inputs.get("bucket") or f"{inputs.get('bucketPrefix', name)}mock"
             outputs = {"bucket": bucket, "arn": f"arn:aws:s3:::{bucket}"}
-        elif args.typ == "aws:cloudwatch/logGroup:LogGroup":
-            outputs = {"arn": f"arn:aws:logs:{self.region}:{ACCOUNT_ID}:log-group:{inputs['name']}"}
-        elif args.typ == "aws:ecr/repository:Repository":
+        elif typ == "aws:cloudwatch/logGroup:LogGroup":
+            outputs = {"arn": f"arn:aws:logs:{region}:{account}:log-group:{inputs['name']}"}
+        elif typ == "aws:ecr/repository:Repository":
             repo = inputs.get("name", name)
-            outputs = {
-                "repositoryUrl": f"{ACCOUNT_ID}.dkr.ecr.{self.region}.amazonaws.com/{repo}",
-                "arn": arn,
-            }
-        elif args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
+            outputs = {"repositoryUrl": f"{account}.dkr.ecr.{region}.amazonaws.com/{repo}", "arn": arn}
+        elif typ == "aws:ec2/launchTemplate:LaunchTemplate":
             outputs = {"latestVersion": 1, "arn": arn}
+        elif typ == "pulumi:pulumi:StackReference":
+            outputs = {"outputs": self.previous_outputs, "secretOutputNames": []}
         return f"{name}-id", {**inputs, **outputs}
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> dict:  # type: ignore[override]  # a dict is accepted
         if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
-            return {
-                "accountId": ACCOUNT_ID,
-                "arn": f"arn:aws:iam::{ACCOUNT_ID}:user/mock",
-                "userId": "MOCK",
-                "id": "x",
-            }
+            return {"accountId": self.account_id, "arn": self.caller_arn, "userId": "MOCK", "id": "x"}
         if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
             names = [f"{self.region}{letter}" for letter in "abcd"]
             return {"names": names, "zoneIds": names, "id": self.region}
@@ -198,16 +214,20 @@ def engine_config(values: Mapping[str, Any]) -> dict[str, str]:
 
 
 def synth(
-    stack: str, values: dict[str, Any], monitor_type: type[RecordingMonitor] | None = None
+    stack: str,
+    values: dict[str, Any],
+    monitor_type: type[RecordingMonitor] | None = None,
+    previous_outputs: Mapping[str, Any] | None = None,
 ) -> tuple[PlatformConfig, list[Registered], dict[str, Any]]:
     """Run the real platform program for `stack` under mocks. Raises ConfigError on invalid config.
-    `monitor_type`: a RecordingMonitor subclass that keeps more of each registration (tests). Leaves an
+    `monitor_type`: a RecordingMonitor subclass that keeps more of each registration (tests).
+    `previous_outputs`: the stack's outputs from an earlier update (default: its first deploy). Leaves an
     empty config and a fresh event loop behind, so a caller that synthesizes again (tests) starts clean."""
     from infra.program import program
 
     config = PlatformConfig.from_mapping(values)  # fail with the config message before any mock runs
     config.check_deployable()
-    mocks = PlatformMocks(config.region)
+    mocks = PlatformMocks(config.region, previous_outputs=previous_outputs)
     monitor = (monitor_type or RecordingMonitor)(mocks)
     pulumi.runtime.set_all_config(engine_config(values))
     install_mocks(mocks, stack, monitor)

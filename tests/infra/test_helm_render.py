@@ -174,3 +174,29 @@ def test_charts_see_the_clusters_kubernetes_version_not_the_librarys(tmp_path):
     release = HelmRelease("probe", "probe", "0.1.0", "default", {})
     (cm,) = helm_render.objects(helm_render.render(release, "1.34", package=chart))
     assert cm["data"] == {"kube": "v1.34.0"}
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_one_dcgm_host_engine_per_gpu_node_the_exporter_uses_the_agents(rendered, stack, dev, prod):
+    """The node monitoring agent's dcgm-server (hostPort 5555) runs on every GPU node of a stack with GPU
+    pools; the exporter, as its chart renders it, connects to that engine on its own node instead of starting
+    a second one that would contend for the profiling module (infra/addons/gpu.py)."""
+    from infra.addons.gpu import NODE_HOST_ENGINE_PORT
+
+    agent = {"dev": dev, "prod": prod}[stack].one("aws:eks/addon:Addon", "addons-eks-node-monitoring-agent")
+    assert agent.inputs["addonName"] == "eks-node-monitoring-agent"
+    (daemonset,) = [o for name, o in rendered[stack].of_kind("DaemonSet") if name == "dcgm-exporter"]
+    (exporter,) = daemonset["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in exporter["env"]}
+    names = [e["name"] for e in exporter["env"]]
+    assert env["NODE_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
+    assert env["DCGM_REMOTE_HOSTENGINE_INFO"]["value"] == f"$(NODE_IP):{NODE_HOST_ENGINE_PORT}"
+    assert names.index("NODE_IP") < names.index("DCGM_REMOTE_HOSTENGINE_INFO")  # expanded in order
+    # Profiling stays on: the counters file the chart passes collects the field Kubecost reads.
+    assert exporter["args"][:2] == ["-f", "/etc/dcgm-exporter/default-counters.csv"]
+
+
+def test_without_the_agent_the_exporter_keeps_its_own_engine():
+    from infra.addons.gpu import dcgm_exporter_values
+
+    assert "extraEnv" not in dcgm_exporter_values(service_monitor=True, node_host_engine=False)

@@ -138,3 +138,42 @@ def test_eks_addons_with_pods_wait_for_the_system_nodes_and_the_pod_identity_age
         assert depends_on(graph, addons[name], system.urn), f"{name} is created before any node"
     assert depends_on(graph, system, addons["eks-pod-identity-agent"].urn)
     assert not depends_on(graph, addons["eks-pod-identity-agent"], system.urn)
+
+
+def test_destroy_waits_for_the_ebs_volumes_before_the_csi_driver_goes(graph):
+    """`pulumi destroy` deletes in reverse dependency order: every release and namespace (and so every PVC)
+    before the command that waits for the volumes, and that command before the driver's add-on."""
+    (wait,) = [n for n in graph if n.name.endswith("ebs-volumes-released")]
+    assert wait.type == "command:local:Command"
+    addons = [n for n in graph if n.type == "aws:eks/addon:Addon"]
+    (driver,) = [n for n in addons if n.inputs["addonName"] == "aws-ebs-csi-driver"]
+    assert depends_on(graph, wait, driver.urn)
+    holders = [n for n in graph if n.type in (RELEASE, "kubernetes:core/v1:Namespace")]
+    assert holders
+    early = [f"{n.type} {n.name}" for n in holders if not depends_on(graph, n, wait.urn)]
+    assert early == [], f"destroyed after the wait, so their volumes may outlive the driver: {early}"
+
+
+def test_the_wait_script_waits_for_every_volume_of_the_class_and_nothing_else(tmp_path):
+    """The delete command as the deployer's shell runs it, with a kubectl that answers like the API."""
+    import os
+    import subprocess
+
+    from infra.platform.cluster import GP3, VOLUMES_RELEASED_SCRIPT
+
+    calls = tmp_path / "calls"
+    kubectl = tmp_path / "kubectl"
+    kubectl.write_text(
+        "#!/bin/sh\n"
+        f'echo "$KUBECONFIG|$(cat "$KUBECONFIG")|$*" >> {calls}\n'
+        'case "$1" in get) printf "pvc-a pvc-b ";; esac\n'
+    )
+    kubectl.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "KUBECONFIG_JSON": '{"kind":"Config"}',
+           "STORAGE_CLASS": GP3, "TIMEOUT": "15m"}  # fmt: skip
+    done = subprocess.run(["sh", "-c", VOLUMES_RELEASED_SCRIPT], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    get, wait = calls.read_text().splitlines()
+    assert '{"kind":"Config"}' in get and 'storageClassName=="gp3"' in get
+    assert wait.endswith("wait --for=delete --timeout=15m pv pvc-a pvc-b")
+    assert not os.path.exists(get.split("|")[0]), "the kubeconfig copy is left on disk"

@@ -19,7 +19,7 @@ EKS_AMI_TYPES = set(botocore.session.get_session().get_service_model("eks").shap
 CONTRACT_EXPORTS = {
     "cluster_name", "kubeconfig", "region", "oidc_provider_arn", "oidc_provider_url", "vpc_id",
     "private_subnet_ids", "public_subnet_ids", "bucket_name", "ecr_repository_urls", "node_role_arn",
-    "accelerator_pools",
+    "accelerator_pools", "cluster_creator_arn",
 }  # fmt: skip
 # Added by the cluster add-ons, same contract.
 ADDON_EXPORTS = {

@@ -224,6 +224,7 @@ def test_invalid_config_names_key_value_and_allowed(values, expected):
 
 # A dev stack with nothing else to refuse; prod also pins the Karpenter AMI, as prod must.
 DEV = {**BASE, "mlops-eks:environment": "dev"}
+FROM_VPC = {"mlops-eks:deployFromVpc": True, "mlops-eks:deployerCidrs": ["10.0.0.0/19"]}
 PINNED_AMI = {"mlops-eks:addons": {"karpenter": {"amiAlias": "al2023@v20260818"}}}
 
 
@@ -244,13 +245,58 @@ def test_public_endpoint_cidrs_dev_admits_an_office_block_prod_only_the_deployer
         assert "the whole internet" in error_of(cidrs(environment, "0.0.0.0/0"))
 
 
+@pytest.mark.parametrize("environment", ["dev", "prod"])
+def test_a_bare_ip_in_public_access_cidrs_is_refused_before_eks_refuses_it(environment):
+    values = {
+        **BASE,
+        **PINNED_AMI,
+        "mlops-eks:environment": environment,
+        "mlops-eks:endpointPublicAccess": True,
+        "mlops-eks:publicAccessCidrs": ["52.94.76.10"],
+    }
+    message = error_of(values)
+    assert "mlops-eks:publicAccessCidrs[0]" in message and "'52.94.76.10'" in message
+    assert "bare IP address" in message and "/32" in message
+    # The policy pack applies the same rule to the cluster it is shown.
+    from policy.core import Resource, evaluate
+    from policy.pack import RULES
+
+    cluster = {"endpointPublicAccess": True, "publicAccessCidrs": ["52.94.76.10"], "name": "c"}
+    findings = evaluate([Resource(type="eks:index:Cluster", name="c", inputs=cluster)], RULES, prod=True)
+    assert any("bare IP address" in f.message for f in findings), findings
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"mlops-eks:deployFromVpc": True}, "mlops-eks:deployerCidrs"),
+        ({"mlops-eks:deployerCidrs": ["10.0.0.0/19"]}, "[] when deployFromVpc is false"),
+        ({**FROM_VPC, "mlops-eks:deployerCidrs": ["52.94.76.0/24"]}, "a private network"),
+        ({**FROM_VPC, "mlops-eks:deployerCidrs": ["10.0.0.7"]}, "a private network"),
+    ],
+)
+def test_a_runner_inside_the_vpc_is_named_by_its_subnets_cidr(values, message):
+    assert message in error_of({**DEV, **values})
+
+
+def test_deploying_from_the_vpc_is_refused_on_the_first_deploy_that_creates_it():
+    config = PlatformConfig.from_mapping(
+        {**DEV, "mlops-eks:deployFromVpc": True, "mlops-eks:deployerCidrs": ["10.0.0.0/19"]}
+    )
+    config.check_deployable(first_deploy=False)
+    with pytest.raises(ConfigError) as e:
+        config.check_deployable(first_deploy=True)
+    assert "mlops-eks:deployFromVpc" in str(e.value) and "first deploy" in str(e.value)
+    assert "endpointPublicAccess true" in str(e.value)
+
+
 def test_private_only_endpoint_needs_the_deployer_inside_the_vpc():
     private = PlatformConfig.from_mapping(DEV)
     with pytest.raises(ConfigError) as e:
         private.check_deployable()
     assert "mlops-eks:endpointPublicAccess" in str(e.value) and "deployFromVpc true" in str(e.value)
     assert "installs the Helm releases" in str(e.value)
-    PlatformConfig.from_mapping({**DEV, "mlops-eks:deployFromVpc": True}).check_deployable()
+    PlatformConfig.from_mapping({**DEV, **FROM_VPC}).check_deployable()
     public = {"mlops-eks:endpointPublicAccess": True, "mlops-eks:publicAccessCidrs": ["198.51.100.7/32"]}
     PlatformConfig.from_mapping({**DEV, **public}).check_deployable()
 
@@ -277,7 +323,7 @@ ADMIN = "arn:aws:iam::123456789012:role/platform-admin"
 )
 def test_an_admin_entry_for_the_deploying_identity_is_refused(admin, caller, collides):
     config = PlatformConfig.from_mapping(
-        {**DEV, "mlops-eks:deployFromVpc": True, "mlops-eks:adminPrincipalArns": [admin]}
+        {**DEV, **FROM_VPC, "mlops-eks:adminPrincipalArns": [admin]}
     )
     if not collides:
         config.check_deployable(caller)

@@ -202,7 +202,7 @@ def test_deploying_as_an_admin_principal_fails_before_the_cluster_is_registered(
     def run():
         program()
 
-    with pytest.raises(Exception, match=r"adminPrincipalArns\[0\].*identity running pulumi"):
+    with pytest.raises(Exception, match=r"adminPrincipalArns\[0\].*cluster's creator"):
         run()
     assert not [r for r in monitor.registered if r.type == rules.CLUSTER]
 
@@ -212,8 +212,13 @@ def test_a_private_only_prod_deployed_from_the_vpc_passes_pulumi_eks_and_the_pro
 
     values = stack_config("prod")
     values = {k: v for k, v in values.items() if k != "mlops-eks:publicAccessCidrs"}
-    values |= {"mlops-eks:endpointPublicAccess": False, "mlops-eks:deployFromVpc": True}
-    _, registered, _ = synth("prod", values)
+    values |= {
+        "mlops-eks:endpointPublicAccess": False,
+        "mlops-eks:deployFromVpc": True,
+        "mlops-eks:deployerCidrs": ["10.30.0.0/19"],
+    }
+    # An update from a runner inside the VPC (the first deploy cannot be: tests/infra/test_rehearsal.py).
+    _, registered, _ = synth("prod", values, previous_outputs={"vpc_id": "vpc-0prod"})
     resources = [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in registered]
     assert rules.violations(resources) == []
     cluster = _one(resources, rules.CLUSTER)["inputs"]
@@ -223,6 +228,10 @@ def test_a_private_only_prod_deployed_from_the_vpc_passes_pulumi_eks_and_the_pro
     assert prod_endpoint.violations(rules.CLUSTER, cluster, prod=True) == []
     untagged = {k: v for k, v in cluster.items() if k != "clusterTags"}
     assert prod_endpoint.violations(rules.CLUSTER, untagged, prod=True)
+    # The runner's subnet reaches the private endpoint: 443 into the cluster security group, from it only.
+    (rule,) = [r["inputs"] for r in resources if r["type"] == "aws:ec2/securityGroupRule:SecurityGroupRule"]
+    assert (rule["type"], rule["fromPort"], rule["toPort"], rule["protocol"]) == ("ingress", 443, 443, "tcp")
+    assert rule["cidrBlocks"] == ["10.30.0.0/19"] and rule["securityGroupId"] == "sg-0cluster"
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])

@@ -116,3 +116,20 @@ def test_an_invoke_the_offline_mock_does_not_know_is_an_error_naming_it():
     unknown = pulumi.runtime.MockCallArgs(token="aws:ec2/getVpc:getVpc", args={}, provider="")
     with pytest.raises(NotImplementedError, match="no answer for invoke aws:ec2/getVpc:getVpc"):
         PlatformMocks("us-east-1").call(unknown)
+
+
+def test_a_version_past_standard_support_is_priced_and_announced_at_the_extended_support_rate():
+    from datetime import date
+
+    from infra.config.cluster_rules import extended_support_notice
+
+    values = {**stack_config("dev"), "mlops-eks:kubernetesVersion": "1.33"}
+    lines = dict(idle_cost_lines(PlatformConfig.from_mapping(values), today=date(2026, 11, 27)))
+    assert lines["EKS control plane (extended support)"] == 0.60
+    dev = PlatformConfig.from_mapping(stack_config("dev"))
+    current = dict(idle_cost_lines(dev, today=date(2026, 11, 27)))
+    assert current["EKS control plane"] == 0.10
+    notice = extended_support_notice("1.33", date(2026, 11, 27))
+    assert notice and "2026-07-29" in notice and "$0.60 per hour" in notice and "'1.35'" in notice
+    assert extended_support_notice("1.34", date(2026, 12, 2)) is None  # its last day of standard support
+    assert extended_support_notice("1.34", date(2026, 12, 3))

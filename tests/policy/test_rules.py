@@ -606,3 +606,23 @@ def test_a_policy_document_that_is_not_a_json_object_is_a_finding_not_a_pass(doc
     ):
         (message,) = RULE[rule].violations(type_, inputs)
         assert "policy document is" in message and "cannot be checked" in message
+
+
+@pytest.mark.parametrize(
+    ("value", "placeholder"),
+    [
+        ("0.0.0.0/0", False),  # every route table's default route, every job NetworkPolicy's egress
+        ("192.0.0.0/16", False),  # contains TEST-NET-1 but is a real network
+        ("10.0.0.0/8", False),
+        ("192.0.2.0/24", True),
+        ("198.51.100.7/32", True),
+        ("203.0.113.128/25", True),
+    ],
+)
+def test_a_network_is_a_placeholder_only_inside_a_documentation_range(value, placeholder):
+    from infra.config.placeholders import placeholder_problem
+
+    assert (placeholder_problem(value) is not None) == placeholder
+    route = {"routes": [{"cidrBlock": value, "natGatewayId": "nat-1"}]}
+    findings = evaluate([Resource(type="aws:ec2/routeTable:RouteTable", name="rt", inputs=route)], RULES)
+    assert any(f.rule == "no-documentation-placeholders" for f in findings) == placeholder

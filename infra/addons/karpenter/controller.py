@@ -13,6 +13,7 @@ the release depends on the cluster and its node groups, so it goes before them.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -67,6 +68,23 @@ class KarpenterArgs(ComponentArgs):
     node_repair: bool = False
     gpu_check: bool = False
     tags: dict[str, str] = {}
+
+
+# After the grace period: the instances' termination and Karpenter's finalizer on the NodeClaims.
+NODE_TERMINATION_MARGIN_MINUTES = 15
+_DURATION = re.compile(r"(\d+)(h|m|s)")
+
+
+def delete_timeout(node_pool: dict[str, Any]) -> str:
+    """How long `pulumi destroy` waits for a NodePool to go. Deleting it makes Karpenter drain and terminate
+    its nodes first (its termination finalizer); a pod there gets the pool's terminationGracePeriod, where
+    the pool sets one, before it is deleted. GPU pools set none, so their training pods
+    (`karpenter.sh/do-not-disrupt`) are never evicted: the destroy then fails after the margin, naming the
+    NodePool, and the README's teardown deletes the workload stacks first. The pool's grace (where set)
+    plus the margin, in minutes."""
+    grace = node_pool["spec"]["template"]["spec"].get("terminationGracePeriod") or "0s"
+    seconds = sum(int(n) * {"h": 3600, "m": 60, "s": 1}[unit] for n, unit in _DURATION.findall(grace))
+    return f"{-(-seconds // 60) + NODE_TERMINATION_MARGIN_MINUTES}m"
 
 
 def karpenter_values(
@@ -288,10 +306,13 @@ class Karpenter(pulumi.ComponentResource):
         for body in pool_bodies:
             pool_name = body["metadata"]["name"]
             node_class_ref = self.node_classes[body["spec"]["template"]["spec"]["nodeClassRef"]["name"]]
+            timeouts = pulumi.CustomTimeouts(delete=delete_timeout(body))
             self.node_pools[pool_name] = custom_resource(
                 f"{name}-pool-{pool_name}",
                 body,
-                pulumi.ResourceOptions.merge(cr_opts, pulumi.ResourceOptions(depends_on=[node_class_ref])),
+                pulumi.ResourceOptions.merge(
+                    cr_opts, pulumi.ResourceOptions(depends_on=[node_class_ref], custom_timeouts=timeouts)
+                ),
             )
 
         self.register_outputs(

@@ -1,0 +1,196 @@
+"""The config a Pulumi program receives: the stack file's values with Pulumi.yaml's `config:` merged in, as
+the CLI merges them before every preview and update. A port of pulumi/pulumi pkg/workspace/config.go
+(`mergeConfig`, `createConfigValue`, `validateStackConfigValues`; commit 1b59498, 2026-08) and of the
+stack-file loading it relies on (sdk/go/common/workspace/project.go: a key without a namespace is the
+project's). Environments (ESC, a stack file's `environment:`) are not ported: this project uses none, and
+`merge_config` refuses a stack file that names one instead of ignoring it.
+
+Values come out as the engine hands them to the language host (RunRequest.config, then PULUMI_CONFIG):
+strings as written, booleans "true"/"false", numbers as digits, lists and objects as JSON, and secrets
+decrypted, their keys listed apart (PULUMI_CONFIG_SECRET_KEYS). Pure: no Pulumi import.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from infra.config.secrets import is_secure
+
+
+class ProjectConfigError(ValueError):
+    """What the CLI would print before running the program (the Go error text)."""
+
+
+@dataclass(frozen=True)
+class ConfigValue:
+    """config.Value: the string the engine passes, whether it is JSON (`object`), whether it is secret."""
+
+    value: str
+    object: bool = False
+    secure: bool = False
+
+
+@dataclass(frozen=True)
+class ProjectConfigType:
+    """workspace.ProjectConfigType: one entry of Pulumi.yaml's `config:`."""
+
+    type: str | None = None
+    items: Mapping[str, Any] | None = None
+    default: Any = None
+    has_default: bool = False
+    value: Any = None
+    has_value: bool = False
+    secret: bool = False
+
+
+@dataclass
+class MergedConfig:
+    """What the engine hands the program: every key (namespace:name) with its string, and the secret keys."""
+
+    values: dict[str, str] = field(default_factory=dict)
+    secret_keys: list[str] = field(default_factory=list)
+
+
+def parse_key(project: str, key: str) -> str:
+    """parseConfigKey: a key without a namespace belongs to the project."""
+    return key if ":" in key else f"{project}:{key}"
+
+
+def _primitive(value: Any) -> bool:
+    """isPrimitiveValue (string, int, bool) or isArray: what Pulumi.yaml may write as a bare value."""
+    return isinstance(value, str | int | bool | list)
+
+
+def project_config_types(project: Mapping[str, Any]) -> dict[str, ProjectConfigType]:
+    """Pulumi.yaml's `config:`, shorthand rewritten as RewriteShorthandConfigValues rewrites it: a bare
+    primitive or array under a project key is that key's default, under another namespace its value. A
+    map is a declaration (type, items, default, value, secret); an absent or null default or value is
+    none (the Go code tests `!= nil`)."""
+    name = str(project["name"])
+    types = {}
+    for key, decl in (project.get("config") or {}).items():
+        if _primitive(decl):
+            own = ":" not in key or key.startswith(f"{name}:")
+            decl = {"default": decl} if own else {"value": decl}
+        decl = decl if isinstance(decl, Mapping) else {}
+        types[key] = ProjectConfigType(
+            type=decl.get("type"),
+            items=decl.get("items"),
+            default=decl.get("default"),
+            has_default=decl.get("default") is not None,
+            value=decl.get("value"),
+            has_value=decl.get("value") is not None,
+            secret=bool(decl.get("secret")),
+        )
+    return types
+
+
+def config_value(raw: Any, decrypt: Callable[[str], str] | None = None) -> ConfigValue:
+    """createConfigValue, and how a stack file's YAML value becomes a config.Value: strings, integers and
+    booleans as their text (Go's `%v`: true, 20), anything else as JSON; `{secure: ...}` as a secret."""
+    if is_secure(raw):
+        if decrypt is None:
+            raise ProjectConfigError("an encrypted value needs the stack's secrets provider to decrypt it")
+        return ConfigValue(decrypt(raw["secure"]), secure=True)
+    if isinstance(raw, bool):
+        return ConfigValue("true" if raw else "false")
+    if isinstance(raw, str | int):
+        return ConfigValue(str(raw))
+    return ConfigValue(json.dumps(raw, separators=(",", ":"), sort_keys=True), object=True)
+
+
+def _type_name(type_: str, items: Mapping[str, Any] | None) -> str:
+    """InferFullTypeName: `array<string>` for an array of strings."""
+    if type_ == "array" and items:
+        return f"array<{_type_name(items.get('type', ''), items.get('items'))}>"
+    return type_
+
+
+def _valid(type_: str, items: Mapping[str, Any] | None, content: Any) -> bool:
+    """ValidateConfigValue (sdk/go/common/workspace/project.go): a non-object stack value arrives as its
+    text, an object one (and every array item) as decoded JSON."""
+    if type_ == "string":
+        return isinstance(content, str)
+    if type_ == "integer":
+        if isinstance(content, bool):
+            return False
+        if isinstance(content, int) or (isinstance(content, float) and content.is_integer()):
+            return True
+        return isinstance(content, str) and content.lstrip("+-").isdigit()
+    if type_ == "boolean":
+        return content in ("true", "false") or isinstance(content, bool)
+    if type_ == "object":
+        return isinstance(content, dict)
+    if not isinstance(content, list) or items is None:
+        return False
+    return all(_valid(items.get("type", ""), items.get("items"), item) for item in content)
+
+
+def merge_config(
+    stack_name: str,
+    project: Mapping[str, Any],
+    stack_file: Mapping[str, Any],
+    *,
+    decrypt: Callable[[str], str] | None = None,
+    validate: bool = True,
+) -> MergedConfig:
+    """mergeConfig: the stack file's `config:` with Pulumi.yaml's values and defaults for every key the
+    stack does not set, validated as ValidateStackConfigAndApplyProjectConfig validates (missing required
+    keys, declared types, declared secrets). `project` and `stack_file` are the parsed YAML documents."""
+    if (stack_file or {}).get("environment"):
+        raise ProjectConfigError("stack environments (ESC) are not modelled here; this project uses none")
+    name = str(project["name"])
+    stack: dict[str, ConfigValue] = {}
+    for key, raw in ((stack_file or {}).get("config") or {}).items():
+        stack[parse_key(name, key)] = config_value(raw, decrypt)
+
+    types = project_config_types(project)
+    missing = []
+    for key in sorted(types):
+        decl = types[key]
+        full = parse_key(name, key)
+        if full in stack:
+            continue
+        if not decl.has_value and not decl.has_default:
+            if full.split(":", 1)[0] == name:
+                missing.append(key)
+            continue
+        # A default wins over a value when both are given (the Go code assigns the default last).
+        stack[full] = config_value(decl.default if decl.has_default else decl.value)
+
+    if validate and missing:
+        noun = "value" if len(missing) == 1 else "values"
+        raise ProjectConfigError(
+            f"Stack '{stack_name}' is missing configuration {noun} {_format_missing(missing)}"
+        )
+    if validate:
+        for key in sorted(types):
+            decl = types[key]
+            value = stack.get(parse_key(name, key))
+            if value is None or decl.type is None:
+                continue
+            if decl.secret and not value.secure:
+                raise ProjectConfigError(
+                    f"Stack '{stack_name}' with configuration key '{key}' must be encrypted as it's secret"
+                )
+            content: Any = json.loads(value.value) if value.object else value.value
+            if not _valid(decl.type, decl.items, content):
+                raise ProjectConfigError(
+                    f"Stack '{stack_name}' with configuration key '{key}' must be of type "
+                    f"'{_type_name(decl.type, decl.items)}'"
+                )
+    return MergedConfig(
+        values={k: v.value for k, v in sorted(stack.items())},
+        secret_keys=sorted(k for k, v in stack.items() if v.secure),
+    )
+
+
+def _format_missing(keys: list[str]) -> str:
+    """formatMissingKeys: 'a', 'b' and 'c'."""
+    keys = sorted(keys)
+    if len(keys) == 1:
+        return f"'{keys[0]}'"
+    return ", ".join(f"'{k}'" for k in keys[:-1]) + f" and '{keys[-1]}'"

@@ -1,0 +1,195 @@
+"""infra/config/project_config.py against the upstream cases it ports: pulumi/pulumi
+pkg/workspace/config_project_test.go (commit 1b59498), one test per upstream test, same YAML, same
+expectations. TestEnvironmentMerge (ESC environments) is not ported: merge_config refuses `environment:`."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+import yaml
+
+from infra.config.project_config import ProjectConfigError, merge_config
+
+
+def merged(project_yaml: str, stack_yaml: str, decrypt=None) -> dict[str, str]:
+    project, stack = yaml.safe_load(project_yaml), yaml.safe_load(stack_yaml) or {}
+    return merge_config("dev", project, stack, decrypt=decrypt).values
+
+
+def error(project_yaml: str, stack_yaml: str, decrypt=None) -> str:
+    with pytest.raises(ProjectConfigError) as raised:
+        merged(project_yaml, stack_yaml, decrypt)
+    return str(raised.value)
+
+
+def test_stack_config_is_inherited_from_project_config():
+    project = (
+        "name: test\nruntime: dotnet\nconfig:\n  instanceSize: t3.micro\n  instanceCount: 20\n  protect: true"
+    )
+    values = merged(project, "config:\n  test:instanceSize: t4.large")
+    assert values == {"test:instanceSize": "t4.large", "test:instanceCount": "20", "test:protect": "true"}
+
+
+def test_namespaced_config_values_are_inherited_correctly():
+    project = """
+name: test
+runtime: dotnet
+config:
+  aws:region: us-west-1
+  pulumi:disable-default-providers: ["*"]
+  instanceSize: t3.micro"""
+    values = merged(project, "config:\n  test:instanceSize: t4.large")
+    assert values == {
+        "test:instanceSize": "t4.large",
+        "aws:region": "us-west-1",
+        "pulumi:disable-default-providers": '["*"]',
+    }
+
+
+def test_loading_stack_config_without_namespacing_the_project():
+    project = "name: test\nruntime: dotnet\nconfig:\n  aws:region: us-west-1\n  instanceSize: t3.micro"
+    values = merged(project, "config:\n  instanceSize: t4.large")
+    assert values == {"test:instanceSize": "t4.large", "aws:region": "us-west-1"}
+
+
+def test_untyped_project_config_values_are_not_validated():
+    project = "name: test\nruntime: dotnet\nconfig:\n  instanceSize: t3.micro\n  aws:region: us-west-1"
+    values = merged(project, "config:\n  instanceSize: 9999\n  aws:region: 42")
+    assert values == {"test:instanceSize": "9999", "aws:region": "42"}
+
+
+def test_untyped_project_config_values_with_only_default_or_only_value():
+    project = """
+name: test
+runtime: dotnet
+config:
+  instanceSize:
+    default: t3.micro
+  region:
+    value: us-west-1"""
+    values = merged(project, "config:\n  aws:answer: 42")
+    assert values == {"test:instanceSize": "t3.micro", "test:region": "us-west-1", "aws:answer": "42"}
+
+
+def test_untyped_stack_config_values_do_need_project_declaration():
+    values = merged("name: test\nruntime: dotnet\nconfig:\n  createVpc: true", "config:\n  instanceSize: 42")
+    assert values == {"test:instanceSize": "42", "test:createVpc": "true"}
+
+
+def test_untyped_project_config_object_values_passed_down_to_stack():
+    project = """
+name: test
+runtime: dotnet
+config:
+  instanceSize:
+    value:
+      hello: world
+  aws:config:
+    value:
+      region: us-west-1"""
+    values = merged(project, "config:\n  aws:whatever: 42")
+    assert values == {
+        "test:instanceSize": '{"hello":"world"}',
+        "aws:config": '{"region":"us-west-1"}',
+        "aws:whatever": "42",
+    }
+
+
+def test_stack_config_errors_when_stack_value_is_not_correctly_typed():
+    project = (
+        "name: test\nruntime: dotnet\nconfig:\n  values:\n    type: array\n    items:\n      type: string\n"
+        "    default: [value]"
+    )
+    message = error(project, "config:\n  test:values: someValue\n")
+    assert "Stack 'dev' with configuration key 'values' must be of type 'array<string>'" in message
+
+
+def test_stack_config_integer_type_is_correctly_validated():
+    project = "name: test\nruntime: dotnet\nconfig:\n  importantNumber:\n    type: integer\n"
+    assert merged(project, "config:\n  test:importantNumber: 20\n") == {"test:importantNumber": "20"}
+    message = error(project, "config:\n  test:importantNumber: hello\n")
+    assert "Stack 'dev' with configuration key 'importantNumber' must be of type 'integer'" in message
+
+
+def test_stack_config_errors_when_missing_stack_value_for_config_type_with_no_default():
+    project = (
+        "name: test\nruntime: dotnet\nconfig:\n  values:\n    type: array\n    items:\n      type: string"
+    )
+    assert "Stack 'dev' is missing configuration value 'values'" in error(project, "")
+
+
+def test_stack_config_errors_when_missing_two_stack_values_for_config_type_with_no_default():
+    project = """
+name: test
+runtime: dotnet
+config:
+  another:
+    type: string
+  values:
+    type: array
+    items:
+      type: string"""
+    assert "Stack 'dev' is missing configuration values 'another' and 'values'" in error(project, "")
+
+
+def test_stack_config_errors_when_missing_multiple_stack_values_for_config_type_with_no_default():
+    project = """
+name: test
+runtime: dotnet
+config:
+  hello:
+    type: integer
+  values:
+    type: array
+    items:
+      type: string
+  world:
+    type: string"""
+    message = error(project, "")
+    assert "Stack 'dev' is missing configuration values 'hello', 'values' and 'world'" in message
+
+
+def test_stack_config_does_not_error_when_project_has_not_defined_config():
+    values = merged("name: test\nruntime: dotnet", "config:\n  hello: 21\n  world: 42\n  another: 42")
+    assert values == {"test:hello": "21", "test:world": "42", "test:another": "42"}
+
+
+def test_stack_config_secret_is_correctly_validated():
+    """config.Base64Crypter upstream: the ciphertext is the base64 of the plaintext."""
+    project = (
+        "name: test\nruntime: dotnet\nconfig:\n  importantNumber:\n    type: integer\n    secret: true\n"
+    )
+    decrypt = lambda text: base64.b64decode(text).decode()  # noqa: E731
+    secure = base64.b64encode(b"20").decode()
+    result = merge_config(
+        "dev",
+        yaml.safe_load(project),
+        yaml.safe_load(f"config:\n  test:importantNumber:\n    secure: {secure}\n"),
+        decrypt=decrypt,
+    )
+    assert result.values == {"test:importantNumber": "20"} and result.secret_keys == ["test:importantNumber"]
+    message = error(project, "config:\n  test:importantNumber: 20\n", decrypt)
+    assert "Stack 'dev' with configuration key 'importantNumber' must be encrypted as it's secret" in message
+
+
+def test_stack_config_uint64():
+    values = merged("name: test\nruntime: dotnet", "config:\n  test:instanceSize: 18446744073709551615")
+    assert values == {"test:instanceSize": "18446744073709551615"}
+
+
+def test_an_empty_string_default_arrives_as_a_plain_empty_value():
+    """What made every `pulumi up` of a stack without both secrets fail: Pulumi.yaml's `default: ""`
+    reaches the program as a plain (not secret) "" for every key the stack does not set."""
+    from infra.tools.rehearse import project_file
+
+    result = merge_config("dev", project_file(), {"config": {"aws:region": "us-east-1"}})
+    assert result.values["mlops-eks:alertReceiverSecret"] == ""
+    assert result.values["mlops-eks:grafanaAdminPassword"] == ""
+    assert "mlops-eks:alertReceiverSecret" not in result.secret_keys
+    assert result.values["mlops-eks:gpuPools"] == "[]" and result.values["mlops-eks:addons"] == "{}"
+
+
+def test_a_stack_environment_is_refused_not_ignored():
+    with pytest.raises(ProjectConfigError, match="environments"):
+        merge_config("dev", {"name": "test"}, {"environment": ["shared"], "config": {}})

@@ -1,0 +1,248 @@
+"""The rehearsal of a user's first deploy (infra/tools/rehearse.py, infra/tools/engine.py): the README's steps
+for dev, prod and every committed workload stack, the program over a gRPC monitor with config as the CLI
+hands it over, the policy pack through its analyzer at the pack's own levels, and an update by a second
+identity. One rehearsal per session (a platform stack is rehearsed once; its workload stacks read its
+exports)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+from pulumi.runtime import rpc
+
+from infra.config import stack_files
+from infra.contract import ACCELERATOR_LABEL
+from infra.tools.engine import Analyzer, Registration, RunResult, run_program
+from infra.tools.rehearse import (
+    FIRST_DEPLOYER,
+    REPO,
+    USER_ACCOUNT,
+    USER_VALUES,
+    Rehearsal,
+    RehearsalError,
+    check_identities,
+)
+from infra.tools.synth import PlatformMocks
+
+STACKS = ["dev", "prod", *stack_files.workload_stacks(REPO)]
+
+
+def preview(
+    values: dict[str, str],
+    secret_keys: list[str],
+    *,
+    stack: str = "dev",
+    caller: str = FIRST_DEPLOYER,
+    outputs: dict[str, dict] | None = None,
+) -> RunResult:
+    """One `make preview` of the program alone (no policy pack) as `caller`."""
+    return run_program(
+        stack=stack,
+        preview=True,
+        config=values,
+        secret_keys=secret_keys,
+        cloud=PlatformMocks("us-east-1", account_id=USER_ACCOUNT, caller_arn=caller),
+        stack_outputs=outputs or {},
+        policy_pack=False,
+    )
+
+
+def _in_plaintext(value: Any, secret: str) -> bool:
+    """Whether `secret` occurs in wire-format inputs outside a secret wrapper."""
+    if isinstance(value, dict):
+        if value.get(rpc._special_sig_key) == rpc._special_secret_sig:
+            return False
+        return any(_in_plaintext(v, secret) for v in value.values())
+    if isinstance(value, list):
+        return any(_in_plaintext(v, secret) for v in value)
+    return isinstance(value, str) and secret in value
+
+
+@pytest.fixture(scope="session")
+def rehearsal() -> tuple[Rehearsal, dict[str, str]]:
+    """Every committed stack rehearsed in one session: stack -> "" (passed) or the rehearsal's error."""
+    session = Rehearsal()
+    outcome = {}
+    for stack in STACKS:
+        try:
+            session.run(stack)
+            outcome[stack] = ""
+        except RehearsalError as err:
+            outcome[stack] = str(err)
+    return session, outcome
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_rehearsal_passes_for_every_committed_stack(rehearsal, stack):
+    session, outcome = rehearsal
+    assert outcome[stack] == ""
+    up = session.runs[(stack, "up")]
+    assert up.returncode == 0 and up.registrations and up.mandatory == []
+
+
+def test_the_program_runs_its_engine_branch_with_the_clis_merged_config(rehearsal):
+    """Not the mocks again: the monitor is a gRPC server, so the program refuses what only the engine
+    branch refuses, and it got every Pulumi.yaml default the stack file leaves unset."""
+    session, _ = rehearsal
+    up = session.runs[("dev", "up")]
+    assert not [m for s, m in up.logs if "accepted offline only" in m]
+    values, _ = session.merged("dev", session.stack_config("dev")[0])
+    # Unset in Pulumi.dev.yaml: the CLI hands the program Pulumi.yaml's default "" (a plain value).
+    assert values["mlops-eks:alertReceiverSecret"] == "" and values["mlops-eks:grafanaAdminPassword"] == ""
+    examples = Rehearsal(values={**USER_VALUES, "account": "123456789012"})
+    with pytest.raises(RehearsalError, match="123456789012 is the AWS documentation's example account"):
+        examples.run("dev")
+
+
+def test_the_policy_pack_judged_every_registration_through_its_analyzer(rehearsal):
+    session, _ = rehearsal
+    preview = session.runs[("prod", "preview")]
+    # During a first preview most inputs are unknown: the pack says it cannot judge them, advisory.
+    assert any("during preview" in d.message and d.level == "advisory" for d in preview.diagnostics)
+    up = session.runs[("prod", "up")]
+    analyzed = {d.urn for d in preview.diagnostics}
+    assert analyzed and analyzed <= {r.urn for r in up.registrations} | {""}
+
+
+@pytest.mark.parametrize(
+    ("cidr", "mandatory"), [("0.0.0.0/0", False), ("10.0.0.0/8", False), ("198.51.100.0/24", True)]
+)
+def test_the_placeholder_rule_at_the_engines_level_judges_networks_inside_documentation_ranges(
+    cidr, mandatory
+):
+    """Under the engine the pack reads pulumi-policy's proxies (a route list is a Sequence, not a list), at
+    the level the pack declares (mandatory), not the offline one."""
+    analyzer = Analyzer.start(
+        engine_address="127.0.0.1:1", stack="dev", preview=False, config={}, secret_keys=[]
+    )
+    try:
+        route = Registration(
+            urn="urn:pulumi:dev::mlops-eks::aws:ec2/routeTable:RouteTable::rt",
+            type="aws:ec2/routeTable:RouteTable",
+            name="rt",
+            parent="",
+            custom=True,
+            inputs={"vpcId": "vpc-1", "routes": [{"cidrBlock": cidr, "natGatewayId": "nat-1"}]},
+            state={},
+            dependencies=[],
+            property_dependencies={},
+        )
+        analyzer.analyze(route)
+        found = [d for d in analyzer.diagnostics if d.policy == "no-documentation-placeholders"]
+        assert analyzer.levels["no-documentation-placeholders"] == "mandatory"
+        assert [d.level for d in found] == (["mandatory"] if mandatory else [])
+    finally:
+        analyzer.stop()
+
+
+def test_an_update_by_a_second_identity_keeps_the_creator_and_the_bucket_principals(rehearsal):
+    session, _ = rehearsal
+    first, second = session.runs[("dev", "up")], session.runs[("dev", "up-second-identity")]
+    assert second.returncode == 0 and second.caller.endswith(":assumed-role/platform-admin/ci")
+    assert first.outputs["cluster_creator_arn"] == second.outputs["cluster_creator_arn"] == FIRST_DEPLOYER
+    policy = next(
+        r.inputs["policy"] for r in second.registrations if r.type.endswith("bucketPolicy:BucketPolicy")
+    )
+    assert "role/deployer" in json.dumps(policy), "the first deployer lost the bucket"
+    # The check itself refuses a bucket policy that changed hands.
+    changed = [
+        dataclasses.replace(r, inputs={**r.inputs, "policy": "changed"})
+        if r.type.endswith("bucketPolicy:BucketPolicy")
+        else r
+        for r in second.registrations
+    ]
+    with pytest.raises(RehearsalError, match="bucket's policy changed"):
+        check_identities("dev", first, dataclasses.replace(second, registrations=changed))
+
+
+def test_a_deployer_neither_creator_nor_admin_is_refused_before_anything_is_created(rehearsal):
+    session, _ = rehearsal
+    values, secret_keys = session.merged("dev", session.stack_config("dev")[0])
+    stranger = f"arn:aws:sts::{USER_ACCOUNT}:assumed-role/someone-else/x"
+    result = preview(values, secret_keys, caller=stranger, outputs=session.outputs)
+    assert result.returncode != 0 and result.registrations == []
+    assert any("is neither the cluster's creator" in e for e in result.errors), result.errors
+
+
+def test_a_secret_set_with_config_set_secret_reaches_the_program_as_a_secret():
+    session = Rehearsal(secrets={"mlops-eks:alertReceiverSecret": "https://hooks.example.com/x"})
+    config, applied = session.stack_config("dev")
+    config["mlops-eks:addons"]["observability"]["alertReceiver"] = "webhook"
+    values, secret_keys = session.merged("dev", config)
+    assert secret_keys == ["mlops-eks:alertReceiverSecret"] and "********" in applied[-1]
+    result = preview(values, secret_keys)
+    assert result.returncode == 0, result.errors
+    exposed = [r.name for r in result.registrations if _in_plaintext(r.inputs, "https://hooks.example.com/x")]
+    sent = [r.name for r in result.registrations if "hooks.example.com" in json.dumps(r.inputs)]
+    assert sent and exposed == []
+    # The same value written into the file in plaintext is refused under the engine.
+    plain = {**values}
+    result = preview(plain, [])
+    assert any("a plaintext secret in the stack file" in e for e in result.errors), result.errors
+
+
+def test_a_preview_on_a_version_past_standard_support_says_what_it_costs(rehearsal):
+    """Kubernetes 1.33 left EKS standard support on 2026-07-29: still deployable (an existing cluster
+    upgrades one minor at a time), and the preview says so with the price."""
+    session, _ = rehearsal
+    config = session.stack_config("dev")[0]
+    config["mlops-eks:kubernetesVersion"] = "1.33"
+    values, secret_keys = session.merged("dev", config)
+    result = preview(values, secret_keys)
+    assert result.returncode == 0, result.errors
+    warnings = [m for s, m in result.logs if s == "warning" and "extended support" in m]
+    assert warnings and "$0.60 per hour" in warnings[0]
+
+
+def test_destroy_waits_for_each_pools_termination_grace_plus_a_margin(rehearsal):
+    """Deleting a NodePool drains its nodes first; a pod gets the pool's terminationGracePeriod where the pool
+    sets one. GPU pools set none (their jobs' do-not-disrupt pods are never evicted, so the workload stacks
+    go first), and get the margin only; the engine is told to wait that long for every pool."""
+    session, _ = rehearsal
+    registered = session.runs[("dev", "up")].registrations
+    pools = {r.name: r for r in registered if r.type == "kubernetes:karpenter.sh/v1:NodePool"}
+    assert len(pools) >= 2, list(pools)
+    for resource in pools.values():
+        grace = resource.inputs["spec"]["template"]["spec"].get("terminationGracePeriod")
+        expected = {None: "15m", "1h": "75m", "30m": "45m"}[grace]
+        assert resource.delete_timeout == expected, (resource.name, grace)
+    labels = {n: r.inputs["spec"]["template"].get("metadata", {}).get("labels", {}) for n, r in pools.items()}
+    gpu = [r for name, r in pools.items() if ACCELERATOR_LABEL in labels[name]]
+    assert gpu and all(r.delete_timeout == "15m" for r in gpu)
+
+
+def test_deploying_from_inside_the_vpc_is_refused_on_the_first_deploy_and_accepted_after_it(rehearsal):
+    session, _ = rehearsal
+    config = session.stack_config("prod")[0]
+    config.pop("mlops-eks:publicAccessCidrs")
+    config |= {
+        "mlops-eks:endpointPublicAccess": False,
+        "mlops-eks:deployFromVpc": True,
+        "mlops-eks:deployerCidrs": ["10.30.0.0/19"],
+    }
+    values, secret_keys = session.merged("prod", config)
+
+    def from_runner(previous: dict) -> RunResult:
+        return preview(values, secret_keys, stack="prod", outputs={"organization/mlops-eks/prod": previous})
+
+    first = from_runner({})
+    assert first.registrations == []
+    assert any("deployFromVpc" in e and "first deploy" in e for e in first.errors), first.errors
+    # After a first deploy from outside (the recorded outputs of the prod rehearsal), from the runner:
+    later = from_runner(session.outputs["organization/mlops-eks/prod"])
+    assert later.returncode == 0, later.errors
+    rules = [r for r in later.registrations if r.type == "aws:ec2/securityGroupRule:SecurityGroupRule"]
+    assert [r.inputs["cidrBlocks"] for r in rules] == [["10.30.0.0/19"]]
+
+
+def test_a_stack_deployed_before_the_creator_was_recorded_records_its_next_deployer(rehearsal):
+    session, _ = rehearsal
+    values, secret_keys = session.merged("dev", session.stack_config("dev")[0])
+    admin = f"arn:aws:sts::{USER_ACCOUNT}:assumed-role/platform-admin/ci"  # listed in adminPrincipalArns
+    legacy = {"organization/mlops-eks/dev": {"vpc_id": "vpc-0old", "cluster_name": "mlops-eks-dev"}}
+    result = preview(values, secret_keys, caller=admin, outputs=legacy)
+    assert result.returncode == 0, result.errors
+    assert any("no cluster_creator_arn recorded" in m for s, m in result.logs if s == "warning")

@@ -304,7 +304,7 @@ CASES = [
         "aws:iam/policy:Policy",
         {
             "policy": json.dumps(
-                {"Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": "*"}]}
+                {"Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::b/jobs/*"}]}
             )
         },
         {"policy": json.dumps({"Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]})},

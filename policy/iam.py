@@ -74,7 +74,9 @@ def admin_equivalent(document: Any) -> list[str]:
     found = escalations(statements(policy_document(document)))
     for s in statements(policy_document(document)):
         if is_allow(s) and s.get("NotAction") is not None and on_everything(s):
-            found.append(f"statement {s.get('Sid') or ''!r} allows NotAction on every resource: almost everything")
+            found.append(
+                f"statement {s.get('Sid') or ''!r} allows NotAction on every resource: almost everything"
+            )
     return found
 
 
@@ -231,8 +233,8 @@ RULES = (
     ),
     Rule(
         name="iam-trust-not-open",
-        description="No role's trust policy admits anyone: no NotPrincipal, and Principal \"*\" (or AWS "
-        "\"*\") only with a condition that pins the caller's account, organization or ARN.",
+        description='No role\'s trust policy admits anyone: no NotPrincipal, and Principal "*" (or AWS '
+        '"*") only with a condition that pins the caller\'s account, organization or ARN.',
         remediation="Name the principals (an account root, a role ARN, a service) in Principal; for a "
         "broad principal add StringEquals aws:PrincipalOrgID / aws:PrincipalAccount / aws:SourceAccount.",
         level="mandatory",

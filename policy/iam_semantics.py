@@ -157,13 +157,14 @@ def _witnesses(arn_format: str, pattern: str) -> list[str]:
     """ARNs of `arn_format` with names no pattern can anticipate: each name is a run of a character
     that does not occur in `pattern`, of several lengths (so a `?` or a literal cannot match them all)."""
     scope = {"Partition": "aws", "Region": "xx-witness-9", "Account": "000000000000", **_scope(pattern)}
-    filler = next(ch for ch in "~#%@!^" if ch not in pattern)
-    witnesses = []
-    for length in (1, 2, len(pattern) + 3):
-        witnesses.append(
-            _PLACEHOLDER.sub(lambda m, n=length: scope.get(m.group(1), filler * n), arn_format)
-        )
-    return witnesses
+    filler = next(ch for ch in "~#%@!^\x00" if ch not in pattern)
+
+    def name(match: re.Match[str], length: int) -> str:
+        return scope.get(match.group(1), filler * length)
+
+    return [
+        _PLACEHOLDER.sub(functools.partial(name, length=n), arn_format) for n in (1, 2, len(pattern) + 3)
+    ]
 
 
 @functools.cache
@@ -255,7 +256,9 @@ def open_principals(statement: Mapping[str, Any]) -> list[str]:
     """What of a statement's Principal admits anyone: "*" under any kind (AWS "*" is every AWS
     account), or a value with a wildcard (IAM allows none but a whole "*"; partial ones are refused by
     AWS or match nobody, and say what the author meant)."""
-    return [f"{kind}:{value}" if kind != "*" else "*" for kind, value in principals(statement) if "*" in value]
+    return [
+        f"{kind}:{value}" if kind != "*" else "*" for kind, value in principals(statement) if "*" in value
+    ]
 
 
 def is_web_identity(statement: Mapping[str, Any]) -> bool:
@@ -289,9 +292,12 @@ def on_every(statements: Iterable[Mapping[str, Any]], narrowed_ok: bool = False)
 
 
 def tag_keys(statement: Mapping[str, Any]) -> frozenset[str]:
-    """The statement's condition keys on resource or request tags (aws:ResourceTag/..., ec2:ResourceTag/...)."""
+    """The statement's condition keys on resource or request tags (aws:ResourceTag/..., ec2:...)."""
     return frozenset(
-        k for entries in conditions(statement).values() for k in entries if "resourcetag/" in k or "requesttag/" in k
+        k
+        for entries in conditions(statement).values()
+        for k in entries
+        if "resourcetag/" in k or "requesttag/" in k
     )
 
 

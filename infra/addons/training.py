@@ -19,7 +19,7 @@ import yaml
 from infra.accelerators import CATALOG
 from infra.addons import kuberay
 from infra.addons.manifests import custom_resource
-from infra.charts import TRAINER_TORCH_RUNTIME_IMAGE, TRAINING_OPERATOR_V1_KUSTOMIZE, release
+from infra.charts import JOBSET_IMAGE, TRAINER_TORCH_RUNTIME_IMAGE, TRAINING_OPERATOR_V1_KUSTOMIZE, release
 from infra.component_args import ComponentArgs, child_options
 from infra.config.addons import TeamQueue, TrainingConfig
 from infra.contract import EFA_RESOURCE, RUN_AS_UID, QueueQuota, quantity, toleration_spec
@@ -39,7 +39,7 @@ GPU_FLAVOR_PREFIX = "gpu-"
 
 def trainer_values() -> dict[str, Any]:
     return {
-        "jobset": {"install": True},
+        "jobset": {"install": True, "image": dict(JOBSET_IMAGE)},
         "runtimes": {"defaultEnabled": False, "torchDistributed": {"enabled": False}},
         "manager": {
             "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
@@ -132,8 +132,12 @@ def kueue_manager_config(platform_namespaces: Sequence[str] = ()) -> dict[str, A
         "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
         "controller": {
             "groupKindConcurrency": {
-                "Job.batch": 5, "Pod": 5, "Workload.kueue.x-k8s.io": 10, "LocalQueue.kueue.x-k8s.io": 5,
-                "ClusterQueue.kueue.x-k8s.io": 5, "ResourceFlavor.kueue.x-k8s.io": 1,
+                "Job.batch": 5,
+                "Pod": 5,
+                "Workload.kueue.x-k8s.io": 10,
+                "LocalQueue.kueue.x-k8s.io": 5,
+                "ClusterQueue.kueue.x-k8s.io": 5,
+                "ResourceFlavor.kueue.x-k8s.io": 1,
             }
         },  # fmt: skip
         "clientConnection": {"qps": 300, "burst": 500},

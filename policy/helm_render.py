@@ -187,7 +187,9 @@ def crd_schemas(crds: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, A
 def validation_version(kube_version: str) -> str:
     """The newest Kubernetes version kubernetes-validate has schemas for, not newer than the cluster's."""
     wanted = tuple(int(x) for x in kube_version.split(".")[:2])
-    known = sorted(tuple(int(x) for x in v.split(".")[:2]) for v in kubernetes_validate.utils.all_versions())
+    known = sorted(
+        tuple(int(x) for x in v.split(".")[:2]) for v in kubernetes_validate.utils.all_versions()
+    )
     usable = [v for v in known if v <= wanted]
     if not usable:
         raise LookupError(f"kubernetes-validate knows no version <= {kube_version}: {known}")

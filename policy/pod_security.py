@@ -369,5 +369,5 @@ def violations(
     found: list[Violation] = []
     for cid, check in chosen.items():
         if check is not None and cid not in overridden:
-            found += check.run(spec, metadata or {}, at)
+            found += [Violation(cid, v.detail) for v in check.run(spec, metadata or {}, at)]
     return found

@@ -160,3 +160,20 @@ def test_the_managed_escalation_list_is_what_the_managed_policies_grant():
     assert (
         not {"amazoneksworkernodepolicy", "amazonssmmanagedinstancecore", "amazoneks_cni_policy"} & computed
     )
+
+
+def test_irsa_is_recognised_however_its_action_is_spelled():
+    """A web-identity trust written with another case or a wildcard is still IRSA: without a :sub pin it
+    is refused for that reason, and with one it passes (read as anything else it would be refused)."""
+    from policy.iam import check_pod_role_trust
+
+    oidc = "oidc.eks.us-east-1.amazonaws.com/id/ABC"
+    federated = {"Federated": f"arn:aws:iam::111122223333:oidc-provider/{oidc}"}
+    pin = {"StringEquals": {f"{oidc}:sub": "system:serviceaccount:team-a:trainer"}}
+    for spelling in spellings("sts:assumerolewithwebidentity", random.Random(7)):
+        statement = {"Effect": "Allow", "Principal": federated, "Action": spelling}
+        unpinned = list(check_pod_role_trust("aws:iam/role:Role", {"assumeRolePolicy": json.dumps(
+            {"Statement": [statement]})}))  # fmt: skip
+        assert any(":sub" in m for m in unpinned), (spelling, unpinned)
+        pinned = {"assumeRolePolicy": json.dumps({"Statement": [{**statement, "Condition": pin}]})}
+        assert list(check_pod_role_trust("aws:iam/role:Role", pinned)) == [], spelling

@@ -192,7 +192,12 @@ class Observability(pulumi.ComponentResource):
         sidecar_role = k8s.rbac.v1.Role(
             f"{name}-grafana-sidecar",
             metadata={"name": GRAFANA_SIDECAR_ROLE, "namespace": NAMESPACE},
-            rules=GRAFANA_SIDECAR_RULES,
+            rules=[
+                k8s.rbac.v1.PolicyRuleArgs(
+                    api_groups=rule["apiGroups"], resources=rule["resources"], verbs=rule["verbs"]
+                )
+                for rule in GRAFANA_SIDECAR_RULES
+            ],
             opts=in_namespace,
         )
         release_after: list[pulumi.Resource] = [secret, sidecar_role]

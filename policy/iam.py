@@ -12,15 +12,13 @@ from typing import Any
 
 from policy.core import Rule, as_list, dig, policy_document, statements, unparsable_policy
 from policy.iam_semantics import (
-    PRINCIPAL_PINS,
+    admits_anyone,
     conditions,
     escalations,
     exposures,
     is_allow,
     is_web_identity,
     on_everything,
-    open_principals,
-    pinned_by,
     principals,
 )
 
@@ -191,15 +189,8 @@ def check_trust_not_open(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]
     """A trust statement that admits anyone: NotPrincipal (everyone but a few), or Principal "*" / AWS
     "*" (every AWS account) without a condition that pins the caller's account, organization or ARN."""
     for s in _trust_allows(inputs):
-        sid = s.get("Sid") or ""
-        if _not_principal(s):
-            yield f"trust statement {sid!r} allows with NotPrincipal: everyone but the principals it names"
-        wide = open_principals(s)
-        if wide and not pinned_by(s, PRINCIPAL_PINS):
-            yield (
-                f"trust statement {sid!r} admits {', '.join(wide)} (any AWS account or identity) and no "
-                "condition pins the caller's account, organization or ARN"
-            )
+        if whom := admits_anyone(s):
+            yield f"trust statement {s.get('Sid') or ''!r} lets anyone assume the role: {whom}"
 
 
 RULES = (

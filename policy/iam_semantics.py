@@ -162,9 +162,7 @@ def _witnesses(arn_format: str, pattern: str) -> list[str]:
     def name(match: re.Match[str], length: int) -> str:
         return scope.get(match.group(1), filler * length)
 
-    return [
-        _PLACEHOLDER.sub(functools.partial(name, length=n), arn_format) for n in (1, 2, len(pattern) + 3)
-    ]
+    return [_PLACEHOLDER.sub(functools.partial(name, length=n), arn_format) for n in (1, 2, len(pattern) + 3)]
 
 
 @functools.cache
@@ -259,6 +257,21 @@ def open_principals(statement: Mapping[str, Any]) -> list[str]:
     return [
         f"{kind}:{value}" if kind != "*" else "*" for kind, value in principals(statement) if "*" in value
     ]
+
+
+def admits_anyone(statement: Mapping[str, Any]) -> str | None:
+    """Whom an Allow statement opens itself to, when that is anyone: "NotPrincipal" (everyone but the
+    principals it names), or its wildcard principals when no matching condition pins the caller's
+    account, organization, ARN or network path (None: it names its principals)."""
+    if not is_allow(statement):
+        return None
+    if statement.get("NotPrincipal") is not None:
+        return "NotPrincipal (everyone but the principals it names)"
+    wide = open_principals(statement)
+    if wide and not pinned_by(statement, PRINCIPAL_PINS):
+        pins = "the caller's account, organization, ARN or VPC endpoint"
+        return f"{', '.join(wide)}, and no condition pins {pins}"
+    return None
 
 
 def is_web_identity(statement: Mapping[str, Any]) -> bool:

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from policy.core import Rule, dig, policy_document, statements, unparsable_policy
-from policy.iam_semantics import PRINCIPAL_PINS, is_allow, open_principals, pinned_by
+from policy.iam_semantics import admits_anyone
 
 # type token -> the input that holds its resource policy.
 POLICY_INPUTS = {
@@ -46,17 +46,9 @@ def check_not_public(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
     if bad := unparsable_policy(policy):
         yield bad
     for s in statements(policy_document(policy)):
-        if not is_allow(s):
-            continue
-        sid = s.get("Sid") or ""
-        if s.get("NotPrincipal") is not None:
-            yield f"statement {sid!r} allows NotPrincipal: everyone but the principals it names"
-        wide = open_principals(s)
-        if wide and not pinned_by(s, PRINCIPAL_PINS):
-            yield (
-                f"statement {sid!r} allows {s.get('Action') or s.get('NotAction')!r} to {', '.join(wide)} "
-                "and no condition pins the caller's account, organization, ARN or VPC endpoint: it is public"
-            )
+        if whom := admits_anyone(s):
+            actions = s.get("Action") or s.get("NotAction")
+            yield f"statement {s.get('Sid') or ''!r} allows {actions!r} to anyone: {whom}"
 
 
 RULES = (

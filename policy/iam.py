@@ -1,13 +1,26 @@
-"""IAM rules: no full-admin grants, and pod roles that only one service account can assume."""
+"""IAM rules, judged by what a policy allows (policy/iam_semantics.py reads it as IAM does): no grant that
+makes a principal an admin or exposes every resource, pod roles that only one service account of one
+cluster can assume, and no trust open to anyone."""
 
 from __future__ import annotations
 
-import fnmatch
+import functools
 import re
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from policy.core import Rule, as_list, dig, policy_document, statements, unparsable_policy
+from policy.iam_semantics import (
+    admits_anyone,
+    conditions,
+    escalations,
+    exposures,
+    is_allow,
+    is_web_identity,
+    on_everything,
+    principals,
+)
 
 ROLE = "aws:iam/role:Role"
 POLICY_TYPES = (
@@ -22,9 +35,15 @@ ATTACHMENTS = (
     "aws:iam/groupPolicyAttachment:GroupPolicyAttachment",
     "aws:iam/policyAttachment:PolicyAttachment",
 )
-# AWS managed policies that grant everything, in every partition (aws, aws-cn, aws-us-gov, aws-iso*):
-# AdministratorAccess, and IAMFullAccess, with which a principal grants itself AdministratorAccess.
-ADMIN_POLICY_ARN = re.compile(r"^arn:aws(-[a-z-]+)?:iam::aws:policy/(AdministratorAccess|IAMFullAccess)$")
+# Attach a list of managed policies at once (input policyArns).
+EXCLUSIVE_ATTACHMENTS = (
+    "aws:iam/rolePolicyAttachmentsExclusive:RolePolicyAttachmentsExclusive",
+    "aws:iam/userPolicyAttachmentsExclusive:UserPolicyAttachmentsExclusive",
+    "aws:iam/groupPolicyAttachmentsExclusive:GroupPolicyAttachmentsExclusive",
+)
+# An AWS managed policy in any partition (aws, aws-cn, aws-us-gov, aws-iso*), under any path.
+MANAGED_ARN = re.compile(r"^arn:aws[a-z-]*:iam::aws:policy/(?:[^/]+/)*([^/]+)$", re.IGNORECASE)
+MANAGED_ESCALATIONS_FILE = Path(__file__).with_name("aws_managed_escalations.txt")
 POD_IDENTITY_SERVICE = "pods.eks.amazonaws.com"
 POD_IDENTITY_TAGS = ("aws:RequestTag/kubernetes-namespace", "aws:RequestTag/kubernetes-service-account")
 # What pins a Pod Identity trust to one cluster: the session tags EKS sets (eks-cluster-name/-arn) or
@@ -37,45 +56,55 @@ POD_IDENTITY_CLUSTER_KEYS = (
 )
 
 
+@functools.cache
+def managed_escalations() -> dict[str, str]:
+    """Lower-cased name -> why, of the AWS managed policies that make their holder an admin."""
+    found = {}
+    for line in MANAGED_ESCALATIONS_FILE.read_text().splitlines():
+        name, _, why = line.partition("#")
+        if name.strip():
+            found[name.strip().lower()] = why.strip()
+    return found
+
+
+def admin_equivalent(document: Any) -> list[str]:
+    """Why a policy document makes whoever holds it an admin ([] when it does not)."""
+    found = escalations(statements(policy_document(document)))
+    for s in statements(policy_document(document)):
+        if is_allow(s) and s.get("NotAction") is not None and on_everything(s):
+            found.append(
+                f"statement {s.get('Sid') or ''!r} allows NotAction on every resource: almost everything"
+            )
+    return found
+
+
 def _documents(type_: str, inputs: Mapping[str, Any]) -> list[Any]:
     if type_ == ROLE:
         return [dig(p, "policy") for p in as_list(dig(inputs, "inlinePolicies"))]
     return [dig(inputs, "policy")]
 
 
-def _grants_all_of_iam(action: str) -> bool:
-    """Whether an action pattern matches every IAM action ("*", "*:*", "iam:*", "i*:*", any case):
-    it matches "iam:" followed by nothing, which only a wildcard after the colon does."""
-    return fnmatch.fnmatchcase("iam:", action.lower())
-
-
-def _every_resource(s: Mapping[str, Any]) -> bool:
-    """Resource "*" (or an ARN pattern of every service), or NotResource: all but a few resources."""
-    if s.get("NotResource") is not None:
-        return True
-    return any(str(r) == "*" or str(r).startswith("arn:*") for r in as_list(s.get("Resource")))
+def _managed_arns(type_: str, inputs: Mapping[str, Any]) -> list[Any]:
+    if type_ in ATTACHMENTS:
+        return [dig(inputs, "policyArn")]
+    if type_ in EXCLUSIVE_ATTACHMENTS:
+        return as_list(dig(inputs, "policyArns"))
+    return as_list(dig(inputs, "managedPolicyArns")) if type_ == ROLE else []
 
 
 def check_no_star_on_star(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
-    arns = [dig(inputs, "policyArn")] if type_ in ATTACHMENTS else []
-    if type_ == ROLE:
-        arns += as_list(dig(inputs, "managedPolicyArns"))
-    for arn in arns:
-        if isinstance(arn, str) and ADMIN_POLICY_ARN.match(arn):
-            yield f"attaches {arn}"
+    for arn in _managed_arns(type_, inputs):
+        match = MANAGED_ARN.match(arn) if isinstance(arn, str) else None
+        why = managed_escalations().get(match.group(1).lower()) if match else None
+        if why is not None:
+            yield f"attaches {arn}, an AWS managed policy that makes its holder an admin: {why}"
+    if type_ in (*ATTACHMENTS, *EXCLUSIVE_ATTACHMENTS):
+        return
     for doc in _documents(type_, inputs):
         if bad := unparsable_policy(doc):
             yield bad
-        for s in statements(policy_document(doc)):
-            if s.get("Effect") != "Allow" or not _every_resource(s):
-                continue
-            sid = s.get("Sid") or ""
-            scope = "NotResource (all but a few)" if s.get("NotResource") is not None else "Resource '*'"
-            wide = [str(a) for a in as_list(s.get("Action")) if _grants_all_of_iam(str(a))]
-            if wide:
-                yield f"statement {sid!r} allows {', '.join(wide)} on {scope}: every IAM action, so admin"
-            elif s.get("NotAction") is not None:
-                yield f"statement {sid!r} allows NotAction on {scope} (almost everything)"
+        yield from admin_equivalent(doc)
+        yield from exposures(statements(policy_document(doc)))
 
 
 def _single_exact(values: Any) -> str | None:
@@ -83,66 +112,72 @@ def _single_exact(values: Any) -> str | None:
     return vals[0] if len(vals) == 1 and "*" not in vals[0] and "?" not in vals[0] else None
 
 
+def _not_principal(s: Mapping[str, Any]) -> bool:
+    return s.get("NotPrincipal") is not None
+
+
 def _check_irsa(s: Mapping[str, Any]) -> Iterator[str]:
-    others = [p for p in _principals(s) if not p.startswith("Federated:")]
-    if others or s.get("NotPrincipal") is not None:
+    others = [f"{kind}:{value}" for kind, value in principals(s) if kind.lower() != "federated"]
+    if others or _not_principal(s):
         yield f"the web-identity trust also admits {others or 'NotPrincipal'}"
-    equals = dig(s, "Condition", "StringEquals", default={})
-    subs = [k for k in equals if str(k).endswith(":sub")]
-    like = [k for k in dig(s, "Condition", "StringLike", default={}) if str(k).endswith(":sub")]
-    if like:
+    found = conditions(s)
+    subs = {k: v for k, v in found.get("StringEquals", {}).items() if k.endswith(":sub")}
+    if any(k.endswith(":sub") for k in found.get("StringLike", {})):
         yield "the web-identity trust matches :sub with StringLike (wildcards admit other service accounts)"
     if not subs:
         yield "the web-identity trust has no StringEquals condition on <oidc>:sub"
         return
-    sub = _single_exact(equals[subs[0]])
-    parts = (sub or "").split(":")
-    if sub is None or len(parts) != 4 or parts[:2] != ["system", "serviceaccount"]:
-        yield f"<oidc>:sub must be one system:serviceaccount:<namespace>:<name>, got {equals[subs[0]]!r}"
-
-
-def _principals(s: Mapping[str, Any]) -> list[str]:
-    """Every principal a statement names, as "<kind>:<value>" ("*" for Principal "*")."""
-    principal = s.get("Principal")
-    if not isinstance(principal, Mapping):
-        return [] if principal is None else [f"*:{principal}"]
-    return [f"{kind}:{value}" for kind, values in principal.items() for value in as_list(values)]
+    for values in subs.values():
+        sub = _single_exact(values)
+        parts = (sub or "").split(":")
+        if sub is None or len(parts) != 4 or parts[:2] != ["system", "serviceaccount"] or "" in parts:
+            yield f"<oidc>:sub must be one system:serviceaccount:<namespace>:<name>, got {values!r}"
 
 
 def _check_pod_identity(s: Mapping[str, Any]) -> Iterator[str]:
-    others = [p for p in _principals(s) if p != f"Service:{POD_IDENTITY_SERVICE}"]
-    if others or s.get("NotPrincipal") is not None:
+    others = [
+        f"{kind}:{value}"
+        for kind, value in principals(s)
+        if (kind.lower(), value.lower()) != ("service", POD_IDENTITY_SERVICE)
+    ]
+    if others or _not_principal(s):
         yield (
             f"the Pod Identity trust also admits {others or 'NotPrincipal'}: any of them could assume the "
             "role and tag its own session with the namespace and service account the condition expects"
         )
-    equals = dig(s, "Condition", "StringEquals", default={})
+    found = conditions(s)
+    equals = found.get("StringEquals", {})
     for tag in POD_IDENTITY_TAGS:
-        if _single_exact(equals.get(tag)) is None:
-            yield f"the Pod Identity trust lacks StringEquals {tag} with exactly one value"
-    pins = {**equals, **dig(s, "Condition", "ArnEquals", default={})}
-    if not any(_single_exact(pins.get(key)) for key in POD_IDENTITY_CLUSTER_KEYS):
+        if _single_exact(equals.get(tag.lower())) is None:
+            yield (
+                f"the Pod Identity trust lacks StringEquals {tag} with exactly one value, without wildcards "
+                f"(got {equals.get(tag.lower())!r})"
+            )
+    pins = {**equals, **found.get("ArnEquals", {})}
+    if not any(_single_exact(pins.get(key.lower())) for key in POD_IDENTITY_CLUSTER_KEYS):
         yield (
             "the Pod Identity trust does not pin the cluster: add StringEquals "
             f"{' or '.join(POD_IDENTITY_CLUSTER_KEYS)} with exactly one value"
         )
 
 
-def _is_irsa(s: Mapping[str, Any]) -> bool:
-    actions = {str(a) for a in as_list(s.get("Action"))}
-    return "sts:AssumeRoleWithWebIdentity" in actions and bool(dig(s, "Principal", "Federated"))
+def _pod_identity(s: Mapping[str, Any]) -> bool:
+    return any((k.lower(), v.lower()) == ("service", POD_IDENTITY_SERVICE) for k, v in principals(s))
+
+
+def _trust_allows(inputs: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [s for s in statements(policy_document(dig(inputs, "assumeRolePolicy"))) if is_allow(s)]
 
 
 def check_pod_role_trust(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
     if bad := unparsable_policy(dig(inputs, "assumeRolePolicy")):
         yield f"assumeRolePolicy: {bad}"
-    allows = [
-        s for s in statements(policy_document(dig(inputs, "assumeRolePolicy"))) if s.get("Effect") == "Allow"
-    ]
-    irsa = [s for s in allows if _is_irsa(s)]
-    pod_role = irsa or any(f"Service:{POD_IDENTITY_SERVICE}" in _principals(s) for s in allows)
+    allows = _trust_allows(inputs)
+    # IRSA however its Action is spelled (sts:AssumeRoleWithWebIdentity, STS:assumerolewithwebidentity,
+    # sts:AssumeRole*, sts:*, *): what counts is whether it grants the web-identity assumption.
+    pod_role = any(is_web_identity(s) or _pod_identity(s) for s in allows)
     for s in allows:
-        if _is_irsa(s):
+        if is_web_identity(s):
             yield from _check_irsa(s)
         elif pod_role:
             # Every statement of a pod role's trust is held to the Pod Identity rules: a second statement
@@ -150,16 +185,27 @@ def check_pod_role_trust(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]
             yield from _check_pod_identity(s)
 
 
+def check_trust_not_open(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
+    """A trust statement that admits anyone: NotPrincipal (everyone but a few), or Principal "*" / AWS
+    "*" (every AWS account) without a condition that pins the caller's account, organization or ARN."""
+    for s in _trust_allows(inputs):
+        if whom := admits_anyone(s):
+            yield f"trust statement {s.get('Sid') or ''!r} lets anyone assume the role: {whom}"
+
+
 RULES = (
     Rule(
         name="iam-no-star-on-star",
-        description="No IAM policy, inline or attached to a role, user or group, allows every action (or "
-        "every IAM action) on every resource, nor attaches AdministratorAccess or IAMFullAccess.",
+        description="No IAM policy (inline, customer managed, or an AWS managed one attached to a role, "
+        "user or group) makes its holder an admin or reaches every resource's data: every IAM action, "
+        "NotAction, iam:PassRole or a privilege-escalation path on every resource; data reads or "
+        "permissions management on every resource; however the actions and resources are spelled.",
         remediation="List the actions the principal needs and scope Resource to ARNs (see the Karpenter "
-        "reference policy in infra/addons/karpenter/controller.py for the pattern).",
+        "reference policy in infra/addons/karpenter/controller.py for the pattern); pass only named roles; "
+        "attach narrow managed policies.",
         level="mandatory",
         severity="critical",
-        types=(*POLICY_TYPES, ROLE, *ATTACHMENTS),
+        types=(*POLICY_TYPES, ROLE, *ATTACHMENTS, *EXCLUSIVE_ATTACHMENTS),
         check=check_no_star_on_star,
     ),
     Rule(
@@ -175,5 +221,16 @@ RULES = (
         severity="high",
         types=(ROLE,),
         check=check_pod_role_trust,
+    ),
+    Rule(
+        name="iam-trust-not-open",
+        description='No role\'s trust policy admits anyone: no NotPrincipal, and Principal "*" (or AWS '
+        '"*") only with a condition that pins the caller\'s account, organization or ARN.',
+        remediation="Name the principals (an account root, a role ARN, a service) in Principal; for a "
+        "broad principal add StringEquals aws:PrincipalOrgID / aws:PrincipalAccount / aws:SourceAccount.",
+        level="mandatory",
+        severity="critical",
+        types=(ROLE,),
+        check=check_trust_not_open,
     ),
 )

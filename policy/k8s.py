@@ -9,25 +9,28 @@ from typing import Any
 
 from infra.accelerators import CATALOG
 from infra.image_refs import image_problem
+from policy import pod_security
 from policy.core import Resource, Rule, as_list, dig
 
 KUBERNETES = "kubernetes:"
-# Kinds whose pods run training code: they get the stricter pod rules.
-TRAINING_KINDS = frozenset(
-    {"Pod", "Job", "TrainJob", "TrainingRuntime", "ClusterTrainingRuntime", "PyTorchJob", "MPIJob", "JobSet"}
-)
+# Kinds whose pods run training code: they get the stricter pod rules (restricted's capabilities,
+# non-root). Any other pod-bearing kind (Deployment, StatefulSet, DaemonSet, CronJob, ...) is held to
+# baseline and may not run as UID 0 either.
+TRAINING_KINDS = frozenset({
+    "Pod", "Job", "TrainJob", "TrainingRuntime", "ClusterTrainingRuntime", "PyTorchJob", "MPIJob", "JobSet",
+    "TFJob", "XGBoostJob", "PaddleJob", "JAXJob", "MXJob", "RayJob", "RayCluster", "RayService",
+})  # fmt: skip
 GPU_TAINTS = {a.taint.key: a.taint for a in CATALOG.values()}
 HOST_NAMESPACES = ("hostNetwork", "hostPID", "hostIPC")
-# Capabilities that reach past the container: ALL, mounts and namespaces (SYS_ADMIN), kernel modules,
-# other processes' memory, raw devices and I/O ports, eBPF.
-NODE_CAPABILITIES = frozenset({"ALL", "SYS_ADMIN", "SYS_MODULE", "SYS_PTRACE", "SYS_RAWIO", "BPF"})
+PERSISTENT_VOLUME = "PersistentVolume"
 # Host paths whose contents (or anything below them) hand over the node: its root, configuration,
-# kubelet credentials and pods' secrets, the container runtime's sockets, kernel interfaces.
+# kubelet credentials and pods' secrets, the container runtime's sockets, kernel interfaces. A local
+# PersistentVolume on one of them is a hostPath by another name.
 SENSITIVE_HOST_PATHS = (
     "/etc", "/root", "/home", "/boot", "/proc", "/sys", "/dev", "/var/lib/kubelet", "/var/lib/containerd",
     "/var/lib/docker", "/var/run", "/run", "/var/log",
 )  # fmt: skip
-HOST_ROOTS = ("", "/", "/var", "/var/lib", "/usr")
+HOST_ROOTS = ("/", "/var", "/var/lib", "/usr")
 
 
 def kind_of(type_: str, inputs: Mapping[str, Any]) -> str:
@@ -70,40 +73,79 @@ def _trainer(type_: str, inputs: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return trainer if isinstance(trainer, Mapping) else None
 
 
-def _capability(name: Any) -> str:
-    """Kubernetes takes capability names with or without CAP_, in any case (the runtime normalizes)."""
+def pod_templates(obj: Any, path: str = "") -> Iterator[tuple[str, Mapping[str, Any], Mapping[str, Any]]]:
+    """(path, pod spec, pod metadata) for every pod spec in `obj`: the metadata beside it in its
+    template (or the object's own, for a Pod), which carries the AppArmor and seccomp annotations."""
+    if isinstance(obj, Mapping):
+        spec = obj.get("spec")
+        if isinstance(spec, Mapping) and isinstance(spec.get("containers"), Sequence):
+            meta = obj.get("metadata")
+            yield (f"{path}.spec" if path else "spec"), spec, meta if isinstance(meta, Mapping) else {}
+        for key, value in obj.items():
+            if isinstance(value, Mapping | Sequence) and not isinstance(value, str):
+                yield from pod_templates(value, f"{path}.{key}" if path else str(key))
+    elif isinstance(obj, Sequence) and not isinstance(obj, str):
+        for i, value in enumerate(obj):
+            yield from pod_templates(value, f"{path}[{i}]")
+
+
+def _metadata_of(inputs: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
+    """pod spec path -> the metadata beside it (by object identity of the spec)."""
+    return {id(spec): meta for _, spec, meta in pod_templates(inputs)}
+
+
+def _normalized_capability(name: Any) -> str:
+    """What the runtime adds: containerd upper-cases a capability and prefixes CAP_ (any spelling of
+    SYS_ADMIN, with or without CAP_, is SYS_ADMIN)."""
     cap = str(name).upper()
     return cap[4:] if cap.startswith("CAP_") else cap
 
 
+def _sensitive_host_path(host: str) -> bool:
+    return any(host == p or host.startswith(p + "/") for p in SENSITIVE_HOST_PATHS) or host in HOST_ROOTS
+
+
+def check_persistent_volume(inputs: Mapping[str, Any]) -> Iterator[str]:
+    """A PersistentVolume hands its path to every pod that claims it: a hostPath one is a hostPath
+    volume that Pod Security never sees (it checks the pod's persistentVolumeClaim, which it allows)."""
+    spec = dig(inputs, "spec", default={})
+    if dig(spec, "hostPath") is not None:
+        path = pod_security.normalized_host_path(dig(spec, "hostPath", "path"))
+        yield f"PersistentVolume is a hostPath volume: every pod that claims it mounts the node's {path}"
+    local = dig(spec, "local", "path")
+    if local is not None and _sensitive_host_path(pod_security.normalized_host_path(local)):
+        path = pod_security.normalized_host_path(local)
+        yield f"PersistentVolume is a local volume on the node's {path}"
+
+
 def check_not_privileged(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
-    """Anything that gives a container the node: privileged, a capability that escapes the container,
-    privilege escalation, the host's namespaces, or a hostPath mount of the host's root, its
-    configuration, credentials or container runtime socket."""
+    """Pod Security baseline, as the admission controller implements it (policy/pod_security.py), for
+    every pod template of every kind, plus what baseline leaves open: allowPrivilegeEscalation true,
+    hostPath reached through a PersistentVolume, and, for training kinds, restricted's capabilities
+    (only NET_BIND_SERVICE may be added). Capabilities are judged as the runtime reads them: case and
+    CAP_ prefix do not matter."""
+    if kind_of(type_, inputs) == PERSISTENT_VOLUME:
+        yield from check_persistent_volume(inputs)
+        return
+    training = kind_of(type_, inputs) in TRAINING_KINDS
+    allowed = pod_security.RESTRICTED_CAPABILITIES if training else pod_security.BASELINE_CAPABILITIES
+    metadata = _metadata_of(inputs)
     for path, spec in pod_specs(inputs):
-        for field in HOST_NAMESPACES:
-            if spec.get(field) is True:
-                yield f"{path}: {field} is true: the pod shares the node's namespace"
-        for volume in as_list(spec.get("volumes")):
-            host = str(dig(volume, "hostPath", "path", default="")).rstrip("/") or None
-            if dig(volume, "hostPath") is not None and (host is None or _sensitive_host_path(host)):
-                yield f"{path}: volume {dig(volume, 'name')!r} mounts the node's {host or '/'}"
+        meta = metadata.get(id(spec), {})
+        for v in pod_security.violations(spec, meta, level="baseline"):
+            if v.check != "capabilities_baseline":
+                yield f"{path}: {v.detail}"
         for c in containers(spec):
             ctx = dig(c, "securityContext", default={})
             name = c.get("name")
-            if dig(ctx, "privileged") is True:
-                yield f"{path}: container {name!r} is privileged"
             added = sorted(
-                {_capability(a) for a in as_list(dig(ctx, "capabilities", "add"))} & NODE_CAPABILITIES
+                {_normalized_capability(a) for a in as_list(dig(ctx, "capabilities", "add"))} - allowed
             )
             if added:
-                yield f"{path}: container {name!r} adds capabilities {', '.join(added)}"
+                only = " (training pods may add only NET_BIND_SERVICE)" if training else ""
+                yield f"{path}: container {name!r} adds capabilities {', '.join(added)}{only}"
             if dig(ctx, "allowPrivilegeEscalation") is True:
                 yield f"{path}: container {name!r} sets allowPrivilegeEscalation: true"
-
-
-def _sensitive_host_path(host: str) -> bool:
-    return any(host == p or host.startswith(p + "/") for p in SENSITIVE_HOST_PATHS) or host in HOST_ROOTS
 
 
 def check_no_host_namespaces(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
@@ -116,17 +158,20 @@ def check_no_host_namespaces(type_: str, inputs: Mapping[str, Any]) -> Iterator[
 
 
 def check_run_as_non_root(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
-    if kind_of(type_, inputs) not in TRAINING_KINDS:
-        return
+    """Training kinds: restricted's runAsNonRoot and runAsUser checks. Every other pod-bearing kind:
+    no UID 0, set on the pod or a container (what restricted's runAsUser check refuses)."""
+    training = kind_of(type_, inputs) in TRAINING_KINDS
     for path, spec in pod_specs(inputs):
         pod = dig(spec, "securityContext", default={})
+        if dig(pod, "runAsUser") == 0:
+            yield f"{path}: the pod sets runAsUser: 0"
         for c in containers(spec):
             ctx = dig(c, "securityContext", default={})
             non_root = dig(ctx, "runAsNonRoot", default=dig(pod, "runAsNonRoot"))
             user = dig(ctx, "runAsUser", default=dig(pod, "runAsUser"))
-            if user == 0:
+            if dig(ctx, "runAsUser") == 0 or (user == 0 and training):
                 yield f"{path}: container {c.get('name')!r} runs as UID 0"
-            elif non_root is not True:
+            elif training and non_root is not True:
                 yield f"{path}: container {c.get('name')!r} does not set runAsNonRoot: true"
 
 
@@ -179,13 +224,15 @@ def check_gpu_pods_tolerate(type_: str, inputs: Mapping[str, Any]) -> Iterator[s
 RULES = (
     Rule(
         name="k8s-no-privileged-containers",
-        description="No container runs privileged or gets the node another way: node-escaping "
-        "capabilities (ALL, SYS_ADMIN, ...), allowPrivilegeEscalation true, hostPID/hostIPC/hostNetwork, "
-        "hostPath mounts of / or the node's configuration, credentials and runtime sockets.",
-        remediation="Remove securityContext.privileged, those capabilities and host namespaces; set "
-        "allowPrivilegeEscalation: false; mount what the pod needs (emptyDir, a PVC, a projected token) "
-        "instead of host paths. A platform agent that needs the node is listed in "
-        "policy/helm_exceptions.yaml with the reason.",
+        description="Every pod of every kind meets Pod Security baseline as the admission controller "
+        "implements it (privileged, capabilities outside baseline's allow-list, host namespaces, hostPath "
+        "however spelled, hostPort, procMount, seccomp/AppArmor Unconfined, SELinux, sysctls, probe "
+        "hosts), sets no allowPrivilegeEscalation: true, and reaches no host path through a "
+        "PersistentVolume; training pods add no capability but NET_BIND_SERVICE.",
+        remediation="Remove securityContext.privileged, added capabilities, host namespaces and ports; set "
+        "allowPrivilegeEscalation: false and seccompProfile RuntimeDefault; mount what the pod needs "
+        "(emptyDir, a PVC on a CSI volume, a projected token) instead of host paths. A platform agent that "
+        "needs the node is listed in policy/chart_exceptions.yaml with the reason.",
         level="mandatory",
         severity="critical",
         types=(KUBERNETES,),
@@ -203,7 +250,8 @@ RULES = (
     ),
     Rule(
         name="k8s-training-run-as-non-root",
-        description="Training pods' containers run as a non-root user (runAsNonRoot: true, UID not 0).",
+        description="Training pods' containers run as a non-root user (runAsNonRoot: true, UID not 0), "
+        "and no pod of any kind (Deployment, StatefulSet, DaemonSet, CronJob, RayJob...) sets UID 0.",
         remediation="Set securityContext.runAsNonRoot: true and a non-zero runAsUser on the pod; build the "
         "image with a USER (docker/*/Dockerfile).",
         level="mandatory",
@@ -213,7 +261,8 @@ RULES = (
     ),
     Rule(
         name="k8s-images-pinned",
-        description="Container images carry an explicit tag other than :latest (or a digest).",
+        description="Container images carry a digest or a version tag: not :latest, no tag at all, nor a "
+        "branch or channel name such as :main or :stable (infra/image_refs.py).",
         remediation="Use the ECR repository URL with an immutable version tag or @sha256 digest.",
         level="mandatory",
         severity="medium",

@@ -18,11 +18,31 @@ from pulumi_policy import (
 )
 
 from infra.config.environment import is_prod
-from policy import eks, iam, k8s, placeholders, storage
+from policy import (
+    eks,
+    helm_values,
+    iam,
+    k8s,
+    k8s_access,
+    network,
+    placeholders,
+    resource_policies,
+    storage,
+)
 from policy.core import Resource, Rule, StackRule, in_scope
 
 PACK_NAME = "mlops-eks-guardrails"
-RULES: tuple[Rule, ...] = (*eks.RULES, *storage.RULES, *iam.RULES, *k8s.RULES, *placeholders.RULES)
+RULES: tuple[Rule, ...] = (
+    *eks.RULES,
+    *network.RULES,
+    *storage.RULES,
+    *resource_policies.RULES,
+    *iam.RULES,
+    *k8s.RULES,
+    *k8s_access.RULES,
+    *helm_values.RULES,
+    *placeholders.RULES,
+)
 STACK_RULES: tuple[StackRule, ...] = storage.STACK_RULES
 
 

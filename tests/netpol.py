@@ -7,7 +7,12 @@ networking/network-policies/), evaluated over policy objects: may `src` open a c
   no `from`/`to` allows every peer, with no `ports` every port; a peer is an ipBlock (cidr minus
   except) or namespaceSelector and/or podSelector (podSelector alone: the policy's own namespace).
 - A connection needs both: the source's egress and the destination's ingress.
-- Traffic between a pod and its own node is always allowed (kubelet probes, port-forward).
+- Traffic to and from the node a pod runs on is always allowed, both ways ("traffic to and from the node
+  where a Pod is running is always allowed", the NetworkPolicy concept page). aws-network-policy-agent
+  implements it by an allow-all entry for the node's IP in both the ingress and the egress map of every
+  pod (pkg/fwruleprocessor/fw_rule_processor.go ComputeMapEntriesFromEndpointRules at v1.4.1, used for
+  both maps by pkg/ebpf/bpf_client.go updateEbpfMap): so a pod reaches its own node's kubelet and every
+  host-network pod there (node-exporter), whatever its egress policy says, and no other node's.
 The VPC CNI matches ipBlocks against pod IPs as well (they are VPC addresses), so ipBlock peers here
 match any endpoint by address.
 """
@@ -26,6 +31,8 @@ class Endpoint:
     namespace: str | None = None  # None: not a pod (the API server's ENIs, S3, a node, an agent)
     labels: dict[str, str] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)  # named container ports
+    # The node it runs on. With namespace None, an endpoint on a node is that node's address: the node
+    # itself (kubelet) or a host-network pod on it.
     node: str | None = None
 
 
@@ -121,6 +128,11 @@ def _direction_allows(
     return False
 
 
+def own_node(node: Endpoint, pod: Endpoint) -> bool:
+    """Whether `node` is the address of the node `pod` runs on (the node, or a host-network pod there)."""
+    return node.namespace is None and node.node is not None and node.node == pod.node
+
+
 def allowed(
     policies: list[dict[str, Any]],
     src: Endpoint,
@@ -131,8 +143,8 @@ def allowed(
 ) -> bool:
     """Whether `src` may connect to `dst` on `port`/`protocol` under `policies` (every NetworkPolicy of
     the cluster); `namespaces`: each namespace's labels."""
-    if src.node is not None and src.namespace is None and src.node == dst.node:
-        return True  # the node itself (kubelet probes, port-forward)
+    if own_node(src, dst) or own_node(dst, src):
+        return True  # a pod and the node it runs on (kubelet probes, port-forward, host-network pods)
     egress = src.namespace is None or _direction_allows(
         policies, src, "Egress", dst, dst, port, protocol, namespaces
     )

@@ -20,7 +20,10 @@ ACCOUNT = "<deployer-account-id>"
 def s3_policy(bucket: str, prefix: str, region: str) -> dict[str, Any]:
     """Least privilege: list only under the prefix, read/write/delete only objects below it, and use the
     bucket's KMS key (the platform's, infra/platform/keys.py) only through S3 for this bucket: S3 passes the
-    bucket ARN as encryption context when the bucket key is on (the object ARN for objects written before)."""
+    bucket ARN as encryption context when the bucket key is on (the object ARN for objects written before).
+    Listing is matched on `<prefix>/` and below, never on `<prefix>` itself: a ListObjects for the prefix
+    "jobs/zimdb" returns the keys of "jobs/zimdb-mpi/" too (S3 prefixes are strings, not directories);
+    the trainer always lists with a trailing slash (trainer/storage.py)."""
     partition = pod_identity.partition_of(region)
     return {
         "Version": "2012-10-17",
@@ -30,7 +33,7 @@ def s3_policy(bucket: str, prefix: str, region: str) -> dict[str, Any]:
                 "Effect": "Allow",
                 "Action": "s3:ListBucket",
                 "Resource": f"arn:aws:s3:::{bucket}",
-                "Condition": {"StringLike": {"s3:prefix": [prefix, f"{prefix}/*"]}},
+                "Condition": {"StringLike": {"s3:prefix": [f"{prefix}/", f"{prefix}/*"]}},
             },
             {
                 "Sid": "ReadWriteJobObjects",

@@ -19,7 +19,7 @@ import yaml
 from infra.accelerators import CATALOG
 from infra.addons import kuberay, training_operator_v1
 from infra.addons.manifests import custom_resource
-from infra.charts import TRAINER_TORCH_RUNTIME_IMAGE, release
+from infra.charts import JOBSET_IMAGE, TRAINER_TORCH_RUNTIME_IMAGE, release
 from infra.component_args import ComponentArgs, child_options
 from infra.config.addons import TeamQueue, TrainingConfig
 from infra.contract import (
@@ -46,7 +46,7 @@ GPU_FLAVOR_PREFIX = KUEUE_GPU_FLAVOR_PREFIX
 
 def trainer_values() -> dict[str, Any]:
     return {
-        "jobset": {"install": True},
+        "jobset": {"install": True, "image": dict(JOBSET_IMAGE)},
         "runtimes": {"defaultEnabled": False, "torchDistributed": {"enabled": False}},
         "manager": {
             "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
@@ -143,8 +143,12 @@ def kueue_manager_config(platform_namespaces: Sequence[str] = ()) -> dict[str, A
         "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
         "controller": {
             "groupKindConcurrency": {
-                "Job.batch": 5, "Pod": 5, "Workload.kueue.x-k8s.io": 10, "LocalQueue.kueue.x-k8s.io": 5,
-                "ClusterQueue.kueue.x-k8s.io": 5, "ResourceFlavor.kueue.x-k8s.io": 1,
+                "Job.batch": 5,
+                "Pod": 5,
+                "Workload.kueue.x-k8s.io": 10,
+                "LocalQueue.kueue.x-k8s.io": 5,
+                "ClusterQueue.kueue.x-k8s.io": 5,
+                "ResourceFlavor.kueue.x-k8s.io": 1,
             }
         },  # fmt: skip
         "clientConnection": {"qps": 300, "burst": 500},

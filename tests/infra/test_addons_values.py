@@ -90,11 +90,51 @@ SHARED = Path(__file__).resolve().parents[3] / "shared"
 COMMENTED_EXAMPLES = {"kube-prometheus-stack": ("grafana", "persistence")}
 
 
+# Values of a subchart the parent's values.yaml does not repeat: (chart key, subchart) -> the dotted paths
+# set, each checked against what the subchart's own templates read (in the real package's charts/).
+SUBCHART_VALUES = {
+    ("kube-prometheus-stack", "grafana"): (
+        "initChownData.enabled", "rbac.namespaced", "rbac.useExistingRole", "sidecar.dashboards.resource",
+        "sidecar.datasources.resource",
+    ),
+    ("kubeflow-trainer", "jobset"): ("image.repository", "image.tag", "image.pullPolicy"),
+}  # fmt: skip
+
+
+def _drop(values: dict, path: list[str]) -> dict:
+    if len(path) == 1:
+        return {k: v for k, v in values.items() if k != path[0]}
+    inner = _drop(values.get(path[0]) or {}, path[1:])
+    return {k: v for k, v in values.items() if k != path[0]} | ({path[0]: inner} if inner else {})
+
+
 def _without_commented_example(chart_key: str, values: dict) -> dict:
+    for (key, subchart), paths in SUBCHART_VALUES.items():
+        if key == chart_key:
+            for path in paths:
+                values = _drop(values, [subchart, *path.split(".")])
     if chart_key not in COMMENTED_EXAMPLES:
         return values
     parent, block = COMMENTED_EXAMPLES[chart_key]
     return {**values, parent: {k: v for k, v in values[parent].items() if k != block}}
+
+
+@pytest.mark.parametrize(("chart_key", "subchart"), sorted(SUBCHART_VALUES))
+def test_subchart_values_are_read_by_the_subcharts_templates(chart_key, subchart):
+    import tarfile
+
+    chart = CHARTS[chart_key]
+    with tarfile.open(SHARED / "upstream" / "helm" / f"{chart.short_name}-{chart.version}.tgz") as package:
+        templates = "".join(
+            package.extractfile(m).read().decode()  # type: ignore[union-attr]
+            for m in package.getmembers()
+            if f"/charts/{subchart}/templates/" in m.name and m.isfile()
+        )
+    for path in SUBCHART_VALUES[(chart_key, subchart)]:
+        assert f".Values.{path}" in templates, path
+        value = VALUES[chart_key][subchart]
+        for key in path.split("."):
+            value = value[key]
 
 
 def _commented_example(chart_key: str) -> dict:

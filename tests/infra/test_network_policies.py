@@ -5,6 +5,7 @@ and the jobs' pods as workloads.render makes them."""
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import itertools
 
@@ -124,6 +125,38 @@ def test_jobs_are_isolated_from_each_other_and_from_other_namespaces(world):
             assert not world.allows(a, b, 29500), f"{a.name} -> {b.name}"
     for rank in ranks:
         assert not world.allows(world.other, rank, 29500)
+
+
+def _on_node(world: World, node: str) -> dict[str, Endpoint]:
+    """The node's own address (its kubelet) and its host-network node-exporter, which shares it."""
+    ip = next(world._ips)
+    exporter = next(p for p in world.pods if p.name.endswith("prometheus-node-exporter"))
+    assert exporter.namespace is None  # host network: the node's address, no policy selects it
+    return {
+        "kubelet": Endpoint(f"{node} kubelet", ip, node=node),
+        "node-exporter": dataclasses.replace(exporter, ip=ip, node=node),
+    }
+
+
+def test_a_training_pod_reaches_its_own_nodes_kubelet_and_node_exporter_and_no_other_nodes(world):
+    """Traffic between a pod and its own node is always allowed, whatever the pod's egress policy (the
+    VPC CNI's policy agent allows the node's IP in every pod's maps): a job's pod can reach its node's
+    kubelet (10250, which authenticates and authorizes every request: EKS runs it with webhook authn/authz
+    and anonymous auth off) and node-exporter (9100, read-only node metrics), never another node's."""
+    rank0, rank1 = (
+        dataclasses.replace(r, node=n) for r, n in zip(world.jobs.ranks[0], ("gpu-0", "gpu-1"), strict=True)
+    )
+    own, other = _on_node(world, "gpu-0"), _on_node(world, "gpu-1")
+    for what, port in (("kubelet", 10250), ("node-exporter", 9100)):
+        assert world.allows(rank0, own[what], port), what
+        assert not world.allows(rank0, other[what], port), what
+        assert world.allows(rank1, other[what], port), what
+    # The kubelet's probes and port-forward reach the pod on its node only, through its default-deny.
+    assert world.allows(own["kubelet"], rank0, 29500)
+    assert not world.allows(own["kubelet"], rank1, 29500)
+    prometheus = _monitoring(world)["prometheus"]
+    assert world.allows(prometheus, own["node-exporter"], 9100)
+    assert world.allows(prometheus, other["node-exporter"], 9100)
 
 
 def test_prometheus_scrapes_the_jobs_metrics_port_and_nothing_else_of_theirs(world):
@@ -266,6 +299,14 @@ def test_evaluator_follows_kubernetes_semantics():
     # policyTypes unset: Ingress, plus Egress only when the policy has egress rules.
     implicit = {"metadata": {"namespace": "a"}, "spec": {"podSelector": {}}}
     assert not allowed([implicit], other, web, 80, ns) and allowed([implicit], web, outside, 80, ns)
+    # A pod and its own node reach each other through any policy, both ways; another node they do not.
+    on_n1 = dataclasses.replace(web, node="n1")
+    node1, node2 = Endpoint("n1", "10.0.9.1", node="n1"), Endpoint("n2", "10.0.9.2", node="n2")
+    deny_all = _policy({}, ["Ingress", "Egress"])
+    assert allowed([deny_all], on_n1, node1, 10250, ns) and allowed([deny_all], node1, on_n1, 8080, ns)
+    assert not allowed([deny_all], on_n1, node2, 10250, ns) and not allowed(
+        [deny_all], node2, on_n1, 8080, ns
+    )
 
 
 def test_every_policy_is_a_valid_network_policy(world):

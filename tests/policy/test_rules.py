@@ -304,7 +304,11 @@ CASES = [
         "aws:iam/policy:Policy",
         {
             "policy": json.dumps(
-                {"Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": "*"}]}
+                {
+                    "Statement": [
+                        {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::b/jobs/*"}
+                    ]
+                }
             )
         },
         {"policy": json.dumps({"Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]})},
@@ -412,6 +416,96 @@ CASES = [
             },
         },
         {"kind": "TrainJob", "spec": {"trainer": {"resourcesPerNode": GPU["resources"]}}},
+    ),
+    (
+        "iam-trust-not-open",
+        "aws:iam/role:Role",
+        trust({**IRSA, "Principal": {"AWS": "arn:aws:iam::111122223333:root"}}),
+        trust({**IRSA, "Principal": {"AWS": "*"}}),
+    ),
+    (
+        "resource-policy-not-public",
+        "aws:sqs/queuePolicy:QueuePolicy",
+        {
+            "policy": json.dumps(
+                {
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Service": "events.amazonaws.com"},
+                            "Action": "sqs:SendMessage",
+                            "Resource": "q",
+                        }
+                    ]
+                }
+            )
+        },
+        {
+            "policy": json.dumps(
+                {"Statement": [{"Effect": "Allow", "Principal": "*", "Action": "sqs:*", "Resource": "q"}]}
+            )
+        },
+    ),  # fmt: skip
+    (
+        "network-no-internet-admin-ports",
+        "aws:ec2/securityGroupRule:SecurityGroupRule",
+        {
+            "type": "ingress",
+            "protocol": "tcp",
+            "fromPort": 22,
+            "toPort": 22,
+            "cidrBlocks": ["198.51.100.7/32"],
+        },
+        {"type": "ingress", "protocol": "tcp", "fromPort": 22, "toPort": 22, "cidrBlocks": ["0.0.0.0/0"]},
+    ),
+    (
+        "k8s-rbac-no-cluster-admin-grants",
+        "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding",
+        {"roleRef": {"kind": "ClusterRole", "name": "view"}, "subjects": [{"kind": "Group", "name": "ops"}]},
+        {
+            "roleRef": {"kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "Group", "name": "ops"}],
+        },
+    ),
+    (
+        "k8s-webhooks-stay-in-cluster",
+        "kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration",
+        {
+            "webhooks": [
+                {
+                    "name": "w",
+                    "clientConfig": {"service": {"name": "s", "namespace": "n"}},
+                    "rules": [{"apiGroups": ["*"], "resources": ["*"]}],
+                }
+            ]
+        },
+        {
+            "webhooks": [
+                {
+                    "name": "w",
+                    "clientConfig": {"url": "https://example.net/hook"},
+                    "rules": [{"apiGroups": ["*"], "resources": ["*"]}],
+                }
+            ]
+        },
+    ),  # fmt: skip
+    (
+        "k8s-namespace-pod-security-not-lowered",
+        "kubernetes:core/v1:Namespace",
+        {"metadata": {"name": "team-a", "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}},
+        {"metadata": {"name": "team-a", "labels": {"pod-security.kubernetes.io/enforce": "privileged"}}},
+    ),
+    (
+        "k8s-no-allow-all-network-policy",
+        "kubernetes:networking.k8s.io/v1:NetworkPolicy",
+        {"spec": {"podSelector": {}, "ingress": [{"from": [{"podSelector": {}}]}]}},
+        {"spec": {"podSelector": {}, "ingress": [{}]}},
+    ),
+    (
+        "k8s-helm-values-no-privilege",
+        "kubernetes:helm.sh/v3:Release",
+        {"values": {"securityContext": {"runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}}},
+        {"values": {"securityContext": {"privileged": True}}},
     ),
 ]
 

@@ -147,9 +147,9 @@ def test_our_templates_are_restricted_the_operators_launcher_pod_only_baseline(d
         assert restricted_violations(replicas[role]["template"]["spec"]) == [], role
     # The launcher as mpijob_controller.go newLauncher creates it (workloads/operator_pods.py).
     launcher_pod = next(p for p in operator_pods(objects, dev) if p.role == "Launcher").spec
-    assert restricted_violations(launcher_pod) == [
-        "kubectl-delivery: allowPrivilegeEscalation not false",
-        "kubectl-delivery: capabilities do not drop ALL",
+    assert sorted(restricted_violations(launcher_pod)) == [
+        "allowPrivilegeEscalation: container 'kubectl-delivery' does not set allowPrivilegeEscalation: false",
+        "capabilities_restricted: container 'kubectl-delivery' does not drop ALL capabilities",
     ]
     assert baseline_violations(launcher_pod) == []
     labels = _kind(objects, "Namespace")["metadata"]["labels"]

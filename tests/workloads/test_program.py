@@ -64,7 +64,7 @@ def test_job_role_reaches_only_the_job_prefix_from_its_service_account(deployed)
     bucket = json.loads(example_outputs_path("dev").read_text())["bucket_name"]
     listing = next(s for s in statements if s["Action"] == "s3:ListBucket")
     assert listing["Resource"] == f"arn:aws:s3:::{bucket}"
-    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["jobs/zimdb", "jobs/zimdb/*"]}}
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["jobs/zimdb/", "jobs/zimdb/*"]}}
     objects = next(s for s in statements if s["Action"] != "s3:ListBucket")
     assert objects["Resource"] == f"arn:aws:s3:::{bucket}/jobs/zimdb/*"
     assert objects["Action"] == ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]
@@ -94,6 +94,27 @@ def test_job_role_reaches_only_the_job_prefix_from_its_service_account(deployed)
         "zimdb",
         "zimdb",
     )
+
+
+def test_the_job_role_lists_its_own_prefix_and_not_a_sibling_jobs(deployed):
+    """s3:prefix under IAM's StringLike (policy/iam_semantics.py): the prefixes the trainer lists with
+    (trainer/storage.py: always `<dir>/`) are admitted; a prefix another job's keys also start with is not
+    ("jobs/zimdb" would list "jobs/zimdb-mpi/...")."""
+    from policy.iam_semantics import matches
+
+    (policy,) = deployed.of_type("aws:iam/rolePolicy:RolePolicy")
+    listing = next(
+        s for s in json.loads(policy.inputs["policy"])["Statement"] if s["Action"] == "s3:ListBucket"
+    )
+    patterns = listing["Condition"]["StringLike"]["s3:prefix"]
+
+    def admitted(prefix: str) -> bool:
+        return any(matches(p, prefix) for p in patterns)
+
+    for prefix in ("jobs/zimdb/", "jobs/zimdb/checkpoints/", "jobs/zimdb/checkpoints/step-00000100/"):
+        assert admitted(prefix), prefix
+    for prefix in ("jobs/zimdb", "jobs/zimdb-mpi/", "jobs/zimdb-mpi", "jobs/", "", "jobs/zimd"):
+        assert not admitted(prefix), prefix
 
 
 def test_job_without_s3_gets_no_aws_identity(workload_mocks):

@@ -5,7 +5,10 @@ Prometheus selects every ServiceMonitor, PodMonitor and PrometheusRule in the cl
 (`*SelectorNilUsesHelmValues: false`): without that, DCGM's and Kubecost's monitors, installed by other
 releases, are silently never scraped. Grafana's admin password comes from a Pulumi secret (generated when
 none is configured) through a Kubernetes Secret, so it never appears in the Helm values; dashboards are
-ConfigMaps picked up by Grafana's sidecar.
+ConfigMaps picked up by Grafana's sidecar. The sidecars read ConfigMaps of the monitoring namespace only,
+through a Role of ours (GRAFANA_SIDECAR_ROLE): the chart's own role, namespaced or not, always adds every
+Secret (grafana chart templates/role.yaml, clusterrole.yaml), and with `searchNamespace: ALL` it would
+read every Secret of the cluster.
 
 On EKS the control plane is AWS's: kube-controller-manager, kube-scheduler and etcd expose no scrape
 target, so their ServiceMonitors and rules are off (else KubeControllerManagerDown/KubeSchedulerDown fire
@@ -42,6 +45,10 @@ RELEASE = "kube-prometheus-stack"
 # The chart names its Prometheus service "<release>-prometheus".
 PROMETHEUS_URL = f"http://{RELEASE}-prometheus.{NAMESPACE}.svc:9090"
 GRAFANA_SECRET = "grafana-admin"
+# What Grafana's dashboard and datasource sidecars may do: watch the ConfigMaps of the monitoring namespace
+# (every dashboard and datasource of the platform is one there). The chart binds it (rbac.useExistingRole).
+GRAFANA_SIDECAR_ROLE = "grafana-sidecar"
+GRAFANA_SIDECAR_RULES = [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]}]
 DASHBOARD_LABEL = "grafana_dashboard"
 # Holds the receiver's URL or routing key; the chart mounts alertmanagerSpec.secrets under
 # /etc/alertmanager/secrets/<name>/ in the Alertmanager pods.
@@ -114,14 +121,21 @@ def kube_prometheus_stack_values(
                 "userKey": "admin-user",
                 "passwordKey": "admin-password",
             },
+            # The sidecars watch the release's namespace (no searchNamespace), ConfigMaps only, with our
+            # Role instead of the chart's (which grants every Secret).
+            "rbac": {"namespaced": True, "useExistingRole": GRAFANA_SIDECAR_ROLE},
             "sidecar": {
                 "dashboards": {
                     "enabled": True,
                     "label": DASHBOARD_LABEL,
                     "labelValue": "1",
-                    "searchNamespace": "ALL",
-                }
+                    "resource": "configmap",
+                },
+                "datasources": {"resource": "configmap"},
             },
+            # The volume is EBS: the kubelet gives it the pod's fsGroup (472, the chart's default), so the
+            # chart's root `chown` init container has nothing to do.
+            "initChownData": {"enabled": False},
         },
         "additionalPrometheusRulesMap": prometheus_rules(gpu_check=gpu_check),
     }
@@ -175,7 +189,18 @@ class Observability(pulumi.ComponentResource):
             string_data={"admin-user": "admin", "admin-password": self.grafana_admin_password},
             opts=in_namespace,
         )
-        release_after: list[pulumi.Resource] = [secret]
+        sidecar_role = k8s.rbac.v1.Role(
+            f"{name}-grafana-sidecar",
+            metadata={"name": GRAFANA_SIDECAR_ROLE, "namespace": NAMESPACE},
+            rules=[
+                k8s.rbac.v1.PolicyRuleArgs(
+                    api_groups=rule["apiGroups"], resources=rule["resources"], verbs=rule["verbs"]
+                )
+                for rule in GRAFANA_SIDECAR_RULES
+            ],
+            opts=in_namespace,
+        )
+        release_after: list[pulumi.Resource] = [secret, sidecar_role]
         if args.config.alert_receiver != "none":
             if args.alert_receiver_secret is None:
                 raise ValueError(f"alertReceiver {args.config.alert_receiver!r} has no alertReceiverSecret")

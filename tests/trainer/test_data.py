@@ -148,7 +148,7 @@ def test_resumed_sampler_continues_the_same_epoch_order():
     assert list(resumed) == list(full)[8:] and len(resumed) == 12
 
 
-@pytest.mark.parametrize("world_after", [1, 3])
+@pytest.mark.parametrize("world_after", [1, 3, 5])
 def test_a_world_size_change_mid_epoch_neither_repeats_nor_skips_samples(world_after):
     """3 batches of 4 on 2 ranks, then the run resumes on `world_after` ranks at the checkpoint's data
     position and finishes the epoch: every sample of the epoch once (bar the few that cannot fill a

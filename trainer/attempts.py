@@ -5,7 +5,7 @@ stops doing so: its backoffLimit sums the restart counts of running pods (pkg/co
 which a recreated pod starts at 0, so a job that keeps failing with 137 or 202 restarts until its
 activeDeadlineSeconds. So `python -m trainer.launch` counts each pod's failed attempts itself, under the job's
 checkpoint location (`<checkpoint dir>/attempts/<pod>.json`, one writer per file), and once a pod has failed
-more than the job's restart budget it exits 3 before training: a permanent code, so the operator fails the
+more than the job's restart budget it exits 4 before training: a permanent code, so the operator fails the
 job. What counts is what TrainJob's runtime counts: an attempt that ended with a retryable code other than
 143 (a SIGTERM checkpoint: a Spot reclaim, a drain, the job's replacement) or that never recorded its end
 (its pod killed). An attempt that ends for good (0, or 1-127) marks the job ended (`_ended.json`): a later

@@ -1,15 +1,18 @@
-"""`python -m trainer.bench [--strict] [--data-mib N]`: throughput and memory figures of the trainer (a
-benchmark, not a test; targets are checked here, and fail the exit code only with --strict).
+"""`python -m trainer.bench [--strict] [--repeats N] [--data-mib N]`: throughput and memory figures of the
+trainer (a benchmark, not a test; targets are checked here, and fail the exit code only with --strict).
 
-1. trainer vs a bare PyTorch loop (forward, backward, optimizer step, nothing else) on the same model,
-   batch and data, in this process, one thread each, interleaved and repeated (target: >= 0.95);
-2. trainer vs a bare DDP loop, both 2 processes under the same launcher (target: >= 0.95), and the
-   trainer's 2 processes vs 1 (target: >= 1.8x), start to first step;
-3. data preparation of an N MiB JSONL file under 2 processes: peak memory and time per rank (local
+1. trainer vs a bare loop with 1 process and with 2 (targets: >= 0.95 each), and the trainer's 2 processes
+   vs 1 (target: >= 1.8x), start to first step. The bare loops are minimal loops of their own
+   (trainer.bench_workers `bare`: forward, loss, backward, optimizer step; plain DDP with 2 processes) on
+   the trainer's model, data, batch and optimizer. Every run is a process under the same launcher with
+   one thread per process; the four kinds of run take turns, `--repeats` times, and each row is the
+   median of its repeats, with the 1-minute load average during them (other work on the machine takes
+   cores from whichever run is going: an idle machine gives the figures to compare with the targets);
+2. data preparation of an N MiB JSONL file under 2 processes: peak memory and time per rank (local
    rank 0 tokenizes, the other maps its files);
-4. on a CUDA machine: samples/s, tokens/s and peak memory for fp32 and AMP on a bigger model;
-5. checkpoint save s/GiB and the largest model that checkpoints in the Spot notice (trainer.checkpoint_bench).
-Timings on a shared machine are noisy: every figure says how many repetitions it took the best of.
+3. on a CUDA machine: samples/s, tokens/s, MFU and peak memory for fp32 and AMP on a bigger model, and
+   the bare loop on it;
+4. checkpoint save s/GiB and the largest model that checkpoints in the Spot notice (trainer.checkpoint_bench).
 """
 
 from __future__ import annotations
@@ -32,10 +35,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainer import checkpoint_bench, data, zimdb
+from trainer import checkpoint_bench, zimdb
 from trainer.config import JobConfig, build
 from trainer.loop import run
-from trainer.model import build_model
 
 REPEATS = 3
 STEPS = 240  # the first fifth of each run is warm-up and not counted
@@ -70,42 +72,6 @@ def _trainer_samples_per_s(out: Path) -> float:
     return statistics.harmonic_mean(windows)  # equal-sized windows: total samples / total time
 
 
-def bare_loop_samples_per_s(cfg: JobConfig) -> float:
-    """The same model, batches and optimizer as the trainer, with nothing around them."""
-    device = torch.device("cuda" if cfg.train.device == "cuda" else "cpu")
-    train, _ = data.load_splits(cfg.data, Path(tempfile.gettempdir()))
-    encoder = data.train_tokenizer(cfg.data.tokenizer, [t for t, _ in train], cfg.data.vocab_size)
-    ds = data.encode(train, encoder, cfg.data.max_len)
-    loader = data.train_loader(
-        ds, cfg.data, batch_size=cfg.train.batch_size, rank=0, world=1, seed=0, pin_memory=False
-    )
-    torch.manual_seed(0)
-    max_positions = -(-cfg.data.max_len // cfg.data.pad_to_multiple) * cfg.data.pad_to_multiple
-    model = build_model(cfg.model, vocab_size=encoder.vocab_size, max_positions=max_positions).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr)
-    warmup, steps, done = STEPS // 5, 0, False
-    while not done:
-        for batch in loader:
-            if steps == warmup:
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
-                start = time.perf_counter()
-            batch = {k: v.to(device) for k, v in batch.items()}
-            loss = torch.nn.functional.cross_entropy(
-                model(batch["input_ids"], batch["attention_mask"]), batch["labels"]
-            )
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            steps += 1
-            if steps == STEPS:
-                done = True
-                break
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return (STEPS - warmup) * cfg.train.batch_size / (time.perf_counter() - start)
-
-
 @dataclass
 class Row:
     label: str
@@ -122,32 +88,6 @@ def progress(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def trainer_vs_bare() -> list[Row]:
-    torch.set_num_threads(1)
-    trainer, bare = [], []
-    with tempfile.TemporaryDirectory() as tmp:
-        for i in range(REPEATS):  # interleaved, so load from other processes hits both alike
-            progress(f"1 process: bare loop and trainer, repetition {i + 1}/{REPEATS}")
-            cfg = _job(Path(tmp) / f"t{i}", train={"grad_clip": 0.0, "device": "cpu"})
-            bare.append(bare_loop_samples_per_s(cfg))
-            _quiet_run(cfg)
-            trainer.append(_trainer_samples_per_s(Path(tmp) / f"t{i}"))
-    ratio = max(trainer) / max(bare)
-    return [
-        Row(
-            "bare loop, 1 process, 1 thread",
-            f"{max(bare):,.0f} samples/s",
-            f"best of {REPEATS}: {_spread(bare)}",
-        ),
-        Row(
-            "trainer, 1 process, 1 thread (no clipping)",
-            f"{max(trainer):,.0f} samples/s",
-            f"best of {REPEATS}: {_spread(trainer)}",
-        ),
-        _target("trainer / bare loop", f"{ratio:.2f}", ratio >= 0.95, ">= 0.95"),
-    ]
-
-
 def _spread(values: list[float]) -> str:
     return ", ".join(f"{v:,.0f}" for v in values)
 
@@ -156,9 +96,30 @@ def _launcher(nproc: int, *target: str) -> list[str]:
     return [sys.executable, "-m", "trainer.launch", "--nproc-per-node", str(nproc), "-m", *target]
 
 
-def _launch(out: Path, nproc: int, steps: int = STEPS) -> tuple[float, float, float]:
-    """(samples/s, seconds from process start to first step, CPU seconds of all processes) of a run
-    under trainer.launch, the way a pod starts it (no gradient clipping: the bare loops have none)."""
+@dataclass
+class Run:
+    samples_per_s: float
+    load: float  # 1-minute load average, mean of its value before and after the run
+    first_step_s: float = 0.0  # process start to first optimizer step
+    cpu_s: float = 0.0  # CPU seconds of all its processes
+
+
+def _run(cmd: list[str]) -> tuple[float, float]:
+    """Runs `cmd` with one thread per process; (its CPU seconds, the load average around it)."""
+    load, cpu_before = os.getloadavg()[0], resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(
+            f"{' '.join(cmd[:8])} … failed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}"
+        )
+    cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (cpu_after.ru_utime + cpu_after.ru_stime) - (cpu_before.ru_utime + cpu_before.ru_stime)
+    return cpu, (load + os.getloadavg()[0]) / 2
+
+
+def trainer_run(out: Path, nproc: int, steps: int = STEPS) -> Run:
+    """The trainer under trainer.launch, the way a pod starts it (no gradient clipping: the bare loops
+    have none; no evaluation or checkpoint inside the measured steps)."""
     flags = {
         "train.max_steps": steps,
         "train.warmup_steps": min(JobConfig().train.warmup_steps, steps - 1),
@@ -173,82 +134,88 @@ def _launch(out: Path, nproc: int, steps: int = STEPS) -> tuple[float, float, fl
         "checkpoint.dir": out / "ckpt",
     }
     cmd = _launcher(nproc, "trainer") + [arg for k, v in flags.items() for arg in (f"--{k}", str(v))]
-    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.time()
-    _run(cmd)
-    cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (cpu_after.ru_utime + cpu_after.ru_stime) - (cpu_before.ru_utime + cpu_before.ru_stime)
+    cpu, load = _run(cmd)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     first = next(r["time"] for r in rows if r["event"] == "first_step")
-    return (_trainer_samples_per_s(out) if steps > 1 else 0.0), first - started, cpu
+    speed = _trainer_samples_per_s(out) if steps > 1 else 0.0
+    return Run(speed, load, first_step_s=first - started, cpu_s=cpu)
 
 
-def _run(cmd: list[str]) -> None:
-    proc = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(
-            f"{' '.join(cmd[:8])} … failed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}"
-        )
+def bare_run(out: Path, nproc: int, sections: dict[str, Any] | None = None) -> Run:
+    """The bare loop (trainer.bench_workers) on `nproc` processes; `sections` overrides the trainer's
+    default config ({section: {field: value}})."""
+    args = [str(out), str(STEPS)]
+    if sections:
+        config = out.with_suffix(".config.json")
+        config.write_text(json.dumps(sections))
+        args.append(str(config))
+    _, load = _run(_launcher(nproc, "trainer.bench_workers", "bare", *args))
+    return Run(json.loads(out.read_text())[0]["samples_per_s"], load)
 
 
-def _bare_ddp(out: Path) -> float:
-    _run(_launcher(2, "trainer.bench_workers", "bare-ddp", str(out), str(STEPS)))
-    return json.loads(out.read_text())[0]["samples_per_s"]
+def _median_row(label: str, runs: list[Run]) -> Row:
+    speeds = [r.samples_per_s for r in runs]
+    load = statistics.mean(r.load for r in runs)
+    note = f"median of {len(runs)}: {_spread(speeds)}; load average {load:.1f} on {os.cpu_count()} CPUs"
+    return Row(label, f"{statistics.median(speeds):,.0f} samples/s", note)
 
 
-def _samples_per_cpu_second(tmp: Path, nproc: int) -> float:
-    """Training samples per CPU-second: a 1-step run's CPU (imports, set-up) is subtracted. Unlike
-    samples/s it does not drop when other work on the machine takes a core away."""
-    _, _, cpu_full = _launch(tmp / f"cpu{nproc}", nproc)
-    _, _, cpu_setup = _launch(tmp / f"setup{nproc}", nproc, steps=1)
-    return (STEPS - 1) * JobConfig().train.batch_size * nproc / (cpu_full - cpu_setup)
-
-
-def distributed() -> list[Row]:
-    one, two, bare, start1, start2 = [], [], [], [], []
+def throughput(repeats: int = REPEATS) -> list[Row]:
+    runs: dict[tuple[str, int], list[Run]] = {(kind, n): [] for kind in ("bare", "trainer") for n in (1, 2)}
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(2):  # interleaved, so load from other processes hits all three alike
-            progress(f"2 processes: bare DDP loop, trainer; 1 process: trainer (repetition {i + 1}/2)")
-            bare.append(_bare_ddp(Path(tmp) / f"bare{i}.json"))
-            s, t, _ = _launch(Path(tmp) / f"two{i}", 2)
-            two.append(s)
-            start2.append(t)
-            s, t, _ = _launch(Path(tmp) / f"one{i}", 1)
-            one.append(s)
-            start1.append(t)
+        for i in range(repeats):  # taking turns: load from other work hits every kind alike
+            for n in (1, 2):
+                progress(f"{n} process(es): bare loop, then trainer (repetition {i + 1}/{repeats})")
+                runs["bare", n].append(bare_run(Path(tmp) / f"bare{n}-{i}.json", n))
+                runs["trainer", n].append(trainer_run(Path(tmp) / f"trainer{n}-{i}", n))
         progress("samples per CPU-second, 1 and 2 processes")
         per_cpu = {n: _samples_per_cpu_second(Path(tmp), n) for n in (1, 2)}
-    ratio, speedup = max(two) / max(bare), max(two) / max(one)
-    load = os.getloadavg()[0]  # 2 processes cannot reach 2x while other work holds a core
+    median = {key: statistics.median(r.samples_per_s for r in found) for key, found in runs.items()}
+    rows = []
+    for n in (1, 2):
+        bare, trainer = runs["bare", n], runs["trainer", n]
+        ratio = median["trainer", n] / median["bare", n]
+        load = statistics.mean(r.load for r in bare + trainer)
+        rows += [
+            _median_row(f"bare loop, {n} process(es), 1 thread each" + (" (DDP)" if n > 1 else ""), bare),
+            _median_row(f"trainer, {n} process(es), 1 thread each", trainer),
+            _target(
+                f"trainer / bare loop, {n} process(es)",
+                f"{ratio:.2f}",
+                ratio >= 0.95,
+                ">= 0.95",
+                f"; load average {load:.1f} on {os.cpu_count()} CPUs",
+            ),
+        ]
+    speedup = median["trainer", 2] / median["trainer", 1]
+    load = statistics.mean(r.load for n in (1, 2) for r in runs["trainer", n])
     efficiency = per_cpu[2] / per_cpu[1]
-    return [
-        Row(
-            "bare DDP loop, 2 processes, 1 thread each",
-            f"{max(bare):,.0f} samples/s",
-            f"best of 2: {_spread(bare)}",
-        ),
-        Row(
-            "trainer, 2 processes, 1 thread each", f"{max(two):,.0f} samples/s", f"best of 2: {_spread(two)}"
-        ),
-        _target("trainer / bare DDP loop, 2 processes", f"{ratio:.2f}", ratio >= 0.95, ">= 0.95"),
-        Row("trainer, 1 process, 1 thread", f"{max(one):,.0f} samples/s", f"best of 2: {_spread(one)}"),
+    start = {n: min(r.first_step_s for r in runs["trainer", n]) for n in (1, 2)}
+    return rows + [
         _target(
             "trainer 2 processes / 1 process",
             f"{speedup:.2f}x",
             speedup >= 1.8,
             ">= 1.8x",
-            f"; 1-min load average {load:.1f} on {os.cpu_count()} CPUs",
+            f"; load average {load:.1f} on {os.cpu_count()} CPUs (2 processes need 2 free cores)",
         ),
         Row(
             "samples per CPU-second, 1 / 2 processes",
             f"{per_cpu[1]:,.0f} / {per_cpu[2]:,.0f}",
             f"2-process CPU efficiency {efficiency:.2f}: {2 * efficiency:.2f}x expected on 2 free cores",
         ),
-        Row(
-            "start to first step, 1 process", f"{min(start1):.1f} s", "process spawn -> first optimizer step"
-        ),
-        Row("start to first step, 2 processes", f"{min(start2):.1f} s", "includes torchrun rendezvous"),
+        Row("start to first step, 1 process", f"{start[1]:.1f} s", "process spawn -> first optimizer step"),
+        Row("start to first step, 2 processes", f"{start[2]:.1f} s", "includes torchrun rendezvous"),
     ]
+
+
+def _samples_per_cpu_second(tmp: Path, nproc: int) -> float:
+    """Training samples per CPU-second: a 1-step run's CPU (imports, set-up) is subtracted. Unlike
+    samples/s it does not drop when other work on the machine takes a core away."""
+    full = trainer_run(tmp / f"cpu{nproc}", nproc).cpu_s
+    setup = trainer_run(tmp / f"setup{nproc}", nproc, steps=1).cpu_s
+    return (STEPS - 1) * JobConfig().train.batch_size * nproc / (full - setup)
 
 
 def write_reviews_jsonl(path: Path, mib: float) -> None:
@@ -298,31 +265,28 @@ def cuda() -> list[Row]:
                 out,
                 data=big["data"],
                 model=big["model"],
-                train={"device": "cuda", "precision": precision, "batch_size": 64},
+                train={"device": "cuda", "precision": precision, "batch_size": 64, "grad_clip": 0.0},
             )
             torch.cuda.reset_peak_memory_stats()
             _quiet_run(cfg)
             metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
             train_rows = [r for r in metrics if r["event"] == "train"][1:]
             summary = json.loads((out / "summary.json").read_text())
+            mfu = [r["mfu"] for r in train_rows if "mfu" in r]
             rows.append(
                 Row(
                     f"CUDA {name}, {precision}",
                     f"{statistics.mean(r['samples_per_s'] for r in train_rows):,.0f} samples/s",
-                    f"{statistics.mean(r['tokens_per_s'] for r in train_rows):,.0f} tokens/s, peak "
-                    f"{max(r['gpu_mem_gb'] for r in train_rows):.2f} GiB, "
+                    f"{statistics.mean(r['tokens_per_s'] for r in train_rows):,.0f} tokens/s, "
+                    + (f"MFU {statistics.mean(mfu):.1%}, " if mfu else "no MFU (peak unknown), ")
+                    + f"peak {max(r['gpu_mem_gb'] for r in train_rows):.2f} GiB, "
                     f"val acc {summary['val_accuracy']:.3f}",
                 )
             )
-        bare = bare_loop_samples_per_s(
-            _job(
-                Path(tmp) / "bare",
-                data=big["data"],
-                model=big["model"],
-                train={"device": "cuda", "precision": "fp32", "batch_size": 64},
-            )
-        )
-        rows.append(Row(f"CUDA {name}, bare loop fp32", f"{bare:,.0f} samples/s", "same model and batch"))
+        sections = {**big, "train": {"device": "cuda", "precision": "fp32", "batch_size": 64}}
+        bare = bare_run(Path(tmp) / "bare.json", 1, sections)
+        speed = f"{bare.samples_per_s:,.0f} samples/s"
+        rows.append(Row(f"CUDA {name}, bare loop fp32", speed, "same model and batch"))
     return rows
 
 
@@ -330,22 +294,27 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m trainer.bench",
         description="Trainer benchmarks on this machine's CPUs (and its GPU, if any): trainer vs bare "
-        "loops (1 process, and DDP with 2), 2 vs 1 processes, start-up time, data preparation memory "
-        "per rank. Takes a few minutes on 2 cores; prints progress, then a table.",
+        "loops with 1 and 2 processes, 2 vs 1 processes, start-up time, data preparation memory per "
+        "rank, checkpoint save time. Takes a quarter of an hour on 2 cores; prints progress, then a table.",
     )
     p.add_argument("--strict", action="store_true", help="exit 1 when a target is missed (default: report)")
+    p.add_argument(
+        "--repeats", type=int, default=REPEATS, help=f"runs per throughput row (>= 3, default {REPEATS})"
+    )
     p.add_argument("--data-mib", type=float, default=100.0, help="size of the data-prep JSONL (default 100)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)  # --help exits here, before anything runs
+    if args.repeats < 3:
+        parser().error(f"--repeats {args.repeats}: allowed 3 or more (a median needs them)")
     print(
         f"trainer benchmark: torch {torch.__version__}, {os.cpu_count()} CPUs, load average "
         f"{os.getloadavg()[0]:.1f} (a shared machine makes every figure noisy)",
         flush=True,
     )
-    rows = trainer_vs_bare() + distributed() + data_memory(args.data_mib)
+    rows = throughput(args.repeats) + data_memory(args.data_mib)
     progress("checkpoint save: sharded (DCP) vs full state on rank 0")
     rows += [Row(*r) for r in checkpoint_bench.rows()]
     if torch.cuda.is_available():

@@ -1,8 +1,10 @@
 """Worker programs `trainer.bench` runs under `trainer.launch` (torchrun), one per rank:
 
-bare-ddp OUT.json [STEPS]  the trainer's model, data, batch and optimizer in a plain DDP loop (forward,
-                           backward, all-reduce, step, nothing else): the yardstick for the trainer's
-                           own 2-process throughput
+bare OUT.json STEPS [CONFIG.json]
+                           the trainer's model, data, batch and optimizer (the trainer's defaults, or the
+                           {section: {field: value}} of CONFIG.json) in a minimal loop of its own: forward,
+                           loss, backward, optimizer step, nothing else; plain DDP with 2 processes or
+                           more. The yardstick of the trainer's throughput
 data-prep SOURCE OUT.json  the trainer's data preparation (trainer.token_store) on SOURCE; every rank
                            reports its peak resident memory and the time it spent
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import secrets
 import sys
 import tempfile
 import time
@@ -20,9 +23,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DistributedSampler
 
 from trainer import data, token_store
-from trainer.config import DataConfig, JobConfig
+from trainer.config import DataConfig, JobConfig, build
+from trainer.guards import fused_kernel
 from trainer.model import build_model
 
 
@@ -43,33 +48,41 @@ def _gather_to_rank0(row: dict, out: Path) -> None:
         out.write_text(json.dumps(rows))
 
 
-def bare_ddp(out: Path, steps: int) -> None:
-    cfg = JobConfig()
+def bare(out: Path, steps: int, cfg: JobConfig) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local_rank) if cfg.train.device == "cuda" else torch.device("cpu")
     train, _ = data.load_splits(cfg.data, Path(tempfile.gettempdir()))
     encoder = data.train_tokenizer(cfg.data.tokenizer, (t for t, _ in train), cfg.data.vocab_size)
     ds = data.encode(train, encoder, cfg.data.max_len)
-    sampler = data.ResumableSampler(ds, num_replicas=world, rank=rank, shuffle=True, seed=0, drop_last=True)
+    sampler: DistributedSampler = DistributedSampler(
+        ds, num_replicas=world, rank=rank, shuffle=True, seed=0, drop_last=True
+    )
     loader = torch.utils.data.DataLoader(
         ds,
         batch_size=cfg.train.batch_size,
         sampler=sampler,
         collate_fn=data.PadCollate(cfg.data.pad_to_multiple),
         drop_last=True,
-    )  # what data.train_loader builds
+    )
     torch.manual_seed(0)
     max_positions = -(-cfg.data.max_len // cfg.data.pad_to_multiple) * cfg.data.pad_to_multiple
-    model = DistributedDataParallel(
-        build_model(cfg.model, vocab_size=encoder.vocab_size, max_positions=max_positions)
+    model = build_model(cfg.model, vocab_size=encoder.vocab_size, max_positions=max_positions).to(device)
+    if world > 1:
+        model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    # The trainer's optimizer, built the same way (fused AdamW, its learning rate and weight decay).
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, fused=fused_kernel(device)
     )
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr)
-    warmup, done, start = steps // 5, 0, time.perf_counter()
-    epoch = 0
+    warmup, done, epoch, start = steps // 5, 0, 0, time.perf_counter()
     while done < steps:
         sampler.set_epoch(epoch)
         for batch in loader:
             if done == warmup:
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
                 start = time.perf_counter()
+            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
             loss = torch.nn.functional.cross_entropy(
                 model(batch["input_ids"], batch["attention_mask"]), batch["labels"]
             )
@@ -80,8 +93,16 @@ def bare_ddp(out: Path, steps: int) -> None:
             if done == steps:
                 break
         epoch += 1
+    if device.type == "cuda":
+        torch.cuda.synchronize()
     samples_per_s = (steps - warmup) * cfg.train.batch_size * world / (time.perf_counter() - start)
     _gather_to_rank0({"rank": rank, "samples_per_s": samples_per_s}, out)
+
+
+def _launch_id() -> str:
+    box = [secrets.token_hex(8)]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def data_prep(source: str, out: Path) -> None:
@@ -95,7 +116,7 @@ def data_prep(source: str, out: Path) -> None:
             model_name="transformer",
             tokenizer_spec=None,
             workdir=Path(workdir),
-            shared=token_store.node_scratch_dir("bench-data"),
+            shared=token_store.node_scratch_dir("bench-data", _launch_id()),
             local_rank=int(os.environ.get("LOCAL_RANK", "0")),
         )
     touched = sum(len(prepared.train[i][0]) for i in range(0, len(prepared.train), 97))  # read the data
@@ -114,12 +135,13 @@ def main(argv: list[str]) -> int:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     try:
-        if argv[0] == "bare-ddp":
-            bare_ddp(Path(argv[1]), int(argv[2]) if len(argv) > 2 else 240)
+        if argv[0] == "bare":
+            sections = json.loads(Path(argv[3]).read_text()) if len(argv) > 3 else {}
+            bare(Path(argv[1]), int(argv[2]), build(sections))
         elif argv[0] == "data-prep":
             data_prep(argv[1], Path(argv[2]))
         else:
-            print(f"unknown worker {argv[0]!r}: bare-ddp | data-prep", file=sys.stderr)
+            print(f"unknown worker {argv[0]!r}: bare | data-prep", file=sys.stderr)
             return 2
     finally:
         dist.destroy_process_group()

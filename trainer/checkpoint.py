@@ -16,8 +16,11 @@ at that run's checkpoints, so a fresh run started in a directory that holds anot
 resumes the other run's checkpoints (they are left untouched, for the user to delete), and the checkpoint
 just written is never pruned.
 
-Order of writes: every rank stages its files, hashes them and publishes them (local: rename into place;
-S3: upload); only when every rank succeeded does rank 0 write the manifest, then `latest`. A checkpoint
+Order of writes: every rank checks that its model and optimizer state is finite (a NaN or an infinity
+anywhere ends the run with exit 3 and writes nothing: `latest`, and pruning, which only follows a
+commit, never move from the last finite checkpoint to a broken one), stages its files, hashes them and
+publishes them (local: rename into place; S3: upload); only when every rank succeeded does rank 0 write
+the manifest, then `latest`. A checkpoint
 without a manifest is incomplete and never loaded. On resume, a checkpoint that fails verification
 (missing file, size or sha256 different from the manifest) is refused loudly and the run's previous one is
 used; a storage error while reading one (S3 down, throttled, no credentials yet) is NOT a reason to fall
@@ -56,7 +59,7 @@ from torch.optim import Optimizer
 from trainer import shards
 from trainer.config import ConfigError
 from trainer.dist import DistEnv, all_reduce_max, broadcast_object, gather_objects
-from trainer.faults import STORAGE_UNAVAILABLE, Retryable
+from trainer.faults import STORAGE_UNAVAILABLE, Diverged, Retryable
 from trainer.storage import LocalStorage, Storage
 
 log = logging.getLogger("trainer")
@@ -156,21 +159,27 @@ class CheckpointManager:
 
     def check_writable(self) -> None:
         """Fail before training (exit 2) when a local checkpoint directory cannot be written, instead of
-        a traceback at the first checkpoint interval."""
+        a traceback at the first checkpoint interval. A full disk is not a reason to stop (the saves are
+        skipped, with the reason, until space frees up): only said."""
         if not isinstance(self.storage, LocalStorage):
             return
         root = self.storage.root
-        probe = root / f".write-probe-{os.getpid()}"
         try:
             root.mkdir(parents=True, exist_ok=True)
+            # Random, not the pid: the pods of a job that share the volume are all pid 1, and one pod's
+            # unlink of the shared name made another's fail (exit 2 at random).
+            probe = root / f".write-probe-{secrets.token_hex(8)}"
             probe.write_bytes(b"probe")
             probe.unlink()
         except OSError as err:
-            what = "disk full" if shards.is_disk_full(err) else err.strerror or str(err)
+            if shards.is_disk_full(err):
+                log.error("checkpoint.dir=%s is full: checkpoints are skipped until space is freed", root)
+                return
             raise ConfigError(
-                f"checkpoint.dir={str(root)!r} is not writable: {what} ({err.filename or root}); allowed: "
-                f"a directory this process (uid {os.getuid()}) can create files in, e.g. fix the volume's "
-                "permissions (pod securityContext.fsGroup) or pass another --checkpoint.dir"
+                f"checkpoint.dir={str(root)!r} is not writable: {err.strerror or err} "
+                f"({err.filename or root}); allowed: a directory this process (uid {os.getuid()}) can create "
+                "files in, e.g. fix the volume's permissions (pod securityContext.fsGroup) or pass another "
+                "--checkpoint.dir"
             ) from None
 
     def begin(self, env: DistEnv, *, resume: bool) -> dict[str, Any] | None:
@@ -451,6 +460,7 @@ class CheckpointManager:
         self.wait()  # one checkpoint at a time: the previous one is committed (or failed) first
         if step == self._saved_step:
             return True  # already complete (e.g. a SIGTERM right after resuming at this step)
+        self._refuse_non_finite(env, step, model, optimizer)
         name, store = checkpoint_name(step), self.run_storage
         rng = gather_objects(env, shards.rng_state())  # dropout and shuffling continue exactly on every rank
         if isinstance(store, LocalStorage):  # beside the final place: publishing is a rename
@@ -473,6 +483,19 @@ class CheckpointManager:
 
         self._pending = _Background(finish)
         return None
+
+    def _refuse_non_finite(self, env: DistEnv, step: int, model: nn.Module, optimizer: Optimizer) -> None:
+        """Every rank: raise Diverged (exit 3) if any rank's model or optimizer state holds a NaN or an
+        infinity. Such a checkpoint is never committed, so `latest` and pruning (which only follows a
+        commit) never move from the last finite checkpoint to it."""
+        found = _first_non_finite(model, optimizer)
+        if not all_reduce_max(env, int(found is not None)):
+            return
+        where = [f"rank {r}: {f}" for r, f in enumerate(gather_objects(env, found)) if f]
+        raise Diverged(
+            f"checkpoint {self.location(step)} NOT written: the model or optimizer state is not finite "
+            f"({'; '.join(where)}); latest still points to {self.latest_name() or 'nothing'}"
+        )
 
     def wait(self) -> bool | None:
         """Block until the background checkpoint, if any, is committed: what save() would have returned."""
@@ -599,6 +622,23 @@ class CheckpointManager:
                 store.delete_dir(n)
         except Exception as err:  # pruning is housekeeping: never fail a run for it
             log.warning("could not prune old checkpoints in %s: %s", store.uri, err)
+
+
+def _first_non_finite(model: nn.Module, optimizer: Optimizer) -> str | None:
+    """The name of the first tensor of this rank's model or optimizer state (its shard, under FSDP) with a
+    NaN or an infinity; one host sync for all of them."""
+    named = [(f"model {k}", v) for k, v in model.state_dict().items()]
+    named += [
+        (f"optimizer {k} of parameter {i}", v)
+        for i, per_param in enumerate(optimizer.state.values())
+        for k, v in per_param.items()
+    ]
+    named = [(n, getattr(t, "_local_tensor", t)) for n, t in named if torch.is_tensor(t)]
+    named = [(n, t) for n, t in named if t.is_floating_point() and t.numel()]
+    if not named:
+        return None
+    finite = torch.stack([torch.isfinite(t).all() for _, t in named]).cpu()
+    return next((n for (n, _), ok in zip(named, finite.tolist(), strict=True) if not ok), None)
 
 
 def _gather(env: DistEnv, obj: Any, group: Any) -> list[Any]:

@@ -172,7 +172,29 @@ class TrainConfig:
     eval_every: int = field(default=50, metadata=_help("evaluate every N steps (and at the end)"))
     log_every: int = field(default=20, metadata=_help("progress line + metrics JSON line every N steps"))
     seed: int = field(default=0, metadata=_help("seed of model init, shuffling and dropout"))
-    dist_timeout_s: int = field(default=600, metadata=_help("timeout of collective operations, seconds"))
+    dist_timeout_s: int = field(
+        default=600,
+        metadata=_help(
+            "timeout of collective operations, seconds (evaluation, checkpoints and start-up wait this long "
+            "for a peer)"
+        ),
+    )
+    step_timeout_s: int = field(
+        default=120,
+        metadata=_help(
+            "a training step (forward, backward, optimizer step; not the first one, evaluations or "
+            "checkpoints) that takes longer than this on any rank means a hung or lost peer: exit 202 "
+            "(retryable); must exceed the slowest step"
+        ),
+    )
+    max_bad_steps: int = field(
+        default=5,
+        metadata=_help(
+            "optimizer steps in a row whose loss or gradient is not finite that are skipped (no weight "
+            "update) before the run stops with exit 3 (diverged); 0: stop at the first. Under fp16 the "
+            "GradScaler's own overflow skips do not count"
+        ),
+    )
 
     def __post_init__(self) -> None:
         _require(self.device in {"auto", "cpu", "cuda"}, "train.device", self.device, "auto | cpu | cuda")
@@ -187,6 +209,7 @@ class TrainConfig:
             "eval_every",
             "log_every",
             "dist_timeout_s",
+            "step_timeout_s",
         ):
             value = getattr(self, key)
             _require(value >= 1, f"train.{key}", value, ">= 1")
@@ -202,6 +225,7 @@ class TrainConfig:
         )
         _require(0 <= self.min_lr_ratio <= 1, "train.min_lr_ratio", self.min_lr_ratio, "0 <= x <= 1")
         _require(self.grad_clip >= 0, "train.grad_clip", self.grad_clip, ">= 0")
+        _require(self.max_bad_steps >= 0, "train.max_bad_steps", self.max_bad_steps, ">= 0")
 
 
 @dataclass(kw_only=True)
@@ -355,7 +379,8 @@ def parser() -> argparse.ArgumentParser:
         prog="python -m trainer",
         description="Distributed PyTorch text classifier (run under torchrun; or `python -m trainer.launch` "
         "to get exit code 143 on SIGTERM). With no arguments: the zIMDB job on synthetic data. "
-        "Exit codes: 0 done, 2 invalid config or data, 143 stopped by SIGTERM after a checkpoint, "
+        "Exit codes: 0 done, 2 invalid config or data, 3 diverged (non-finite loss), 143 stopped by "
+        "SIGTERM after a checkpoint, "
         "200 storage unavailable, 201 no GPU for train.device cuda, 202 peer rank lost or hung "
         "(128+: retryable; the table is in trainer/faults.py).",
     )

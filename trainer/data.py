@@ -8,9 +8,12 @@ per node and shares the token ids with the other ranks through memory-mapped fil
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import itertools
 import json
+import os
+import signal
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -351,15 +354,31 @@ class PadCollate:
 
 
 class ResumableSampler(DistributedSampler):
-    """DistributedSampler that can skip the batches of an epoch already trained before a restart."""
+    """DistributedSampler (drop_last) that can start an epoch part-way, after a restart at any world size.
 
-    skip = 0
+    `start` is how many samples of the epoch all ranks together have trained on. DistributedSampler
+    deals the epoch's permutation out round-robin (rank r takes positions r, r + W, r + 2W, ...), so after
+    b batches of B per rank on W ranks exactly its first b * B * W positions are done, whatever W was.
+    The rest is dealt out again over the ranks of this run: a world-size change neither repeats nor
+    skips a sample of the epoch (beyond the last few that do not fill a round, dropped as drop_last
+    does). At an unchanged world size the order is DistributedSampler's own.
+    """
+
+    start = 0
 
     def __iter__(self):
-        return iter(list(super().__iter__())[self.skip :])
+        if self.shuffle:
+            g = torch.Generator()
+            g.manual_seed(self.seed + self.epoch)  # DistributedSampler's epoch order
+            order = torch.randperm(len(self.dataset), generator=g).tolist()  # type: ignore[arg-type]
+        else:
+            order = list(range(len(self.dataset)))  # type: ignore[arg-type]
+        rest = order[self.start :]
+        return iter(rest[self.rank : len(rest) - len(rest) % self.num_replicas : self.num_replicas])
 
     def __len__(self) -> int:
-        return super().__len__() - self.skip
+        rest = max(0, len(self.dataset) - self.start)  # type: ignore[arg-type]
+        return rest // self.num_replicas
 
 
 def train_loader(
@@ -389,7 +408,33 @@ def train_loader(
         drop_last=True,
         persistent_workers=cfg.num_workers > 0,
         generator=_own_generator(seed),
+        worker_init_fn=leave_sigterm_to_the_trainer if cfg.num_workers > 0 else None,
     )
+
+
+def leave_sigterm_to_the_trainer(worker_id: int) -> None:
+    """DataLoader workers must outlive a SIGTERM until the trainer has checkpointed. torchrun stops a rank
+    by signalling its process group (torch 2.13 elastic/multiprocessing/subprocess_handler: the rank is
+    started with start_new_session, then os.killpg), which holds the rank's DataLoader workers too: they
+    died at once, and the rank failed in its next step ("DataLoader worker ... is killed by signal:
+    Terminated") instead of writing its checkpoint. A group of its own keeps a worker out of that signal
+    (and of a terminal's Ctrl-C). The worker starts with SIGTERM blocked (`sigterm_held`); ignoring it
+    before unblocking drops one that arrived before the move. The trainer still ends its workers: the
+    DataLoader tells them to stop when it goes, and each one exits when it finds its parent gone."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    os.setpgid(0, 0)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+@contextlib.contextmanager
+def sigterm_held() -> Iterator[None]:
+    """Around `iter(loader)`, where the DataLoader forks its workers: they inherit SIGTERM blocked, and
+    a SIGTERM for the trainer meanwhile is delivered (and honoured) when the block ends."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def val_loader(

@@ -6,13 +6,19 @@ PyTorchJob `restartPolicy: ExitCode` and the TrainJob runtime rendered by `workl
   0    done
   1    a bug (an unexpected exception, with its traceback): permanent
   2    invalid configuration or data: permanent, the same pod would fail the same way
-  3    the job's restart budget is spent (a PyTorchJob pod that failed more often: trainer/attempts.py)
+  3    training diverged: more than train.max_bad_steps steps in a row with a non-finite loss or gradient
+       (each skipped, no weight update), or non-finite weights at a checkpoint; permanent, since a resume
+       replays the same data in the same order; `latest` still names the last finite checkpoint
+  4    the job's restart budget is spent (a PyTorchJob pod that failed more often: trainer/attempts.py)
   137  killed by SIGKILL (OOM kill, grace period over), as the launcher reports it: 128 + 9
   143  stopped by SIGTERM after a checkpoint (Spot reclaim, eviction): 128 + 15
        (or, with no step to checkpoint yet, while waiting for the node's tokenized data)
-  200  storage unavailable: S3 unreachable, no credentials yet, or failing after the retries
+  200  storage unavailable: S3 unreachable, no credentials yet, or failing after the retries; or the
+       output volume full when the final outputs are written (the final checkpoint is committed: the
+       restart only rewrites the outputs)
   201  a GPU job that sees no GPU (device plugin not ready, a GPU fallen off the bus): never trains on CPU
-  202  a peer rank went away or hung past train.dist_timeout_s (gloo "Timed out waiting", lost connection)
+  202  a peer rank went away or hung: a collective failed (lost connection, gloo "Timed out waiting" after
+       train.dist_timeout_s) or no training step finished within train.step_timeout_s (trainer.guards)
   203  the torchrun rendezvous did not complete in time (a replacement node slower than its timeout)
 
 The dedicated codes sit above 128 + 64 (the highest Linux signal), so none reads as "killed by signal N".
@@ -21,7 +27,8 @@ The dedicated codes sit above 128 + 64 (the highest Linux signal), so none reads
 from __future__ import annotations
 
 INVALID = 2
-BUDGET_SPENT = 3
+DIVERGED = 3
+BUDGET_SPENT = 4
 STOPPED = 143
 STORAGE_UNAVAILABLE = 200
 NO_GPU = 201
@@ -37,6 +44,12 @@ class Retryable(RuntimeError):
 
 class GpuUnavailable(Retryable):
     exit_code = NO_GPU
+
+
+class Diverged(RuntimeError):
+    """The loss or the weights went non-finite and stayed so: no restart cures it (same data, same order)."""
+
+    exit_code = DIVERGED
 
 
 # What a surviving rank sees when a peer process or its node is gone (Spot reclaim of another pod) or
@@ -86,7 +99,7 @@ def _peer_lost(err: BaseException) -> bool:
 
 def verdict(err: BaseException) -> tuple[int, str] | None:
     """(exit code, one-line reason) for a failure with a known cure, or None for a bug (exit 1)."""
-    if isinstance(err, Retryable):
+    if isinstance(err, (Retryable, Diverged)):
         return err.exit_code, str(err)
     storage = _storage_verdict(err)
     if storage is not None:

@@ -17,7 +17,7 @@ escape as a traceback and exit 1, which would fail a 4-pod job for good when one
 slower than the rendezvous timeout. The codes are listed in trainer/faults.py.
 
 In a PyTorchJob pod it also keeps the job's restart budget (trainer/attempts.py): each attempt and how it
-ended, beside the checkpoints; past the budget it exits 3 before torchrun starts.
+ended, beside the checkpoints; past the budget it exits 4 before torchrun starts.
 """
 
 from __future__ import annotations

@@ -2,6 +2,11 @@
 
 `run(cfg)` returns the process exit code: 0 when done, 143 when stopped by SIGTERM after a checkpoint
 (the table of exit codes is in trainer/faults.py).
+
+A training step never waits for the host to read a device value: the loss and token counts add up on
+the device and are read at progress lines, the stop vote runs on the CPU without waiting
+(dist.StopFlag), and a step with non-finite gradients is skipped on the device (guards.NonFiniteGuard).
+On a GPU the CPU can then queue the next step's kernels while the current one runs.
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ import contextlib
 import hashlib
 import json
 import math
+import os
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -22,7 +29,7 @@ from torch import nn
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
-from trainer import checkpoint, data, faults, precision, token_store
+from trainer import checkpoint, data, faults, mfu, precision, token_store
 from trainer.config import ConfigError, JobConfig, TrainConfig
 from trainer.dist import (
     DistEnv,
@@ -32,11 +39,14 @@ from trainer.dist import (
     barrier,
     broadcast_object,
     gather_objects,
+    launch_id,
     setup,
     teardown,
 )
+from trainer.guards import NonFiniteGuard, StepWatchdog, fused_kernel
 from trainer.metrics import Exporter, Metrics
-from trainer.model import build_model, transformer_blocks
+from trainer.model import attention_shape, build_model, transformer_blocks
+from trainer.shards import is_disk_full
 from trainer.storage import LocalStorage, Storage, open_storage
 
 RUN_SCRATCH = "trainer-run"  # $TMPDIR/trainer-run-<random>: one per process and run
@@ -57,28 +67,61 @@ def _lr_lambda(cfg: TrainConfig):
     return factor
 
 
-def _micro_batches(loader, epoch: int, position: int) -> Iterator[tuple[int, int, dict[str, torch.Tensor]]]:
-    """Endless batches as (epoch, batches done in that epoch, batch); starts mid-epoch after a resume."""
+def _micro_batches(loader, epoch: int, done: int) -> Iterator[tuple[int, int, dict[str, torch.Tensor]]]:
+    """Endless batches as (epoch, samples of that epoch all ranks have trained on after it, batch); starts
+    `done` samples into the epoch after a resume, at any world size (data.ResumableSampler)."""
     sampler = loader.sampler
     while True:
         sampler.set_epoch(epoch)
-        sampler.skip = position * loader.batch_size
-        for batch in loader:
-            position += 1
-            yield epoch, position, batch
-        epoch, position = epoch + 1, 0
+        sampler.start = done
+        with data.sigterm_held():  # the DataLoader's workers start here
+            batches = iter(loader)
+        for batch in batches:
+            done += loader.batch_size * sampler.num_replicas
+            yield epoch, done, batch
+        epoch, done = epoch + 1, 0
+
+
+def _samples_done(state: dict[str, Any]) -> int:
+    """The epoch's samples a checkpoint's run trained on; checkpoints of older trainers count batches per
+    rank (`position`) instead, at their own batch size and world size."""
+    if "samples" in state:
+        return int(state["samples"])
+    return int(state["position"]) * state["config"]["train"]["batch_size"] * state["world_size"]
+
+
+def _compile_blocks(model: nn.Module) -> list[nn.Module]:
+    """Replace each transformer block by its torch.compile wrapper; returns the wrappers.
+
+    Under FSDP torchtitan compiles each block before sharding it (llama3/infra/parallelize.py
+    `apply_compile`, v0.2.2), and FSDP shards the compiled wrapper: its hooks stay outside the compiled
+    code. A model compiled as a whole (or a block compiled in place) before fully_shard runs its FSDP
+    hooks inside the compiled frame, where dynamo gives up and falls back to eager: nothing was
+    compiled. State-dict keys stay the same (torch.distributed.checkpoint drops the wrapper's
+    `_orig_mod.`)."""
+    blocks = {id(b) for b in transformer_blocks(model)}
+    compiled = []
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if id(child) in blocks:
+                wrapper = cast(nn.Module, torch.compile(child))
+                parent.register_module(name, wrapper)
+                compiled.append(wrapper)
+    return compiled
 
 
 def _wrap(model: nn.Module, cfg: TrainConfig, env: DistEnv, prec: precision.Precision) -> nn.Module:
-    if cfg.compile:
+    fsdp = env.distributed and cfg.parallelism == "fsdp"
+    if cfg.compile and not fsdp:
         model.compile()  # in place: state-dict keys stay the same
     if not env.distributed:
         return model
-    if cfg.parallelism == "fsdp":
+    if fsdp:
         # One FSDP unit per transformer block, innermost first: only one block's full parameters exist
         # at a time (the memory saving); the root unit keeps the embeddings and the head.
         policy = precision.fsdp_policy(prec)
-        for block in reversed(transformer_blocks(model)):
+        blocks = _compile_blocks(model) if cfg.compile else transformer_blocks(model)
+        for block in reversed(blocks):
             fully_shard(block, mp_policy=policy)
         return cast(nn.Module, fully_shard(model, mp_policy=policy))
     return DistributedDataParallel(
@@ -135,7 +178,8 @@ def evaluate(model: nn.Module, loader, env: DistEnv, dtype: torch.dtype | None) 
 
 def run(cfg: JobConfig, *, s3_client: Any = None) -> int:
     started = time.time()
-    stop = StopFlag()  # installed first: a SIGTERM during set-up is honoured at the first step boundary
+    # Installed first: a SIGTERM during set-up is honoured at the first step boundary.
+    stop = StopFlag(timeout_s=cfg.train.dist_timeout_s)
     env = setup(cfg.train)
     try:
         return _train(cfg, env, stop, started, s3_client)
@@ -148,7 +192,7 @@ class _Window:
 
     def __init__(self) -> None:
         self.start, self.steps = time.perf_counter(), 0
-        self.loss: torch.Tensor | float = 0.0  # summed on the device: no sync per step
+        self.loss: torch.Tensor | float = 0.0  # summed on the device: read at the progress line only
         self.tokens: torch.Tensor | float = 0.0
         self.total_steps, self.total_s = 0, 0.0
 
@@ -170,7 +214,7 @@ class _Window:
         return loss, tokens, elapsed, steps
 
 
-def _open_sinks(cfg: JobConfig, env: DistEnv, workdir: Path, s3_client: Any):
+def _open_sinks(cfg: JobConfig, env: DistEnv, workdir: Path, launch: str, s3_client: Any):
     """(output storage, its local staging dir, metrics, checkpoint manager)."""
 
     def storage(uri: str) -> Storage:
@@ -187,7 +231,7 @@ def _open_sinks(cfg: JobConfig, env: DistEnv, workdir: Path, s3_client: Any):
         local_out.mkdir(parents=True)
         (local_out / "metrics.jsonl").write_bytes(output.get_bytes("metrics.jsonl") or b"")
     port = cfg.output.metrics_port  # one endpoint per node, served by local rank 0 for all its ranks
-    shared = token_store.node_scratch_dir("metrics")
+    shared = token_store.node_scratch_dir("metrics", launch)
     metrics = Metrics(
         local_out / "metrics.jsonl",
         enabled=env.is_main,
@@ -209,7 +253,13 @@ def _resume_state(cfg: JobConfig, env: DistEnv, ckpt: checkpoint.CheckpointManag
 
 
 def _prepare_data(
-    cfg: JobConfig, env: DistEnv, workdir: Path, tokenizer_spec: str | None, metrics: Metrics, stop: StopFlag
+    cfg: JobConfig,
+    env: DistEnv,
+    workdir: Path,
+    launch: str,
+    tokenizer_spec: str | None,
+    metrics: Metrics,
+    stop: StopFlag,
 ):
     """(tokenizer spec, encoder, train loader, validation loader)."""
     # Tokenized once per node by local rank 0 and memory-mapped by the others (trainer.token_store).
@@ -219,7 +269,7 @@ def _prepare_data(
         model_name=cfg.model.name,
         tokenizer_spec=tokenizer_spec,
         workdir=workdir,
-        shared=token_store.node_scratch_dir("data"),
+        shared=token_store.node_scratch_dir("data", launch),
         local_rank=env.local_rank,
         on_built=lambda s: metrics.say(f"data tokenized in {s:.1f} s, shared with this node's ranks"),
         stop_requested=lambda: stop.requested,
@@ -253,12 +303,24 @@ def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_clie
         workdir = Path(cleanup.enter_context(scratch))
         # Claimed, so that the next attempt removes it if this one is SIGKILLed (its /tmp survives).
         cleanup.callback(token_store.claim_scratch(workdir).unlink, missing_ok=True)
-        sinks = _open_sinks(cfg, env, workdir, s3_client)
+        launch = launch_id(env)  # names the node's shared scratch: this launch's ranks only
+        sinks = _open_sinks(cfg, env, workdir, launch, s3_client)
         cleanup.callback(sinks[2].close)  # the metrics port is free for the next run
-        return _train_with(cfg, env, stop, started, workdir, sinks)
+        watchdog = StepWatchdog(cfg.train.step_timeout_s)
+        cleanup.callback(watchdog.close)
+        return _train_with(cfg, env, stop, started, workdir, launch, sinks, watchdog)
 
 
-def _train_with(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, workdir: Path, sinks) -> int:
+def _train_with(
+    cfg: JobConfig,
+    env: DistEnv,
+    stop: StopFlag,
+    started: float,
+    workdir: Path,
+    launch: str,
+    sinks,
+    watchdog: StepWatchdog,
+) -> int:
     t = cfg.train
     output, local_out, metrics, ckpt = sinks
     metrics.say(f"world size {env.world_size}, device {env.device}, checkpoints in {ckpt.storage.uri}")
@@ -270,7 +332,8 @@ def _train_with(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, wo
             f"({ckpt.location(state['step'])}, step {state['step']}); allowed: >= {state['step']} to go on "
             "training, or --checkpoint.resume false (or another checkpoint.dir) for a new run"
         )
-    spec, encoder, loader, val = _prepare_data(cfg, env, workdir, state and state["tokenizer"], metrics, stop)
+    tokenizer = state and state["tokenizer"]
+    spec, encoder, loader, val = _prepare_data(cfg, env, workdir, launch, tokenizer, metrics, stop)
 
     torch.manual_seed(t.seed)  # identical initial weights on every rank
     max_positions = -(-cfg.data.max_len // cfg.data.pad_to_multiple) * cfg.data.pad_to_multiple
@@ -283,22 +346,25 @@ def _train_with(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, wo
     params = sum(p.numel() for p in model.parameters())
     prec = precision.choose(t.precision, env.device)
     metrics.say(f"device {prec.gpu}: precision {prec.name} ({prec.reason})")
-    metrics.set_model(params=params, device=env.device, dtype=prec.dtype, world_size=env.world_size)
+    _enable_mfu(metrics, model, env, prec, seq_len=max_positions)
     model = _wrap(model, t, env, prec)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=t.lr, weight_decay=t.weight_decay, fused=fused_kernel(env.device)
+    )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(t))
     dtype = prec.dtype
     scaler = torch.amp.GradScaler(env.device.type, enabled=prec.needs_scaler)
+    guard = NonFiniteGuard(env.device, scaler_skips=scaler.is_enabled())
     torch.manual_seed(t.seed + 1 + env.rank)  # dropout differs per rank, reproducibly
 
-    step, epoch, position = 0, 0, 0
+    step, epoch, samples = 0, 0, 0
     if state is not None:
         state = ckpt.restore(env, state, model, optimizer)  # an older one of the run if this one is corrupt
     if state is not None:
         metrics.say(f"resuming from {ckpt.location(state['step'])} (step {state['step']})")
         scheduler.load_state_dict(state["scheduler"])
         _restore_scaler(scaler, state.get("scaler"), metrics)
-        step, epoch, position = state["step"], state["epoch"], state["position"]
+        step, epoch, samples = state["step"], state["epoch"], _samples_done(state)
         state = None  # free the CPU copy
     metrics.say(
         f"model {cfg.model.name}: {params:,} parameters, precision {prec.name}, "
@@ -310,10 +376,11 @@ def _train_with(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, wo
             metrics.record("checkpoint", done, path=ckpt.location(done))
 
     def save(at_step: int, blocking: bool = True) -> bool | None:
+        check_finite(at_step)  # a diverging run keeps its last good checkpoint as `latest`
         extra = {
             "step": at_step,
             "epoch": epoch,
-            "position": position,
+            "samples": samples,
             "tokenizer": spec,
             "scheduler": scheduler.state_dict(),
             "scaler": scaler.state_dict(),
@@ -325,13 +392,28 @@ def _train_with(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, wo
         barrier(env)  # nobody exits (and makes torchrun kill rank 0) before the write is finished
         return saved
 
-    batches = _micro_batches(loader, epoch, position)
+    def check_finite(at_step: int) -> int:
+        """Every rank, where it syncs anyway: exit 3 past train.max_bad_steps; the bad steps so far."""
+        streak = all_reduce_max(env, guard.worst_streak())
+        if streak > t.max_bad_steps:
+            ckpt.wait()  # a background checkpoint began before the streak: let it land
+            record_checkpoints()
+            raise faults.Diverged(
+                f"training diverged: {streak} optimizer steps in a row had a non-finite loss or gradient by "
+                f"step {at_step} (train.max_bad_steps={t.max_bad_steps}; each was skipped, no weight "
+                f"update); no checkpoint after it; latest is still {ckpt.latest_name() or 'nothing'}. "
+                "Lower train.lr or check the data, then resume"
+            )
+        return all_reduce_max(env, int(guard.skipped.item()))
+
+    batches = _micro_batches(loader, epoch, samples)
     samples_per_step = t.batch_size * t.grad_accum_steps * env.world_size
     window, last_eval, first_step = _Window(), {}, True
     model.train()
     while step < t.max_steps:
+        step_loss = torch.zeros((), device=env.device)
         for micro in range(t.grad_accum_steps):
-            epoch, position, batch = next(batches)
+            epoch, samples, batch = next(batches)
             batch = {k: v.to(env.device, non_blocking=True) for k, v in batch.items()}
             with (
                 _sync_context(model, micro == t.grad_accum_steps - 1),
@@ -340,22 +422,27 @@ def _train_with(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, wo
                 logits = model(batch["input_ids"], batch["attention_mask"])
                 loss = nn.functional.cross_entropy(logits.float(), batch["labels"]) / t.grad_accum_steps
             scaler.scale(loss).backward()
-            window.loss += loss.detach()
+            step_loss += loss.detach()
             window.tokens += batch["attention_mask"].sum()
-        if t.grad_clip:
+        if scaler.is_enabled() and t.grad_clip:
             scaler.unscale_(optimizer)  # clip the true gradients, not the fp16-scaled ones
-            nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
-        scaler.step(optimizer)
-        scaler.update()
+        guard.step(optimizer, model.parameters(), step_loss, t.grad_clip)  # steps unless not finite
+        if scaler.is_enabled():
+            scaler.step(optimizer)
+            scaler.update()
         optimizer.zero_grad(set_to_none=True)
         scheduler.step()
+        window.loss += step_loss
         step += 1
         window.steps += 1
+        stopping = stop.poll(env)  # timed: a hung peer never votes
+        watchdog.beat()
         if first_step:
             metrics.record("first_step", step, seconds_since_start=round(time.time() - started, 2))
             first_step = False
 
         if step % t.log_every == 0 or step == t.max_steps:
+            bad_steps = check_finite(step)
             loss_mean, tokens, elapsed, steps = window.close(env)
             gpu = (
                 {"gpu_mem_gb": round(torch.cuda.max_memory_allocated() / 2**30, 3)}
@@ -370,10 +457,12 @@ def _train_with(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, wo
                 samples_per_s=steps * samples_per_step / elapsed,
                 tokens_per_s=tokens / elapsed,
                 **gpu,
+                **({"bad_steps": bad_steps} if bad_steps else {}),
             )
-        with window.paused():  # eval and checkpoint time is not training throughput
+        # Eval and checkpoint time is neither training throughput nor a step the watchdog times.
+        with window.paused(), watchdog.paused():
             # Stop first: a Spot notice leaves 120 s, not enough to spend on a due evaluation too.
-            if stop.agreed(env):
+            if stopping:
                 if ckpt.in_flight(env) and ckpt.wait():  # the background one is the resume point
                     metrics.say(
                         f"SIGTERM at step {step} during a background checkpoint: exiting {faults.STOPPED}"
@@ -405,20 +494,41 @@ def _train_with(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, wo
                         f"is logged above); latest is still {ckpt.latest_name() or 'nothing'}"
                     )
 
-    if not last_eval:  # resumed at the last step: report the model as it stands
-        last_eval = evaluate(model, val, env, dtype)
-        metrics.record("eval", step, **last_eval)
-    latest = ckpt.latest_name()
-    summary = {
-        "steps": step,
-        "world_size": env.world_size,
-        **last_eval,
-        "samples_per_s": window.total_steps * samples_per_step / window.total_s if window.total_s else None,
-        "wall_s": round(time.time() - started, 1),
-        "checkpoint": latest and f"{ckpt.storage.uri}/{latest}",
-    }
-    _write_outputs(cfg, env, model, output, local_out, spec, metrics, summary)
+    with watchdog.paused():
+        if not last_eval:  # resumed at the last step: report the model as it stands
+            last_eval = evaluate(model, val, env, dtype)
+            metrics.record("eval", step, **last_eval)
+        latest = ckpt.latest_name()
+        throughput = window.total_steps * samples_per_step / window.total_s if window.total_s else None
+        summary = {
+            "steps": step,
+            "world_size": env.world_size,
+            **last_eval,
+            "samples_per_s": throughput,
+            "wall_s": round(time.time() - started, 1),
+            "checkpoint": latest and f"{ckpt.storage.uri}/{latest}",
+        }
+        _write_outputs(cfg, env, model, output, local_out, spec, metrics, summary)
     return 0
+
+
+def _enable_mfu(metrics: Metrics, model: nn.Module, env: DistEnv, prec: precision.Precision, seq_len: int):
+    """MFU in the progress lines where the GPU's peak for the training dtype is known (trainer.mfu)."""
+    if env.device.type != "cuda":
+        return
+    layers, heads, head_dim = attention_shape(model)
+    flops = mfu.flops_per_token(
+        non_embedding_params=mfu.non_embedding_params(model),
+        layers=layers,
+        heads=heads,
+        head_dim=head_dim,
+        seq_len=seq_len,
+    )
+    name = torch.cuda.get_device_name(env.device)
+    peak = mfu.peak_flops(name, prec.dtype)
+    if peak is None:
+        metrics.say(f"MFU not reported: no dense {prec.name} peak known for {name!r} (trainer/mfu.py)")
+    metrics.set_model(flops_per_token=flops, peak_per_gpu=peak, gpus=env.world_size)
 
 
 def _restore_scaler(scaler: torch.amp.GradScaler, saved: dict[str, Any] | None, metrics: Metrics) -> None:
@@ -451,17 +561,16 @@ def _write_outputs(
     if env.is_main:
         summary["model"] = f"{output.uri}/model.pt"
         local_out.mkdir(parents=True, exist_ok=True)
-        torch.save(
-            {
-                "model": weights,
-                "model_config": asdict(cfg.model),
-                "tokenizer": spec,
-                "max_len": cfg.data.max_len,
-            },
-            local_out / "model.pt",
-        )
-        (local_out / "summary.json").write_text(json.dumps(summary, indent=1))
-        (local_out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
+        model_file = {
+            "model": weights,
+            "model_config": asdict(cfg.model),
+            "tokenizer": spec,
+            "max_len": cfg.data.max_len,
+        }
+        _write_output(local_out / "model.pt", lambda f: torch.save(model_file, f), summary["checkpoint"])
+        for name, content in (("config.json", cfg.to_dict()), ("summary.json", summary)):  # summary last
+            text = json.dumps(content, indent=1).encode()
+            _write_output(local_out / name, lambda f, text=text: f.write(text), summary["checkpoint"])
         metrics.close()
         if not isinstance(output, LocalStorage):
             for name in ("model.pt", "summary.json", "config.json"):
@@ -472,6 +581,25 @@ def _write_outputs(
             + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in summary.items())
         )
     barrier(env)
+
+
+def _write_output(path: Path, write, checkpoint: str | None) -> None:
+    """Write `path` whole or not at all (temp file, rename). A full disk is not a bug (exit 1) but a
+    retryable exit: the final checkpoint is committed, so the restart only writes the outputs again."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except Exception as err:
+        tmp.unlink(missing_ok=True)
+        if not is_disk_full(err):
+            raise
+        free = shutil.disk_usage(path.parent).free / 2**20
+        raise faults.Retryable(
+            f"disk full: writing {path} failed ({free:.0f} MiB free on its file system); the final "
+            f"checkpoint {checkpoint} is committed, so the restart only writes the outputs again"
+        ) from err
 
 
 def _digest(module: nn.Module) -> str:

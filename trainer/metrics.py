@@ -18,12 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from trainer import mfu
+from trainer.shards import is_disk_full
 from trainer.token_store import claim_scratch
-
-# Dense fp16/bf16 tensor-core peak per GPU, FLOP/s (NVIDIA datasheets). MFU is reported only for these.
-PEAK_HALF_FLOPS = {"H100": 989e12, "A100": 312e12, "L4": 121e12, "V100": 125e12, "T4": 65e12}
 
 # Prometheus gauge name -> (metrics.jsonl key, help). Job-wide; per-rank GPU memory is added separately.
 GAUGES = {
@@ -33,19 +30,14 @@ GAUGES = {
     "trainer_learning_rate": ("lr", "learning rate"),
     "trainer_samples_per_second": ("samples_per_s", "training samples per second, all ranks"),
     "trainer_tokens_per_second": ("tokens_per_s", "non-padding tokens per second, all ranks"),
-    "trainer_mfu_ratio": ("mfu", "model FLOPs utilisation: 6 x parameters x tokens/s over the GPUs' peak"),
+    "trainer_mfu_ratio": (
+        "mfu",
+        "model FLOPs utilisation: model FLOPs per token x tokens/s over the GPUs' peak",
+    ),
     "trainer_val_accuracy": ("val_accuracy", "validation accuracy at the last evaluation"),
     "trainer_val_loss": ("val_loss", "validation loss at the last evaluation"),
     "trainer_last_report_timestamp_seconds": ("time", "when the run last reported (stalled-job alerts)"),
 }
-
-
-def peak_flops(device: torch.device, dtype: torch.dtype | None) -> float | None:
-    """The GPU's dense peak for the training dtype, where known (None: MFU not computable)."""
-    if device.type != "cuda" or dtype not in (torch.float16, torch.bfloat16):
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((flops for key, flops in PEAK_HALF_FLOPS.items() if key in name), None)
 
 
 class Exporter:
@@ -129,8 +121,10 @@ class Metrics:
         self.total_steps = total_steps
         self.exporter = exporter
         self._tb = None
-        self._flops_per_token: float | None = None
-        self._peak: float | None = None
+        self._flops_per_token = 0.0
+        self._peak: float | None = None  # of one GPU; None: no MFU
+        self._gpus = 1
+        self._refused: set[str] = set()  # what a full disk refused, until a write succeeds again
         self._first: tuple[float, int] | None = None  # (time, step) of the first step: the ETA's base
         if enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -143,10 +137,10 @@ class Metrics:
             if exporter.error:
                 self.say(f"warning: {exporter.error}")
 
-    def set_model(self, *, params: int, device: torch.device, dtype: torch.dtype | None, world_size: int):
-        """Enables MFU: 6 FLOPs per parameter per token (forward and backward, attention left out)."""
-        peak = peak_flops(device, dtype)
-        self._flops_per_token, self._peak = 6.0 * params, peak * world_size if peak else None
+    def set_model(self, *, flops_per_token: float, peak_per_gpu: float | None, gpus: int) -> None:
+        """Enables MFU in the `train` rows (trainer.mfu): the model's training FLOPs per token, one GPU's
+        peak for the training dtype (None: unknown, no MFU) and the GPUs the tokens/s are spread over."""
+        self._flops_per_token, self._peak, self._gpus = flops_per_token, peak_per_gpu, gpus
 
     def record(self, event: str, step: int, **values: Any) -> None:
         """Append one JSON line and print a short human-readable progress line (rank 0); publish the
@@ -155,22 +149,47 @@ class Metrics:
         if event == "first_step" or self._first is None:
             self._first = (now, step)
         if event == "train" and self._peak and "tokens_per_s" in values:
-            values["mfu"] = values["tokens_per_s"] * (self._flops_per_token or 0) / self._peak
+            values["mfu"] = mfu.mfu(values["tokens_per_s"], self._flops_per_token, self._peak, self._gpus)
         if self.exporter is not None:
-            self.exporter.publish({"step": step, "time": now, **values})
+            self._unless_disk_full(
+                "the Prometheus values", self.exporter.publish, {"step": step, "time": now, **values}
+            )
         if not self.enabled:
             return
         row = {"event": event, "step": step, "time": round(now, 3), **values}
-        with open(self.path, "a") as f:
-            f.write(json.dumps(row) + "\n")
+        self._unless_disk_full(self.path.name, self._append, json.dumps(row) + "\n")
         shown = " ".join(f"{k} {_fmt(v)}" for k, v in values.items())
         progress = f"{step}/{self.total_steps}" if self.total_steps else str(step)
         eta = self._eta(now, step) if event == "train" else ""
         print(f"[trainer] {event} step {progress} {shown}{eta}", file=sys.stdout, flush=True)
         if self._tb is not None:
-            for key, value in values.items():
-                if isinstance(value, int | float):
-                    self._tb.add_scalar(f"{event}/{key}", value, step)
+            scalars = {f"{event}/{k}": v for k, v in values.items() if isinstance(v, int | float)}
+            self._unless_disk_full("TensorBoard events", self._add_scalars, scalars, step)
+
+    def _append(self, line: str) -> None:
+        with open(self.path, "a") as f:
+            f.write(line)
+
+    def _add_scalars(self, scalars: dict[str, float], step: int) -> None:
+        assert self._tb is not None
+        for tag, value in scalars.items():
+            self._tb.add_scalar(tag, value, step)
+
+    def _unless_disk_full(self, what: str, write, *args) -> None:
+        """Metrics never stop training, a full disk least of all (a restart would find it as full): the
+        values are lost, once said, until a write succeeds again. Other errors are raised."""
+        try:
+            write(*args)
+        except OSError as err:
+            if not is_disk_full(err):
+                raise
+            if what not in self._refused:
+                self.say(f"warning: disk full, writing {what} failed ({err}); training goes on without them")
+            self._refused.add(what)
+        else:
+            if what in self._refused:
+                self.say(f"{what} written again: space was freed")
+                self._refused.discard(what)
 
     def _eta(self, now: float, step: int) -> str:
         if not self.total_steps or self._first is None or step <= self._first[1]:
@@ -189,7 +208,7 @@ class Metrics:
         if not self.enabled or (root is not None and Path(root) == self.path.parent):
             return  # a local output directory already holds them
         if self._tb is not None:
-            self._tb.flush()
+            self._unless_disk_full("TensorBoard events", self._tb.flush)
         files = [self.path] if self.path.exists() else []
         if self.tensorboard_dir is not None and self.tensorboard_dir.is_dir():
             files += sorted(p for p in self.tensorboard_dir.rglob("*") if p.is_file())
@@ -201,7 +220,7 @@ class Metrics:
 
     def close(self) -> None:
         if self._tb is not None:
-            self._tb.close()
+            self._unless_disk_full("TensorBoard events", self._tb.close)
         if self.exporter is not None:
             self.exporter.close()
 

@@ -94,6 +94,17 @@ def transformer_blocks(model: nn.Module) -> list[nn.Module]:
     ]
 
 
+def attention_shape(model: nn.Module) -> tuple[int, int, int]:
+    """(layers, heads, head dimensions) of the model's self-attention: the shape MFU counts (trainer.mfu)."""
+    if isinstance(model, HuggingFaceClassifier):
+        config = model.inner.config
+        heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        return config.num_hidden_layers, heads, head_dim
+    attention = [m for m in model.modules() if isinstance(m, nn.MultiheadAttention)]
+    return len(attention), attention[0].num_heads, attention[0].head_dim
+
+
 def build_model(
     cfg: ModelConfig, *, vocab_size: int, max_positions: int, grad_checkpointing: bool = False
 ) -> nn.Module:

@@ -53,21 +53,15 @@ ENCODE_ROWS = 1024
 FAILED = "failed.txt"
 
 
-def node_scratch_dir(purpose: str) -> Path:
+def node_scratch_dir(purpose: str, launch_id: str) -> Path:
     """A directory that every process of this launch on this node names alike, and no other launch does.
 
-    Under torchrun the local ranks are children of one agent process (same parent pid) and share the run id
-    and restart count; a restarted pod (its /tmp emptyDir survives) gets a new agent, so a new directory."""
-    env = os.environ
-    under_torchrun = "LOCAL_RANK" in env
-    ident = "|".join(
-        [
-            env.get("TORCHELASTIC_RUN_ID", ""),
-            env.get("GROUP_RANK", "0"),
-            env.get("TORCHELASTIC_RESTART_COUNT", "0"),
-            str(os.getppid() if under_torchrun else os.getpid()),
-        ]
-    )
+    `launch_id` is one value for every rank of this launch and new for the next one (rank 0's random
+    token, broadcast: `trainer.dist.launch_id`), so two trainers on one node (Ray Train workers, whose
+    parent is the node's raylet; two jobs on one pod) never share a directory, nor does a restarted pod
+    whose /tmp emptyDir survived. torchrun's node rank (GROUP_RANK) tells apart the nodes of one launch
+    that share a /tmp (nodes simulated on one machine)."""
+    ident = f"{launch_id}|{os.environ.get('GROUP_RANK', '0')}"
     digest = hashlib.sha256(ident.encode()).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / f"trainer-{purpose}-{digest}"
 

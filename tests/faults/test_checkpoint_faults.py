@@ -5,6 +5,7 @@ damages the last good checkpoint. Two whole runs show the same at the level of `
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import re
@@ -191,6 +192,43 @@ def test_no_verifiable_checkpoint_means_a_fresh_start_with_every_refusal_logged(
     refused = [line for line in caplog.text.splitlines() if "refusing" in line]
     entry = ledger("checkpoint (both damaged)", type(storage).__name__, error=caplog.text, names="refusing")
     assert found is None and len(refused) == 2 and entry.clear, caplog.text
+
+
+def test_latest_never_names_a_checkpoint_before_its_manifest_exists(storage, tmp_path, monkeypatch):
+    """A crash between the two writes must leave `latest` on the previous checkpoint: written before the
+    manifest, it would name a checkpoint that a resume refuses as incomplete."""
+    ckpt = started(storage, tmp_path)
+    assert save(ckpt, 10)
+    real_put, written = type(storage).put_bytes, []
+
+    def crash_at_the_manifest(self, key, data):
+        if key.endswith(MANIFEST):
+            raise RuntimeError("the process died here")
+        written.append(key)
+        return real_put(self, key, data)
+
+    monkeypatch.setattr(type(storage), "put_bytes", crash_at_the_manifest)
+    assert save(ckpt, 20) is False
+    monkeypatch.setattr(type(storage), "put_bytes", real_put)
+    assert POINTER not in written
+    assert Raw(storage).get(POINTER).decode().endswith(f"/{OLD}")
+
+
+@pytest.mark.parametrize("blocking", [True, False], ids=["sync", "async"])
+def test_non_finite_weights_are_never_committed_nor_pruned_toward(tmp_path, blocking):
+    ckpt = CheckpointManager(LocalStorage(tmp_path / "ckpt"), keep=2, workdir=tmp_path)
+    ckpt.begin(ONE, resume=True)
+    assert save(ckpt, 10) and save(ckpt, 20)
+    model, optimizer = trainee(30)
+    with torch.no_grad():
+        model.weight[3, 5] = float("nan")
+    refused = r"step-000000030 NOT written: .*not finite \(rank 0: model weight"
+    with pytest.raises(faults.Diverged, match=refused):
+        ckpt.save(ONE, 30, model, optimizer, {"step": 30}, blocking=blocking)
+    ckpt.wait()
+    assert faults.verdict(faults.Diverged("x"))[0] == faults.DIVERGED
+    assert ckpt.run_storage.list_dirs() == [OLD, NEW]  # nothing written, nothing pruned
+    assert load(manager(LocalStorage(tmp_path / "ckpt"), tmp_path))[0] == NEW
 
 
 class Outage:
@@ -520,6 +558,46 @@ def test_disk_full_at_a_checkpoint_says_so_and_training_goes_on(
     entry = ledger("whole run", f"disk-full-at-checkpoint-{background}", error=caplog.text, names="disk full")
     assert code == 0 and entry.clear, caplog.text
     assert [r["step"] for r in _events(tmp_path / "out", "checkpoint")] == [20]
+
+
+def _main(argv: list[str]) -> int:
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        return main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+
+
+def test_a_full_volume_under_the_metrics_never_stops_the_run(tmp_path, capsys, ledger):
+    out = tmp_path / "volume"  # outputs and checkpoints on one volume, as a pod's PVC holds both
+    out.mkdir()
+    (out / "metrics.jsonl").symlink_to("/dev/full")  # its appends fail with ENOSPC, as on a full volume
+    code = _main(args(20, str(out / "ckpt"), str(out)))
+    said = capsys.readouterr().out
+    entry = ledger("whole run", "disk-full-metrics", error=said if code == 0 else None, names="disk full")
+    assert code == 0 and entry.clear, said
+    assert "warning: disk full, writing metrics.jsonl failed" in said and (out / "model.pt").is_file()
+
+
+def test_a_full_volume_at_the_final_outputs_is_a_retryable_exit_not_1_nor_0(
+    tmp_path, monkeypatch, capsys, ledger
+):
+    out = tmp_path / "volume"
+    real_open = builtins.open
+
+    def full_for_outputs(file, mode="r", *rest, **kw):  # the volume fills up while model.pt is written
+        if "w" in str(mode) and Path(file).parent == out and "model.pt" in Path(file).name:
+            return real_open("/dev/full", mode, *rest, **kw)
+        return real_open(file, mode, *rest, **kw)
+
+    monkeypatch.setattr(builtins, "open", full_for_outputs)
+    code = _main(args(20, str(out / "ckpt"), str(out)))
+    err = capsys.readouterr().err
+    entry = ledger("whole run", "disk-full-final-outputs", error=err, names="disk full")
+    assert code == faults.STORAGE_UNAVAILABLE and entry.clear, err
+    assert "the restart only writes the outputs again" in err
+    assert not (out / "model.pt").exists() and not (out / "summary.json").exists()
+    assert _latest(tmp_path / "volume").endswith(f"/{NEW}")  # the final checkpoint is committed
 
 
 def test_unwritable_checkpoint_dir_exits_2_before_training(tmp_path, monkeypatch, capsys, ledger):

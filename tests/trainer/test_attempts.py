@@ -32,7 +32,7 @@ def _run(ledger: attempts.Ledger, *codes: int) -> list[int | None]:
 def test_the_budget_allows_that_many_restarts_then_fails_for_good(tmp_path):
     ledger = _ledger(tmp_path, budget=2)
     assert _run(ledger, 137, 202, 137) == [None, None, None]  # the first attempt and 2 restarts
-    assert ledger.begin() == faults.BUDGET_SPENT == 3
+    assert ledger.begin() == faults.BUDGET_SPENT == 4
     assert faults.describe(faults.BUDGET_SPENT) == "permanent"  # ExitCode: the operator fails the job
 
 

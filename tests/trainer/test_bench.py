@@ -1,9 +1,11 @@
-"""`make bench`: --help has no side effects, --strict decides the exit code, the 2-process workers work."""
+"""`make bench`: --help has no side effects, --strict decides the exit code, the 2-process workers work,
+every throughput row is a median of at least 3 runs."""
 
 import json
 import subprocess
 import sys
 
+import pytest
 from trainer_runs import REPO, run_env
 
 from trainer import bench
@@ -40,9 +42,15 @@ def _launch_worker(*args: str) -> None:
 
 def test_bare_ddp_worker_reports_throughput_of_two_ranks(tmp_path):
     out = tmp_path / "bare.json"
-    _launch_worker("bare-ddp", str(out), "10")
+    _launch_worker("bare", str(out), "10")
     ranks = json.loads(out.read_text())
     assert [r["rank"] for r in ranks] == [0, 1] and all(r["samples_per_s"] > 0 for r in ranks)
+
+
+def test_repeats_below_three_are_refused(capsys):
+    with pytest.raises(SystemExit) as exited:
+        bench.main(["--repeats", "2"])
+    assert exited.value.code == 2 and "--repeats 2: allowed 3 or more" in capsys.readouterr().err
 
 
 def test_data_prep_worker_shows_rank_1_mapping_instead_of_tokenizing(tmp_path):

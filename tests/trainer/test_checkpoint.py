@@ -1,6 +1,7 @@
 """Checkpoints of one process against the real DCP writer, a local directory and S3 (moto): runs own their
 checkpoints, files are verified against the manifest, a full disk and an unwritable directory are named."""
 
+import errno
 import json
 import logging
 import os
@@ -242,6 +243,36 @@ def test_unwritable_checkpoint_directory_is_a_config_error_naming_it(tmp_path, m
     monkeypatch.setattr(Path, "write_bytes", denied)
     with pytest.raises(ConfigError, match=r"checkpoint.dir='.*/ro/ckpt' is not writable: Permission denied"):
         CheckpointManager(LocalStorage(target), workdir=tmp_path).check_writable()
+
+
+def test_write_probes_of_pods_sharing_a_volume_never_collide(tmp_path, monkeypatch):
+    """Every pod of a job is pid 1: a probe named by pid was removed by one pod while another still
+    held it, and that pod exited 2 (permanent) at random."""
+    monkeypatch.setattr(os, "getpid", lambda: 1)
+    root = tmp_path / "shared-volume"
+    pods = [CheckpointManager(LocalStorage(root), workdir=tmp_path) for _ in range(2)]
+    real_write, interleaved = Path.write_bytes, []
+
+    def the_other_pod_probes_meanwhile(self, data):
+        written = real_write(self, data)
+        if self.parent == root and not interleaved:
+            interleaved.append(self.name)
+            pods[1].check_writable()  # between this pod's write and its unlink
+        return written
+
+    monkeypatch.setattr(Path, "write_bytes", the_other_pod_probes_meanwhile)
+    pods[0].check_writable()
+    assert interleaved and list(root.iterdir()) == []
+
+
+def test_a_full_checkpoint_volume_at_start_up_is_said_not_a_permanent_error(tmp_path, monkeypatch, caplog):
+    def full(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self))
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+    with caplog.at_level(logging.ERROR, logger="trainer"):
+        CheckpointManager(LocalStorage(tmp_path / "ckpt"), workdir=tmp_path).check_writable()
+    assert "is full: checkpoints are skipped until space is freed" in caplog.text
 
 
 @pytest.mark.skipif(os.getuid() == 0, reason="root writes into read-only directories")

@@ -11,6 +11,7 @@ from moto import mock_aws
 
 from trainer import data, zimdb
 from trainer.config import DataConfig
+from trainer.loop import _micro_batches
 
 ROWS = [("a wonderful film", 1), ("dull and messy", 0), ("not great at all", 0), ("superb cast", 1)] * 5
 
@@ -139,12 +140,42 @@ def test_batches_are_padded_to_a_multiple_with_a_matching_mask():
 
 def test_resumed_sampler_continues_the_same_epoch_order():
     ds = data.EncodedDataset([[1]] * 40, [0] * 40)
-    full = data.ResumableSampler(ds, num_replicas=2, rank=1, shuffle=True, seed=7)
+    full = data.ResumableSampler(ds, num_replicas=2, rank=1, shuffle=True, seed=7, drop_last=True)
     full.set_epoch(3)
-    resumed = data.ResumableSampler(ds, num_replicas=2, rank=1, shuffle=True, seed=7)
+    resumed = data.ResumableSampler(ds, num_replicas=2, rank=1, shuffle=True, seed=7, drop_last=True)
     resumed.set_epoch(3)
-    resumed.skip = 8
+    resumed.start = 16  # 8 samples per rank done
     assert list(resumed) == list(full)[8:] and len(resumed) == 12
+
+
+@pytest.mark.parametrize("world_after", [1, 3, 5])
+def test_a_world_size_change_mid_epoch_neither_repeats_nor_skips_samples(world_after):
+    """3 batches of 4 on 2 ranks, then the run resumes on `world_after` ranks at the checkpoint's data
+    position and finishes the epoch: every sample of the epoch once (bar the few that cannot fill a
+    round of the new ranks)."""
+    ds = data.EncodedDataset([[i + 1] for i in range(50)], [0] * 50)
+    cfg = DataConfig()
+
+    def loaders(world):
+        return [data.train_loader(ds, cfg, batch_size=4, rank=r, world=world, seed=3, pin_memory=False)
+                for r in range(world)]  # fmt: skip
+
+    seen: list[int] = []
+    before = [_micro_batches(loader, 0, 0) for loader in loaders(2)]
+    for _ in range(3):
+        for rank_batches in before:
+            _, done, batch = next(rank_batches)
+            seen += batch["input_ids"][:, 0].tolist()
+    assert done == 24
+    after = [_micro_batches(loader, 0, done) for loader in loaders(world_after)]
+    while True:
+        batches = [next(rank_batches) for rank_batches in after]
+        if batches[0][0] == 1:  # the next epoch began
+            break
+        seen += [i for _, _, batch in batches for i in batch["input_ids"][:, 0].tolist()]
+    assert len(seen) == len(set(seen))  # nothing trained twice
+    per_rank = (50 - 24) // world_after  # nothing skipped but what does not fill a batch on every rank
+    assert len(seen) == 24 + world_after * 4 * (per_rank // 4)
 
 
 def test_validation_shards_cover_every_example_exactly_once():

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 from trainer_runs import (
+    REPO,
     assert_same_weights,
     launch,
     launch_cmd,
@@ -40,8 +41,11 @@ def test_two_process_run_keeps_ranks_identical_and_lowers_the_loss(uninterrupted
 
 def test_resume_after_sigterm_continues_from_last_step_and_matches_uninterrupted_run(uninterrupted, tmp_path):
     out = tmp_path / "out"
+    # DataLoader workers: torchrun signals each rank's whole process group, and workers that died with it
+    # made the rank fail before its checkpoint. They change nothing in the batches or the weights.
+    workers = {"data.num_workers": 1}
     # A Spot reclaim as the kubelet does it: SIGTERM to the container's main process (the launcher).
-    first = start_and_wait_for_step(out, 10)
+    first = start_and_wait_for_step(out, 10, **workers)
     first.send_signal(signal.SIGTERM)
     log = first.communicate(timeout=120)[0]
     assert first.returncode == 143, log
@@ -52,7 +56,7 @@ def test_resume_after_sigterm_continues_from_last_step_and_matches_uninterrupted
     latest = (out / "ckpt" / "latest").read_text()
     assert latest.endswith(f"/step-{stopped_at:09d}")
 
-    second = launch(out)
+    second = launch(out, **workers)
     assert second.returncode == 0, second.stdout + second.stderr
     assert f"resuming from {out / 'ckpt'}/{latest} (step {stopped_at})" in second.stdout
     assert min(r["step"] for r in metrics(out, "train") if r["time"] > saved[0]["time"]) > stopped_at
@@ -117,6 +121,34 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _weights_of_checkpoint(step_dir: Path) -> dict:
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    dcp_to_torch_save(step_dir, step_dir.parent / "gathered.pt")
+    return torch.load(step_dir.parent / "gathered.pt", weights_only=False)["model"]
+
+
+def test_a_nan_loss_on_one_rank_is_skipped_then_a_lasting_one_ends_the_run_with_exit_3(tmp_path):
+    """Rank 1's loss is NaN at step 3 (skipped on both ranks, training goes on) and from step 10 on: the
+    checkpoint at step 12 holds the weights of step 9, and the progress line at step 15 finds 6 bad steps
+    in a row (more than 3) and ends the run with exit 3: no model.pt, `latest` names a finite checkpoint."""
+    out = tmp_path / "out"
+    cmd = launch_cmd(out, **{"checkpoint.every_steps": 6, "train.max_bad_steps": 3, "train.max_steps": 60})
+    cmd[cmd.index("trainer", cmd.index("-m", cmd.index("--nproc-per-node")))] = "poisoned_trainer"
+    env = {**run_env(), "POISON_STEPS": "3,10-60", "PYTHONPATH": f"{REPO}{os.pathsep}{Path(__file__).parent}"}
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == faults.DIVERGED, proc.stdout[-2000:] + proc.stderr[-3000:]
+    diverged = "training diverged: 6 optimizer steps in a row had a non-finite loss or gradient by step 15"
+    assert diverged in proc.stderr and "exit 3 (permanent)" in proc.stderr
+    rows = [(r["step"], r.get("bad_steps")) for r in metrics(out, "train")]
+    assert rows == [(5, 1), (10, 2)]  # at step 15 the run stopped instead
+    assert [r["step"] for r in metrics(out, "checkpoint")] == [6, 12]
+    latest = (out / "ckpt" / "latest").read_text()
+    assert latest.endswith("/step-000000012") and not (out / "model.pt").exists()
+    weights = _weights_of_checkpoint(out / "ckpt" / latest)
+    assert all(torch.isfinite(w).all() for w in weights.values())
 
 
 def test_invalid_config_exits_2_through_torchrun(tmp_path):

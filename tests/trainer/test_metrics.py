@@ -12,9 +12,12 @@ import torch
 from trainer_runs import REPO, launch_cmd, run_env, trainer_args
 
 from trainer import metrics as m
-from trainer.config import from_args
+from trainer.config import ModelConfig, from_args
 from trainer.data import DataError
-from trainer.loop import run
+from trainer.dist import DistEnv
+from trainer.loop import _enable_mfu, run
+from trainer.model import build_model
+from trainer.precision import Precision
 from trainer.storage import S3Storage
 
 
@@ -74,16 +77,39 @@ def test_a_port_in_use_is_a_warning_not_a_failure(tmp_path, capsys):
     assert "warning: Prometheus metrics not served on port" in capsys.readouterr().out
 
 
-def test_mfu_is_reported_for_a_known_gpu_and_dtype(tmp_path, monkeypatch):
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+def test_mfu_counts_model_flops_per_token_of_the_model_shape_over_the_known_peak(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA L40S")
     cuda = torch.device("cuda", 0)
-    assert m.peak_flops(cuda, torch.float16) == 65e12
-    assert m.peak_flops(cuda, None) is None and m.peak_flops(torch.device("cpu"), torch.float16) is None
+    env = DistEnv(rank=0, world_size=4, local_rank=0, device=cuda)
+    model = build_model(ModelConfig(), vocab_size=8000, max_positions=64)
     metrics = m.Metrics(tmp_path / "metrics.jsonl", enabled=True)
-    metrics.set_model(params=1_000_000, device=cuda, dtype=torch.float16, world_size=4)
+    _enable_mfu(metrics, model, env, Precision(torch.bfloat16, "L40S", "test"), seq_len=64)
     metrics.record("train", 20, tokens_per_s=1e6)
     row = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
-    assert row["mfu"] == pytest.approx(6e6 * 1e6 / (4 * 65e12))
+    embedding = 8000 * 64
+    per_token = 6 * (sum(p.numel() for p in model.parameters()) - embedding) + 12 * 2 * 4 * 16 * 64
+    assert row["mfu"] == pytest.approx(1e6 * per_token / (4 * 362e12))
+
+
+def test_no_mfu_for_a_gpu_without_a_known_peak_and_the_log_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+    env = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cuda", 0))
+    model = build_model(ModelConfig(), vocab_size=100, max_positions=64)
+    metrics = m.Metrics(tmp_path / "metrics.jsonl", enabled=True)
+    _enable_mfu(metrics, model, env, Precision(torch.bfloat16, "T4", "requested"), seq_len=64)  # emulated
+    metrics.record("train", 20, tokens_per_s=1e6)
+    assert "mfu" not in json.loads((tmp_path / "metrics.jsonl").read_text())
+    assert "MFU not reported: no dense bf16 peak known for 'Tesla T4'" in capsys.readouterr().out
+
+
+def test_a_full_disk_loses_metrics_lines_but_never_stops_the_run(tmp_path, capsys):
+    (tmp_path / "metrics.jsonl").symlink_to("/dev/full")  # writes fail with ENOSPC, as on a full volume
+    metrics = m.Metrics(tmp_path / "metrics.jsonl", enabled=True, total_steps=30)
+    metrics.record("train", 10, loss=0.5)
+    metrics.record("train", 20, loss=0.4)
+    out = capsys.readouterr().out
+    assert out.count("warning: disk full, writing metrics.jsonl failed") == 1  # said once, not every line
+    assert "train step 20/30 loss 0.4" in out  # progress lines go on
 
 
 def test_upload_copies_metrics_and_tensorboard_events(tmp_path, s3):
@@ -105,7 +131,7 @@ def test_interrupted_attempt_metrics_reach_s3(tmp_path, s3, monkeypatch):
         calls["n"] += 1
         return calls["n"] >= 12
 
-    monkeypatch.setattr("trainer.loop.StopFlag.agreed", sigterm_at_step_12)
+    monkeypatch.setattr("trainer.loop.StopFlag.poll", sigterm_at_step_12)
     cfg = from_args(
         trainer_args(
             tmp_path,

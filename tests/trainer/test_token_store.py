@@ -97,12 +97,14 @@ def test_a_waiting_rank_stops_retryably_on_sigterm(tmp_path):
 
 def test_node_scratch_dir_is_shared_by_one_launch_only(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "1")
-    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "abc")
-    first = token_store.node_scratch_dir("data")
-    monkeypatch.setenv("LOCAL_RANK", "0")  # another rank of the same launch: same parent, same run
-    assert token_store.node_scratch_dir("data") == first
-    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")  # the launcher restarted the workers
-    assert token_store.node_scratch_dir("data") != first
+    first = token_store.node_scratch_dir("data", "launch-a")
+    monkeypatch.setenv("LOCAL_RANK", "0")  # another rank of the same launch on this node
+    assert token_store.node_scratch_dir("data", "launch-a") == first
+    # Another trainer on the same node whose processes look the same (two Ray Train workers: same parent,
+    # the raylet; same local rank), or the next attempt of this one: another launch id.
+    assert token_store.node_scratch_dir("data", "launch-b") != first
+    monkeypatch.setenv("GROUP_RANK", "1")  # another node of the same launch sharing this /tmp
+    assert token_store.node_scratch_dir("data", "launch-a") != first
 
 
 # The baseline is taken after pyarrow's first array: that imports pandas where it is installed (the `hf`

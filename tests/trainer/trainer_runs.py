@@ -72,10 +72,10 @@ def metrics(out: Path, event: str) -> list[dict]:
     return [r for r in rows if r["event"] == event]
 
 
-def start_and_wait_for_step(out: Path, step: int) -> subprocess.Popen:
+def start_and_wait_for_step(out: Path, step: int, **overrides) -> subprocess.Popen:
     """Start a 2-process run in the background and return once it has logged `step` (or ended)."""
     proc = subprocess.Popen(
-        launch_cmd(out),
+        launch_cmd(out, **overrides),
         cwd=out.parent,
         env=run_env(),
         stdout=subprocess.PIPE,

@@ -1,5 +1,5 @@
 """When Karpenter may take a node away, read from the NodePools the program registers, with the defaults
-Karpenter's NodePool CRD applies to what the program leaves out (../shared/upstream/crds).
+Karpenter's NodePool CRD applies to what the program leaves out (upstream/crds).
 
 A training job loses every step since its last checkpoint and restarts its whole gang when one of its
 nodes goes, so GPU nodes are removed only when empty, one at a time, never for drift in working hours,
@@ -12,15 +12,14 @@ import math
 import re
 from datetime import datetime, timedelta
 from functools import cache
-from pathlib import Path
 
-import pytest
 import yaml
 
+from policy.upstream import CRDS
 from workloads.pod import TERMINATION_GRACE_SECONDS
 
 NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
-CRD = Path(__file__).resolve().parents[3] / "shared" / "upstream" / "crds" / "karpenter.sh_nodepools.yaml"
+CRD = CRDS / "karpenter.sh_nodepools.yaml"
 MONDAY = datetime(2026, 11, 23)  # a Monday; Karpenter reads budget schedules in UTC
 WORKING_HOURS = range(8, 18)
 
@@ -28,8 +27,6 @@ WORKING_HOURS = range(8, 18)
 @cache
 def crd_default(*path: str):
     """The default Karpenter's NodePool CRD sets at `path` (property names from the object's root)."""
-    if not CRD.exists():
-        pytest.fail(f"{CRD} is missing: the NodePool defaults come from the upstream CRD")
     schema = yaml.safe_load(CRD.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     for key in path:
         schema = schema["properties"][key]

@@ -19,7 +19,7 @@ def platform_resources(dev, prod) -> dict[str, list[dict]]:
 def chart_objects(platform_resources) -> dict[str, list[dict]]:
     """Every object the platform's Helm releases install, per stack (policy.scan.helm_objects)."""
     if not helm_render.HELM_PACKAGES.exists():  # a skip would let the chart rules go unchecked
-        pytest.fail(f"{helm_render.HELM_PACKAGES} is missing: chart checks need ../shared beside the repo")
+        pytest.fail(f"{helm_render.HELM_PACKAGES} is missing: the chart packages are part of the repository")
     return {stack: helm_objects(platform_resources[stack]) for stack in PLATFORM_STACKS}
 
 

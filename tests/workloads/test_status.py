@@ -1,5 +1,5 @@
 """`python -m workloads status` and `logs` against a fake API server (tests/workloads/fake_kube.py): the
-real `kubernetes` client, real HTTP. Object shapes follow the CRDs in ../shared/upstream/crds (TrainJob
+real `kubernetes` client, real HTTP. Object shapes follow the CRDs in upstream/crds (TrainJob
 status.conditions Complete/Failed, Kueue Workload conditions QuotaReserved/Admitted, karpenter.sh/v1
 NodeClaim conditions Launched/Registered/Initialized/Ready) and core/v1 Pod containerStatuses."""
 

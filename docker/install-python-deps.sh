@@ -14,8 +14,14 @@
 # unless the torch in place is the pinned version built for the expected platform.
 set -euo pipefail
 
+usage="usage: $0 PYPROJECT VERSION TORCH_INDEX_URL -- CHECK_TORCH_ARGS..."
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+  echo "$usage"
+  sed -n '2,/^set -euo/p' "$0" | sed '$d'
+  exit 0
+fi
 if [[ $# -lt 4 || $4 != "--" ]]; then
-  echo "usage: $0 PYPROJECT VERSION TORCH_INDEX_URL -- CHECK_TORCH_ARGS..." >&2
+  echo "$usage" >&2
   exit 2
 fi
 pyproject=$1

@@ -29,13 +29,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
 
-from trainer import checkpoint_bench, data, zimdb
-from trainer.config import JobConfig, build
-from trainer.loop import run
-from trainer.model import build_model
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m trainer.bench",
+        description="Trainer benchmarks on this machine's CPUs (and its GPU, if any): trainer vs bare "
+        "loops (1 process, and DDP with 2), 2 vs 1 processes, start-up time, data preparation memory "
+        "per rank. Takes a few minutes on 2 cores; prints progress, then a table.",
+    )
+    p.add_argument("--strict", action="store_true", help="exit 1 when a target is missed (default: report)")
+    p.add_argument("--data-mib", type=float, default=100.0, help="size of the data-prep JSONL (default 100)")
+    return p
+
+
+if __name__ == "__main__":
+    parser().parse_args()  # --help answers here, before torch is imported (seconds)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from trainer import checkpoint_bench, data, zimdb  # noqa: E402
+from trainer.config import JobConfig, build  # noqa: E402
+from trainer.loop import run  # noqa: E402
+from trainer.model import build_model  # noqa: E402
 
 REPEATS = 3
 STEPS = 240  # the first fifth of each run is warm-up and not counted
@@ -326,20 +342,8 @@ def cuda() -> list[Row]:
     return rows
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m trainer.bench",
-        description="Trainer benchmarks on this machine's CPUs (and its GPU, if any): trainer vs bare "
-        "loops (1 process, and DDP with 2), 2 vs 1 processes, start-up time, data preparation memory "
-        "per rank. Takes a few minutes on 2 cores; prints progress, then a table.",
-    )
-    p.add_argument("--strict", action="store_true", help="exit 1 when a target is missed (default: report)")
-    p.add_argument("--data-mib", type=float, default=100.0, help="size of the data-prep JSONL (default 100)")
-    return p
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)  # --help exits here, before anything runs
+    args = parser().parse_args(argv)
     print(
         f"trainer benchmark: torch {torch.__version__}, {os.cpu_count()} CPUs, load average "
         f"{os.getloadavg()[0]:.1f} (a shared machine makes every figure noisy)",

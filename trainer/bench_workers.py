@@ -9,6 +9,7 @@ data-prep SOURCE OUT.json  the trainer's data preparation (trainer.token_store) 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
@@ -17,13 +18,33 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
 
-from trainer import data, token_store
-from trainer.config import DataConfig, JobConfig
-from trainer.model import build_model
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m trainer.bench_workers",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = p.add_subparsers(dest="worker", required=True)
+    ddp = sub.add_parser("bare-ddp", help="a plain DDP loop over the trainer's model and data")
+    ddp.add_argument("out", type=Path)
+    ddp.add_argument("steps", type=int, nargs="?", default=240)
+    prep = sub.add_parser("data-prep", help="the trainer's data preparation; peak memory and time per rank")
+    prep.add_argument("source")
+    prep.add_argument("out", type=Path)
+    return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    parse_args(None)  # --help and bad arguments answer here, before torch is imported (seconds)
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+
+from trainer import data, token_store  # noqa: E402
+from trainer.config import DataConfig, JobConfig  # noqa: E402
+from trainer.model import build_model  # noqa: E402
 
 
 def peak_rss_mib() -> float:
@@ -111,16 +132,14 @@ def data_prep(source: str, out: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
+    args = parse_args(argv)
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     try:
-        if argv[0] == "bare-ddp":
-            bare_ddp(Path(argv[1]), int(argv[2]) if len(argv) > 2 else 240)
-        elif argv[0] == "data-prep":
-            data_prep(argv[1], Path(argv[2]))
+        if args.worker == "bare-ddp":
+            bare_ddp(args.out, args.steps)
         else:
-            print(f"unknown worker {argv[0]!r}: bare-ddp | data-prep", file=sys.stderr)
-            return 2
+            data_prep(args.source, args.out)
     finally:
         dist.destroy_process_group()
     return 0

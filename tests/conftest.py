@@ -12,6 +12,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import fault_ledger
 import pulumi
 import pytest
 from recording_mocks import RecordingMocks
@@ -19,6 +20,22 @@ from recording_mocks import RecordingMocks
 from infra.config.platform import PlatformConfig
 from infra.tools.synth import RecordingMonitor, Registered, engine_config, install_mocks, stack_config, synth
 from policy import upstream
+
+
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: its fault ledger goes to the controller
+        session.config.workeroutput["fault_ledger"] = [asdict(e) for e in fault_ledger.LEDGER]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist, on the controller: a worker finished; add its fault ledger to the run's."""
+    entries = getattr(node, "workeroutput", {}).get("fault_ledger", [])
+    fault_ledger.LEDGER.extend(fault_ledger.Entry(**e) for e in entries)
+
+
+def pytest_terminal_summary(terminalreporter):
+    fault_ledger.report(terminalreporter)
 
 
 @pytest.fixture

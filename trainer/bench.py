@@ -169,7 +169,9 @@ def _spread(values: list[float]) -> str:
 
 
 def _launcher(nproc: int, *target: str) -> list[str]:
-    return [sys.executable, "-m", "trainer.launch", "--nproc-per-node", str(nproc), "-m", *target]
+    # --standalone: the rendezvous store takes a port the OS picks, not torchrun's fixed 29500
+    launcher = [sys.executable, "-m", "trainer.launch", "--standalone", "--nproc-per-node", str(nproc)]
+    return [*launcher, "-m", *target]
 
 
 def _launch(out: Path, nproc: int, steps: int = STEPS) -> tuple[float, float, float]:

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from ports import reserved_port
 from trainer_runs import REPO, run_env, trainer_args
 
 from trainer.config import ConfigError
@@ -90,12 +90,6 @@ def test_a_bad_mpirun_environment_is_a_config_error_exit_2():
         _ranks_from_env(env)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _summary(out: Path) -> dict:
     return json.loads((out / "summary.json").read_text())
 
@@ -106,7 +100,7 @@ TRAIN = {"train.max_steps": 20, "train.device": "cpu"}
 def test_two_ranks_started_as_mpirun_starts_them_train_one_model(tmp_path):
     """Two trainer processes with only the variables Open MPI gives its ranks (and the launcher's
     MASTER_ADDR): they form one gloo process group and end with identical replicas."""
-    out, port = tmp_path / "out", str(_free_port())
+    out, port = tmp_path / "out", str(reserved_port())
     base = {k: v for k, v in run_env().items() if k not in {"MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE"}}
     procs = []
     for rank in (0, 1):

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import copy
 import json
-import socket
 
 import pytest
 import yaml
+from ports import reserved_port
 
 from tests.workloads.fake_kube import FakeKube
 from workloads.__main__ import main
@@ -250,9 +250,7 @@ def test_logs_follow_streams_all_nodes_until_they_end(kube, tmp_path, capsys):
 
 
 def test_unreachable_api_server_exits_200_and_names_it(tmp_path, capsys):
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = reserved_port()  # nothing listens there
     fake = FakeKube()
     fake.url = f"http://127.0.0.1:{port}"
     fake.kubeconfig(tmp_path)

@@ -44,8 +44,10 @@ demo: $(RUN_STAMP)
 # Installs everything `make test`, `make lint`, `python -m infra` and `python -m workloads` use; runs nothing.
 dev: $(DEV_STAMP)
 
+# One pytest worker per core (pytest-xdist): the tests are safe to run in parallel (ports the OS picks,
+# their own temporary directories); the fault figures are gathered from every worker.
 test: $(DEV_STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto
 
 lint: $(DEV_STAMP)
 	$(PY) -m ruff check .

@@ -24,6 +24,11 @@ from policy import upstream
 from policy.upstream import HELM_PACKAGES
 
 RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
+# kubernetes-validate 1.37.0 reads and parses a schema file on every validate() call, its 1 MB
+# _definitions.json included (kubernetes_validate/utils.py schema_contents): a platform's few hundred
+# objects would parse it hundreds of times. The files are the package's data and never change, so each is
+# parsed once per process; validate() only reads the parsed schemas.
+kubernetes_validate.utils.schema_contents = functools.cache(kubernetes_validate.utils.schema_contents)
 # What the cluster serves besides the built-in APIs once the platform is up: kube-prometheus-stack
 # installs the Prometheus Operator CRDs, and charts gate their ServiceMonitors/PrometheusRules on them.
 PLATFORM_API_VERSIONS = (
@@ -149,13 +154,19 @@ def cluster_scoped_kinds(crds: list[dict[str, Any]]) -> set[str]:
 
 
 def crds(release: HelmRelease) -> list[dict[str, Any]]:
-    """The CustomResourceDefinitions a chart installs from crds/ (Helm installs them before templates)."""
-    return [
+    """The CustomResourceDefinitions a chart installs from crds/ (Helm installs them before templates).
+    Parsed once per package (kube-prometheus-stack's are megabytes): treat them as read-only."""
+    return list(_package_crds(release.package))
+
+
+@functools.cache
+def _package_crds(package: Path) -> tuple[dict[str, Any], ...]:
+    return tuple(
         doc
-        for crd in load_chart(release.package).crds
+        for crd in load_chart(package).crds
         for doc in upstream.load_all(crd["data"])
         if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition"
-    ]
+    )
 
 
 def crd_schemas(crds: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:

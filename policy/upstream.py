@@ -277,10 +277,10 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     crd = sub.add_parser("crd", help="validate objects against upstream/crds")
     crd.add_argument("files", nargs="+", type=Path)
-    values = sub.add_parser("values", help="check a values file's keys against the chart's defaults")
-    values.add_argument("chart")
-    values.add_argument("version")
-    values.add_argument("file", type=Path)
+    keys = sub.add_parser("values", help="check a values file's keys against the chart's defaults")
+    keys.add_argument("chart")
+    keys.add_argument("version")
+    keys.add_argument("file", type=Path)
     args = parser.parse_args(argv)
     if args.command == "crd":
         status = 0

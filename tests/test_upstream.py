@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from infra.charts import CHARTS
 
@@ -191,3 +192,22 @@ def test_nothing_in_the_repository_reaches_outside_it():
 def test_each_way_out_is_found(path, line):
     assert outside_references(path, line), line
     assert not outside_references("tests/infra/test_x.py", "REPO = Path(__file__).resolve().parents[2]")
+
+
+def test_the_command_line_checks_objects_and_values_files(tmp_path):
+    """`python -m policy.upstream`, the command for files: exit 1 and the offending field or key."""
+    node_class = {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
+    template = {"spec": {"nodeClassRef": node_class, "requirements": []}}
+    pool = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "gpu"},
+            "spec": {"template": template, "disruptionn": {}}}  # fmt: skip
+    objects = tmp_path / "objects.yaml"
+    objects.write_text(yaml.safe_dump_all([pool, {"apiVersion": "v1", "kind": "ConfigMap"}]))
+    values = tmp_path / "values.yaml"
+    values.write_text("controllerManager:\n  replicass: 2\n")
+    run = [sys.executable, "-m", "policy.upstream"]
+    crd = subprocess.run([*run, "crd", str(objects)], capture_output=True, text=True, cwd=REPO)
+    assert crd.returncode == 1, crd.stderr
+    assert "INVALID NodePool/gpu" in crd.stdout and "spec.disruptionn: unknown field" in crd.stdout
+    assert "1 checked against upstream CRDs, 1 invalid, 1 without a CRD here" in crd.stdout
+    keys = subprocess.run([*run, "values", "kueue", "0.19.2", str(values)], capture_output=True, text=True)
+    assert keys.returncode == 1 and "UNKNOWN kueue 0.19.2: controllerManager.replicass" in keys.stdout, keys.stderr

@@ -210,4 +210,5 @@ def test_the_command_line_checks_objects_and_values_files(tmp_path):
     assert "INVALID NodePool/gpu" in crd.stdout and "spec.disruptionn: unknown field" in crd.stdout
     assert "1 checked against upstream CRDs, 1 invalid, 1 without a CRD here" in crd.stdout
     keys = subprocess.run([*run, "values", "kueue", "0.19.2", str(values)], capture_output=True, text=True)
-    assert keys.returncode == 1 and "UNKNOWN kueue 0.19.2: controllerManager.replicass" in keys.stdout, keys.stderr
+    assert keys.returncode == 1, keys.stderr
+    assert "UNKNOWN kueue 0.19.2: controllerManager.replicass" in keys.stdout

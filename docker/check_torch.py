@@ -12,7 +12,21 @@ import argparse
 import os
 import sys
 
-import torch
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--pin", help="the pyproject pin, e.g. torch==2.13.0 (public version must match)")
+    p.add_argument("--backend", choices=["cuda", "rocm", "cpu"], required=True)
+    p.add_argument("--cuda-version", help="CUDA major.minor the build must target, e.g. 12.6")
+    p.add_argument("--archs", default="", help="comma-separated sm_XY targets the build must run on")
+    p.add_argument("--on-device", action="store_true", help="also compute on every visible GPU vs the CPU")
+    return p
+
+
+if __name__ == "__main__":
+    parser().parse_args()  # --help and bad arguments answer here, before torch is imported (seconds)
+
+import torch  # noqa: E402
 
 
 class CheckFailed(RuntimeError):
@@ -162,17 +176,7 @@ def check_devices(device_type: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--pin", help="the pyproject pin, e.g. torch==2.13.0 (public version must match)")
-    parser.add_argument("--backend", choices=["cuda", "rocm", "cpu"], required=True)
-    parser.add_argument("--cuda-version", help="CUDA major.minor the build must target, e.g. 12.6")
-    parser.add_argument("--archs", default="", help="comma-separated sm_XY targets the build must run on")
-    parser.add_argument(
-        "--on-device", action="store_true", help="also compute on every visible GPU vs the CPU"
-    )
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     archs = [a for a in args.archs.replace(" ", ",").split(",") if a]
     try:
         lines = check_build(args.pin, args.backend, args.cuda_version, archs)

@@ -9,13 +9,21 @@
 #   install-python-deps.sh PYPROJECT VERSION TORCH_INDEX_URL -- CHECK_TORCH_ARGS...
 #
 # Needs the base image's python3 (3.11+) with pip 22.3+ (for --python).
-# torch comes from TORCH_INDEX_URL (the PyTorch wheel index of the image's platform) unless the base image
-# already ships the pinned version, as the CUDA and ROCm bases do; check_torch.py then fails the build
-# unless the torch in place is the pinned version built for the expected platform.
+# torch: the base image's when it ships the pinned version, as the CUDA and ROCm bases do; otherwise the
+# build from TORCH_INDEX_URL (the PyTorch wheel index of the image's platform) that its hash lock
+# requirements-torch-<index name>.lock holds (requirements-torch-cpu.lock for .../whl/cpu), hash-checked
+# like everything else; without such a lock the build stops. check_torch.py then fails the build unless
+# the torch in place is the pinned version built for the expected platform.
 set -euo pipefail
 
+usage="usage: $0 PYPROJECT VERSION TORCH_INDEX_URL -- CHECK_TORCH_ARGS..."
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+  echo "$usage"
+  sed -n '2,/^set -euo/p' "$0" | sed '$d'
+  exit 0
+fi
 if [[ $# -lt 4 || $4 != "--" ]]; then
-  echo "usage: $0 PYPROJECT VERSION TORCH_INDEX_URL -- CHECK_TORCH_ARGS..." >&2
+  echo "$usage" >&2
   exit 2
 fi
 pyproject=$1
@@ -44,7 +52,22 @@ python3 -c 'import sys; sys.exit(None if sys.version_info >= (3, 11) else
 python3 "$here/pyproject_requirements.py" "$pyproject" --check-version "$version"
 python3 "$here/pyproject_requirements.py" "$pyproject" "${extra_args[@]}" >"$requirements"
 torch_pin=$(python3 "$here/pyproject_requirements.py" "$pyproject" --extra train --only torch)
-# The locks must hold pyproject's pins (torch aside: it comes from the base image or the torch index).
+index_args=()
+if python3 "$here/pyproject_requirements.py" "$pyproject" --extra train --installed torch; then
+  echo "install-python-deps: $torch_pin from the base image"
+else
+  torch_index=${torch_index%/}
+  torch_lock="$here/requirements-torch-${torch_index##*/}.lock"
+  if [[ ! -f $torch_lock ]]; then
+    echo "error: the base image has no $torch_pin, and $torch_index has no hash lock ($torch_lock):" \
+      "generate it with scripts/lock_requirements.py torch --torch-index $torch_index" >&2
+    exit 1
+  fi
+  locks+=("$torch_lock")
+  index_args=(--extra-index-url "$torch_index")
+  echo "install-python-deps: $torch_pin from $torch_index, checked against $(basename "$torch_lock")"
+fi
+# The locks must hold pyproject's pins (torch: unless the base image ships it).
 cat "${locks[@]}" >"$locked"
 python3 "$here/pyproject_requirements.py" "$pyproject" "${extra_args[@]}" --check-lock "$locked"
 
@@ -57,11 +80,10 @@ pip=(python3 -m pip --python "$venv/bin/python" install --no-cache-dir)
 venv_site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 python3 -c 'import site; print("\n".join(site.getsitepackages()))' >"$venv_site/_base_image_packages.pth"
 
-echo "install-python-deps: $torch_pin from $torch_index (already satisfied when the base image ships it)"
-"${pip[@]}" --index-url "$torch_index" "$torch_pin"
 echo "install-python-deps: pyproject.toml pins: $(tr '\n' ' ' <"$requirements")"
-# --no-deps: the locks are the whole closure; --require-hashes: an artifact with another hash fails.
-"${pip[@]}" --require-hashes --no-deps --requirement "$locked"
+# --no-deps: the locks are the whole closure; --require-hashes: an artifact with another hash fails, from
+# whichever index it comes (PyPI, or the torch index for the torch build only it serves).
+"${pip[@]}" "${index_args[@]}" --require-hashes --no-deps --requirement "$locked"
 # A torchrun that runs the venv's Python: the base image's own (CUDA, ROCm) would start the workers with
 # the base interpreter, which does not see the venv's packages.
 if [[ ! -e $venv/bin/torchrun ]]; then

@@ -9,6 +9,8 @@ Standard library only: it runs in a bare build stage before anything is installe
     python pyproject_requirements.py pyproject.toml --check-version 0.1.0    # exit 1 unless it matches
     python pyproject_requirements.py pyproject.toml --project-version        # 0.1.0
     python pyproject_requirements.py pyproject.toml --extra train --check-lock requirements.lock
+    python pyproject_requirements.py pyproject.toml --extra train --installed torch  # exit 1 unless this
+                                                   # Python has the pinned version (any build of it)
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import argparse
 import re
 import sys
 import tomllib
+from importlib import metadata
 from pathlib import Path
 
 # An image must be reproducible: every requirement it installs is an exact `name==version` pin.
@@ -69,8 +72,14 @@ def pin_of(reqs: list[str], package: str) -> str:
     raise PyprojectError(f"package {package!r} is not among the requirements {reqs}")
 
 
-# Never installed from the lock: the base image (CUDA, ROCm) or the PyTorch wheel index (CPU) provides it.
+# In a lock only when the base image does not provide it: the CUDA and ROCm bases ship it, the CPU image
+# takes it from the PyTorch wheel index with its own hash lock (requirements-torch-cpu.lock).
 NOT_LOCKED = ("torch",)
+
+
+def public(version: str) -> str:
+    """A version without its local label: 2.13.0+cpu -> 2.13.0."""
+    return version.split("+", 1)[0]
 
 
 def lock_pins(text: str) -> dict[str, str]:
@@ -90,7 +99,9 @@ def lock_problems(reqs: list[str], lock_text: str) -> list[str]:
     for req in reqs:
         match = _EXACT_PIN.match(req)
         name = canonical_name(match["name"])
-        if name not in NOT_LOCKED and locked.get(name) != match["version"]:
+        if name in NOT_LOCKED and name not in locked:
+            continue
+        if public(locked.get(name, "absent")) != match["version"]:
             problems.append(f"{req} (lock: {locked.get(name, 'absent')})")
     return problems
 
@@ -111,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--check-lock", metavar="LOCK", type=Path, help="fail unless LOCK holds every pin (torch aside)"
     )
+    parser.add_argument(
+        "--installed", metavar="PACKAGE", help="exit 1 unless this Python has PACKAGE at its pinned version"
+    )
     args = parser.parse_args(argv)
     pyproject = load(args.pyproject)
     try:
@@ -125,6 +139,12 @@ def main(argv: list[str] | None = None) -> int:
                 )
             return 0
         reqs = requirements(pyproject, args.extra)
+        if args.installed is not None:
+            wanted = pin_of(reqs, args.installed).split("==", 1)[1]
+            try:
+                return 0 if public(metadata.version(args.installed)) == wanted else 1
+            except metadata.PackageNotFoundError:
+                return 1
         if args.check_lock is not None:
             if problems := lock_problems(reqs, args.check_lock.read_text()):
                 raise PyprojectError(

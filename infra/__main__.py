@@ -5,7 +5,7 @@ through the real program, config path and policy pack, without AWS (infra/tools/
 Runs the real program offline against Pulumi mocks with the stack's config file: every resource with
 its type, name, parent and inputs (secrets masked), the exports and the estimated idle cost per hour.
 `--json` prints only the resources, as a list of {"type", "name", "parent", "inputs"}.
-Exits 2 with the configuration error on invalid config.
+Exits 2 with the configuration error on invalid config, or when the Pulumi SDKs are not installed.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from infra.config.platform import ConfigError
-from infra.tools.idle_cost import idle_cost_report
-from infra.tools.synth import available_stacks, stack_config, synth
+from infra.config import stack_files
+from infra.extras import needs_dev_install
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("synth", help="evaluate a platform stack offline and print its resources")
     p.add_argument(
-        "--stack", required=True, help=f"stack name (Pulumi.<stack>.yaml): {', '.join(available_stacks())}"
+        "--stack",
+        required=True,
+        help=f"stack name (Pulumi.<stack>.yaml): {', '.join(sorted(stack_files.platform_stacks(REPO)))}",
     )
     p.add_argument("--file", type=Path, help="read the config from this file instead of Pulumi.<stack>.yaml")
     p.add_argument("--json", action="store_true", help="print the resources as JSON only")
@@ -45,9 +48,15 @@ def main(argv: list[str] | None = None) -> int:
     rehearsal.add_argument(
         "--secret", action="append", default=[], metavar="KEY=VALUE", help="a `config set --secret`"
     )
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # --help answers here, before the Pulumi SDKs are imported
     if args.command == "rehearse":
+        with needs_dev_install("python -m infra rehearse"):
+            from infra.tools import rehearse as _loaded  # noqa: F401
         return rehearse(args)
+    with needs_dev_install("python -m infra synth"):
+        from infra.config.platform import ConfigError
+        from infra.tools.idle_cost import idle_cost_report
+        from infra.tools.synth import stack_config, synth
 
     try:
         config, resources, exports = synth(args.stack, stack_config(args.stack, args.file))

@@ -25,7 +25,7 @@ class Chart:
 
     @property
     def short_name(self) -> str:
-        """The chart's own name (what ../shared/upstream/charts files are named after)."""
+        """The chart's own name (what upstream/charts files are named after)."""
         return self.name.rsplit("/", 1)[-1]
 
 

@@ -11,9 +11,12 @@ if {"-h", "--help"} & set(sys.argv[1:]):
     )
     sys.exit(0)
 
-from pulumi_policy import EnforcementLevel, PolicyPack  # noqa: E402
+from infra.extras import needs_dev_install  # noqa: E402
 
-from policy.pack import PACK_NAME, policies  # noqa: E402
+with needs_dev_install("the policy pack (pulumi preview --policy-pack policy)"):
+    from pulumi_policy import EnforcementLevel, PolicyPack
+
+    from policy.pack import PACK_NAME, policies
 
 PolicyPack(
     name=PACK_NAME,

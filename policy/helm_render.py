@@ -2,7 +2,7 @@
 
 The releases are the `kubernetes:helm.sh/v3:Release` resources the platform program registers under
 mocks (`infra synth`): chart, pinned version, namespace and values exactly as Pulumi would send them.
-Each is rendered from its package in ../shared/upstream/helm/<chart>-<version>.tgz with helm-python-sdk
+Each is rendered from its package in upstream/helm/<chart>-<version>.tgz with helm-python-sdk
 (Helm v4's engine in a shared library), at the cluster's Kubernetes version and with the API groups
 the platform installs (Prometheus Operator's), so `.Capabilities` checks take the branch a live
 cluster would take.
@@ -18,12 +18,17 @@ from typing import Any
 
 import helm_python
 import kubernetes_validate
-import yaml
 from helm_python import _native
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-HELM_PACKAGES = SHARED / "upstream" / "helm"
+from policy import upstream
+from policy.upstream import HELM_PACKAGES
+
 RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
+# kubernetes-validate 1.37.0 reads and parses a schema file on every validate() call, its 1 MB
+# _definitions.json included (kubernetes_validate/utils.py schema_contents): a platform's few hundred
+# objects would parse it hundreds of times. The files are the package's data and never change, so each is
+# parsed once per process; validate() only reads the parsed schemas.
+kubernetes_validate.utils.schema_contents = functools.cache(kubernetes_validate.utils.schema_contents)
 # What the cluster serves besides the built-in APIs once the platform is up: kube-prometheus-stack
 # installs the Prometheus Operator CRDs, and charts gate their ServiceMonitors/PrometheusRules on them.
 PLATFORM_API_VERSIONS = (
@@ -67,18 +72,6 @@ def releases(resources: list[Any]) -> list[HelmRelease]:
     return found
 
 
-class _Loader(yaml.CSafeLoader):  # libyaml (PyYAML's wheels bundle it): the CRDs are megabytes
-    """PyYAML without YAML 1.1's `=` (value) tag, which Go's YAML does not have: some CRDs contain
-    a plain `=` (an enum of operators)."""
-
-
-_Loader.add_constructor("tag:yaml.org,2002:value", _Loader.construct_scalar)
-
-
-def _load_all(text: str) -> list[Any]:
-    return list(yaml.load_all(text, Loader=_Loader))  # noqa: S506 (a SafeLoader subclass)
-
-
 class MissingPackage(LookupError):
     pass
 
@@ -119,7 +112,7 @@ def objects(manifests: dict[str, str]) -> list[dict[str, Any]]:
     for path, text in sorted(manifests.items()):
         if not path.endswith((".yaml", ".yml", ".tpl", ".json")) or path.endswith("NOTES.txt"):
             continue
-        for doc in _load_all(text):
+        for doc in upstream.load_all(text):
             if not isinstance(doc, dict) or not doc.get("kind"):
                 continue
             hooks = ((doc.get("metadata") or {}).get("annotations") or {}).get("helm.sh/hook", "")
@@ -161,27 +154,25 @@ def cluster_scoped_kinds(crds: list[dict[str, Any]]) -> set[str]:
 
 
 def crds(release: HelmRelease) -> list[dict[str, Any]]:
-    """The CustomResourceDefinitions a chart installs from crds/ (Helm installs them before templates)."""
-    return [
+    """The CustomResourceDefinitions a chart installs from crds/ (Helm installs them before templates).
+    Parsed once per package (kube-prometheus-stack's are megabytes): treat them as read-only."""
+    return list(_package_crds(release.package))
+
+
+@functools.cache
+def _package_crds(package: Path) -> tuple[dict[str, Any], ...]:
+    return tuple(
         doc
-        for crd in load_chart(release.package).crds
-        for doc in _load_all(crd["data"])
+        for crd in load_chart(package).crds
+        for doc in upstream.load_all(crd["data"])
         if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition"
-    ]
+    )
 
 
 def crd_schemas(crds: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
-    """(apiVersion, kind) -> openAPIV3Schema for every served version: ../shared/upstream/crds (the
-    pinned upstream copies) first, then `crds` (those the rendered charts install)."""
-    upstream = [_load_all(f.read_text())[0] for f in sorted((SHARED / "upstream" / "crds").glob("*.yaml"))]
-    schemas: dict[tuple[str, str], dict[str, Any]] = {}
-    for crd in upstream + crds:
-        for v in crd["spec"]["versions"]:
-            schema = (v.get("schema") or {}).get("openAPIV3Schema")
-            if v.get("served") and schema:
-                key = (f"{crd['spec']['group']}/{v['name']}", crd["spec"]["names"]["kind"])
-                schemas.setdefault(key, schema)
-    return schemas
+    """(apiVersion, kind) -> openAPIV3Schema for every served version: upstream/crds (the pinned
+    upstream copies) first, then `crds` (those the rendered charts install)."""
+    return {**upstream.served_schemas(crds), **upstream.crd_schemas()}
 
 
 def validation_version(kube_version: str) -> str:

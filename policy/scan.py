@@ -13,6 +13,7 @@ resources (TrainingRuntime, ClusterTrainingRuntime) are also written out as Pods
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -28,13 +29,25 @@ from typing import Any
 import yaml
 
 from infra.config import stack_files
-from policy import chart_exceptions, helm_render
-from policy.core import evaluate, from_synth, stack_is_prod
-from policy.k8s import from_manifests, pod_specs
-from policy.pack import RULES, STACK_RULES
-from workloads.operator_pods import operator_pods
-from workloads.platform import example_outputs_path, load_platform_outputs
-from workloads.stacks import load_stack
+from infra.extras import needs_dev_install
+
+
+def parser() -> argparse.ArgumentParser:
+    raw = argparse.RawDescriptionHelpFormatter
+    return argparse.ArgumentParser(prog="python -m policy.scan", description=__doc__, formatter_class=raw)
+
+
+if __name__ == "__main__":
+    parser().parse_args()  # no options: --help answers before the scanners and the Helm engine load
+
+with needs_dev_install("python -m policy.scan"):  # the policy pack, Helm's engine, kubernetes-validate
+    from policy import chart_exceptions, helm_render
+    from policy.core import evaluate, from_synth, stack_is_prod
+    from policy.k8s import from_manifests, pod_specs
+    from policy.pack import RULES, STACK_RULES
+    from workloads.operator_pods import operator_pods
+    from workloads.platform import example_outputs_path, load_platform_outputs
+    from workloads.stacks import load_stack
 
 REPO = Path(__file__).resolve().parents[1]
 SKIPS_FILE = Path(__file__).with_name("checkov_skips.yaml")
@@ -239,11 +252,7 @@ def policy_findings(
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    raw = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(prog="python -m policy.scan", description=__doc__, formatter_class=raw)
-    parser.parse_args(argv)  # no options: --help prints the above and exits before any work
+    parser().parse_args(argv)
     print(
         "rendering the platform stacks (infra synth) and the workload stacks (workloads render) ...",
         flush=True,

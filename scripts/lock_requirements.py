@@ -1,6 +1,8 @@
 """Regenerate the project's locks from pyproject.toml's pins, with pip's own resolver.
 
-    .venv/bin/python scripts/lock_requirements.py images   # docker/requirements*.lock (needs pypi.org)
+    .venv/bin/python scripts/lock_requirements.py images   # docker/requirements*.lock (needs pypi.org and
+                                                           # download.pytorch.org)
+    .venv/bin/python scripts/lock_requirements.py torch    # docker/requirements-torch-cpu.lock only
     .venv/bin/python scripts/lock_requirements.py dev      # constraints.txt (needs pypi.org)
     .venv/bin/python scripts/lock_requirements.py all
 
@@ -18,21 +20,29 @@ with pip's own resolver for every Python the image bases ship (3.11 to 3.14, man
 then records, per package, the hashes of all its files on PyPI, so `pip install --require-hashes` accepts
 exactly those artifacts whatever the base's Python. docker/requirements.lock holds the base and `train`
 closure; docker/requirements-ray.lock what the `ray` extra adds to it, resolved together so the two
-agree. torch is left out: the CUDA and ROCm images take it from their digest-pinned base image; the CPU
-image from the PyTorch CPU wheel index, checked afterwards by docker/check_torch.py.
-tests/docker fails when the locks' top-level pins differ from pyproject's.
+agree. torch is left out: the CUDA and ROCm images take it from their digest-pinned base image. The CPU
+image takes the CPU build from the PyTorch wheel index (--torch-index, https://download.pytorch.org/whl/cpu),
+hash-checked too: docker/requirements-torch-cpu.lock holds `torch==<pin>+cpu` with the sha256 of its Linux
+wheel for every Python above and both architectures, read from the index's PEP 503 page (each link carries
+`#sha256=`), and what that wheel requires (its PEP 658 metadata file) beyond docker/requirements.lock,
+resolved with the train closure and hashed from PyPI. tests/docker fails when the locks' top-level pins
+differ from pyproject's.
 """
 
 from __future__ import annotations
 
 import argparse
+import email.parser
 import json
+import re
 import subprocess
 import sys
 import tempfile
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from packaging.requirements import Requirement
 from packaging.utils import (
     InvalidSdistFilename,
     InvalidWheelFilename,
@@ -47,6 +57,8 @@ from pyproject_requirements import canonical_name, load, lock_pins, requirements
 
 LOCK = REPO / "docker" / "requirements.lock"
 RAY_LOCK = REPO / "docker" / "requirements-ray.lock"
+TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+TORCH_ARCHS = ("x86_64", "aarch64")
 DEV_LOCK = REPO / "constraints.txt"
 # What `make dev` installs. Not `ray`: its lock pins protobuf 7, which pulumi (<7) refuses.
 DEV_EXTRAS = ("infra", "train", "policy", "dev", "hf")
@@ -139,6 +151,82 @@ def lock_texts() -> tuple[str, str]:
     return lock_text(train), lock_text({n: v for n, v in both.items() if n not in train})
 
 
+def torch_lock(index: str) -> Path:
+    """The hash lock of the torch builds an index serves: requirements-torch-cpu.lock for .../whl/cpu
+    (docker/install-python-deps.sh looks it up by the same name)."""
+    return LOCK.with_name(f"requirements-torch-{index.rstrip('/').rsplit('/', 1)[-1]}.lock")
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=60) as response:
+        return response.read().decode()
+
+
+def wheel_links(page_url: str, html: str) -> dict[str, tuple[str, str]]:
+    """file name -> (URL, sha256) of every link with a #sha256= fragment on a PEP 503 project page."""
+    found = {}
+    for href in re.findall(r'href="([^"]+)"', html):
+        url, _, fragment = urllib.parse.urljoin(page_url, href.replace("&amp;", "&")).partition("#")
+        if fragment.startswith("sha256="):
+            found[urllib.parse.unquote(url.rsplit("/", 1)[-1])] = (url, fragment.removeprefix("sha256="))
+    return found
+
+
+def torch_wheels(links: dict[str, tuple[str, str]], version: str) -> dict[str, tuple[str, str]]:
+    """The Linux wheels of torch `version` for every Python in PYTHONS and arch in TORCH_ARCHS, one local
+    label (`+cpu`) for all of them; exits naming what is missing."""
+    chosen, missing = {}, []
+    for python in PYTHONS:
+        tag = "cp" + python.replace(".", "")
+        for arch in TORCH_ARCHS:
+            wheel = rf"torch-{re.escape(version)}\+[\w.]+-{tag}-{tag}-manylinux_\d+_\d+_{arch}\.whl"
+            pattern = re.compile(wheel)
+            matches = sorted(name for name in links if pattern.fullmatch(name))
+            if matches:
+                chosen[matches[-1]] = links[matches[-1]]  # the newest manylinux tag
+            else:
+                missing.append(f"{tag} {arch}")
+    if missing:
+        sys.exit(f"torch {version}: no Linux wheel for {', '.join(missing)} on the index")
+    labels = {name.split("-")[1] for name in chosen}
+    if len(labels) != 1:
+        sys.exit(f"torch {version}: wheels of several builds {sorted(labels)}; expected one")
+    return chosen
+
+
+def wheel_requirements(wheel_url: str) -> list[str]:
+    """A wheel's Requires-Dist, from the index's PEP 658 metadata file, without those of extras."""
+    metadata = email.parser.Parser().parsestr(_get(wheel_url + ".metadata"))
+    reqs = [Requirement(r) for r in metadata.get_all("Requires-Dist") or []]
+    return [str(r) for r in reqs if not (r.marker and "extra" in str(r.marker))]
+
+
+def torch_lock_text(index: str) -> str:
+    """`torch==<pin>+<label>` with every wheel's hash, then what it requires beyond the train lock."""
+    pin = next(r for r in requirements(load(REPO / "pyproject.toml"), ["train"]) if r.startswith("torch=="))
+    version = pin.split("==")[1]
+    page = f"{index.rstrip('/')}/torch/"
+    wheels = torch_wheels(wheel_links(page, _get(page)), version)
+    label = next(iter(wheels)).split("-")[1]
+    needs = wheel_requirements(next(iter(wheels.values()))[0])
+    train = lock_pins(LOCK.read_text())  # as committed: torch's requirements resolve around it
+    # What the oldest Python resolves (a newer release may drop it), checked to install on every other.
+    oldest = resolve([f"{name}=={v}" for name, v in train.items()] + needs, PYTHONS[0])
+    both = closure([f"{name}=={v}" for name, v in oldest.items()])
+    listing = [f"#   {sha256}  {name}" for name, (_, sha256) in sorted(wheels.items())]
+    hashes = " \\\n    ".join(f"--hash=sha256:{h}" for h in sorted(h for _, h in wheels.values()))
+    lines = [
+        f"# Generated by scripts/lock_requirements.py torch from pyproject.toml and {index}; do not edit.",
+        "# torch's build from that index, one hash per Linux wheel:",
+        *listing,
+        "# then what that wheel requires beyond docker/requirements.lock, with PyPI's hashes.",
+        "# docker/install-python-deps.sh installs it with pip --require-hashes --no-deps.",
+        f"torch=={label} \\\n    {hashes}",
+    ]
+    rest = {n: v for n, v in both.items() if n not in train}
+    return "\n".join(lines) + "\n" + lock_text(rest).split("\n", 2)[2]
+
+
 def dev_lock_text() -> str:
     """constraints.txt: the closure of every DEV_EXTRAS pin on this host's Python, agreeing with the
     image lock wherever the two share a package."""
@@ -170,13 +258,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("what", choices=("dev", "images", "all"), help="which locks to regenerate")
+    parser.add_argument("what", choices=("dev", "images", "torch", "all"), help="which locks to regenerate")
+    parser.add_argument(
+        "--torch-index", default=TORCH_INDEX, help=f"the PyTorch wheel index to lock (default {TORCH_INDEX})"
+    )
     args = parser.parse_args(argv)
     if args.what in ("images", "all"):
         train_lock, ray_lock = lock_texts()
         LOCK.write_text(train_lock)
         RAY_LOCK.write_text(ray_lock)
         print(f"wrote {LOCK.relative_to(REPO)} and {RAY_LOCK.relative_to(REPO)}")
+    if args.what in ("images", "torch", "all"):
+        text = torch_lock_text(args.torch_index)
+        torch_lock(args.torch_index).write_text(text)
+        print(f"wrote {torch_lock(args.torch_index).relative_to(REPO)}")
     if args.what in ("dev", "all"):
         DEV_LOCK.write_text(dev_lock_text())
         print(f"wrote {DEV_LOCK.relative_to(REPO)}")

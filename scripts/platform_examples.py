@@ -7,23 +7,34 @@ the program, never written by hand (tests/workloads/test_scheduling.py fails whe
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
 from typing import Any
-
-from infra.tools.synth import available_stacks, stack_config, synth
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "workloads" / "examples"
 
 
 def platform_exports(stack: str) -> dict[str, Any]:
     """The exports of platform stack `stack` as JSON values (secrets masked as "[secret]")."""
+    from infra.tools.synth import stack_config, synth
+
     _, _, exports = synth(stack, stack_config(stack))
     return json.loads(json.dumps(exports))
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(
+        prog="scripts/platform_examples.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    ).parse_args(argv)  # no options: --help answers before the Pulumi SDKs are imported
+    from infra.extras import needs_dev_install
+
+    with needs_dev_install("scripts/platform_examples.py"):
+        from infra.tools.synth import available_stacks
+
     for stack in available_stacks():
         path = EXAMPLES / f"platform-{stack}.json"
         path.write_text(json.dumps(platform_exports(stack), indent=2, sort_keys=True) + "\n")

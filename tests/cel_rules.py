@@ -1,4 +1,4 @@
-"""The CEL rules (`x-kubernetes-validations`) of the upstream CRDs in ../shared/upstream/crds, evaluated
+"""The CEL rules (`x-kubernetes-validations`) of the upstream CRDs in upstream/crds, evaluated
 offline with cel-python the way the API server evaluates them on a create or an update.
 
 What the API server does, and this module mirrors (k8s.io/apiextensions-apiserver
@@ -28,11 +28,12 @@ from typing import Any
 import celpy
 import lark
 import re2
-import yaml
 from celpy import celtypes
 from celpy.evaluation import CELEvalError, base_functions
 
-CRD_DIR = Path(__file__).resolve().parents[2] / "shared" / "upstream" / "crds"
+from policy import upstream
+
+CRD_DIR = upstream.CRDS
 MISSING: Any = object()
 MACROS = {"has", "all", "exists", "exists_one", "map", "filter"}
 VARIABLES = {"self", "oldSelf"}
@@ -181,16 +182,14 @@ class CrdRules:
 
     def __init__(self, crd_dir: Path = CRD_DIR):
         if not crd_dir.is_dir():
-            raise RuleError(f"{crd_dir} is missing: the CEL checks need ../shared/upstream/crds")
+            raise RuleError(f"{crd_dir} is missing: the CEL checks need the upstream CRDs")
         self.env = celpy.Environment()
         self.schemas: dict[tuple[str, str], dict] = {}
         self.rules: list[Rule] = []
         self._by_node: dict[int, list[Rule]] = {}
         self.evaluations: list[Evaluation] = []
-        for path in sorted(crd_dir.glob("*.yaml")):
-            for crd in yaml.load_all(path.read_text(), Loader=yaml.CSafeLoader):
-                if crd and crd.get("kind") == "CustomResourceDefinition":
-                    self._load(path.name, crd)
+        for file, crd in upstream.crd_documents(crd_dir):  # parsed once per process, shared read-only
+            self._load(file, crd)
 
     def _load(self, file: str, crd: dict) -> None:
         group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]

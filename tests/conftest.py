@@ -9,60 +9,54 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
+import fault_ledger
 import pulumi
 import pytest
-import yaml
 from recording_mocks import RecordingMocks
 
 from infra.config.platform import PlatformConfig
 from infra.tools.synth import RecordingMonitor, Registered, engine_config, install_mocks, stack_config, synth
-
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-UPSTREAM_CHECK = SHARED / "tools" / "upstream_check.py"
+from policy import upstream
 
 
-def _require_shared() -> None:
-    if not UPSTREAM_CHECK.exists():
-        pytest.fail(f"{UPSTREAM_CHECK} is missing: upstream contract checks need ../shared beside the repo")
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: its fault ledger goes to the controller
+        session.config.workeroutput["fault_ledger"] = [asdict(e) for e in fault_ledger.LEDGER]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist, on the controller: a worker finished; add its fault ledger to the run's."""
+    entries = getattr(node, "workeroutput", {}).get("fault_ledger", [])
+    fault_ledger.LEDGER.extend(fault_ledger.Entry(**e) for e in entries)
+
+
+def pytest_terminal_summary(terminalreporter):
+    fault_ledger.report(terminalreporter)
 
 
 @pytest.fixture
-def crd_check(tmp_path):
-    """Validate Kubernetes objects against ../shared/upstream/crds. Returns (returncode, output)."""
+def crd_check():
+    """check(objects) -> (returncode, output): the objects validated against upstream/crds
+    (policy/upstream.py, in-process; each CRD parsed once per process). The objects go through JSON first,
+    as they would to the API server."""
 
     def check(objects: list[dict]) -> tuple[int, str]:
-        _require_shared()
-        f = tmp_path / "objects.json"
-        f.write_text(json.dumps(objects))
-        p = subprocess.run(
-            [sys.executable, str(UPSTREAM_CHECK), "crd", str(f)], capture_output=True, text=True
-        )
-        return p.returncode, p.stdout + p.stderr
+        return upstream.check_objects(json.loads(json.dumps(objects)))
 
     return check
 
 
 @pytest.fixture
-def values_check(tmp_path):
-    """Check a Helm values dict against the chart's upstream default values at a version."""
+def values_check():
+    """check(chart, version, values) -> (returncode, output): every key of a Helm values dict checked against
+    the chart's upstream default values at that version (upstream/charts)."""
 
     def check(chart: str, version: str, values: dict) -> tuple[int, str]:
-        _require_shared()
-        f = tmp_path / f"{chart}-values.yaml"
-        f.write_text(yaml.safe_dump(values))
-        p = subprocess.run(
-            [sys.executable, str(UPSTREAM_CHECK), "values", chart, version, str(f)],
-            capture_output=True,
-            text=True,
-        )
-        return p.returncode, p.stdout + p.stderr
+        return upstream.check_values(chart, version, json.loads(json.dumps(values)))
 
     return check
 

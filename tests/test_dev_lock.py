@@ -69,3 +69,13 @@ def test_this_environment_was_installed_from_the_lock():
         if name in locked and Version(dist.version).public != locked[name]:
             differ[name] = (dist.version, locked[name])
     assert not differ, f"installed vs constraints.txt: {differ}; reinstall with `make clean dev`"
+
+
+def test_this_environment_has_the_bytecode_of_what_every_trainer_process_imports():
+    """`make dev` compiles what `make demo`'s install left as sources (torch, sympy): without .pyc files, or
+    with PYTHONDONTWRITEBYTECODE set, every test process that imports torch would compile them again."""
+    import importlib.util
+
+    for module in ("torch", "torch.distributed.checkpoint", "sympy", "numpy"):
+        source = importlib.util.find_spec(module).origin
+        assert Path(importlib.util.cache_from_source(source)).is_file(), f"{module}: no bytecode; `make dev`"

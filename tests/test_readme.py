@@ -33,7 +33,7 @@ SUBCOMMANDS = {"infra", "workloads"}
 # Stack outputs of a workload stack (workloads/program.py); a platform stack's are its example outputs.
 WORKLOAD_EXPORTS = {"job_name", "namespace", "logs_command", "grafana_dashboard_path"}
 PATH_RE = re.compile(
-    r"(?<![\w/.-])(?:infra|workloads|trainer|policy|docker|scripts|schemas|tests)/[\w./*-]*"
+    r"(?<![\w/.-])(?:infra|workloads|trainer|policy|docker|scripts|schemas|tests|upstream)/[\w./*-]*"
     r"|(?<![\w/.-])(?:Pulumi\.[\w-]+\.yaml|PulumiPolicy\.yaml|pyproject\.toml|Makefile)(?![\w-])"
 )
 

@@ -32,14 +32,34 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-
-from trainer import checkpoint_bench, zimdb
-from trainer.config import JobConfig, build
-from trainer.loop import run
-
 REPEATS = 3
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m trainer.bench",
+        description="Trainer benchmarks on this machine's CPUs (and its GPU, if any): trainer vs bare "
+        "loops with 1 and 2 processes, 2 vs 1 processes, start-up time, data preparation memory per "
+        "rank, checkpoint save time. Takes a quarter of an hour on 2 cores; prints progress, then a table.",
+    )
+    p.add_argument("--strict", action="store_true", help="exit 1 when a target is missed (default: report)")
+    p.add_argument(
+        "--repeats", type=int, default=REPEATS, help=f"runs per throughput row (>= 3, default {REPEATS})"
+    )
+    p.add_argument("--data-mib", type=float, default=100.0, help="size of the data-prep JSONL (default 100)")
+    return p
+
+
+if __name__ == "__main__":
+    parser().parse_args()  # --help answers here, before torch is imported (seconds)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from trainer import checkpoint_bench, zimdb  # noqa: E402
+from trainer.config import JobConfig, build  # noqa: E402
+from trainer.loop import run  # noqa: E402
+
 STEPS = 240  # the first fifth of each run is warm-up and not counted
 
 
@@ -93,7 +113,9 @@ def _spread(values: list[float]) -> str:
 
 
 def _launcher(nproc: int, *target: str) -> list[str]:
-    return [sys.executable, "-m", "trainer.launch", "--nproc-per-node", str(nproc), "-m", *target]
+    # --standalone: the rendezvous store takes a port the OS picks, not torchrun's fixed 29500
+    launcher = [sys.executable, "-m", "trainer.launch", "--standalone", "--nproc-per-node", str(nproc)]
+    return [*launcher, "-m", *target]
 
 
 @dataclass
@@ -290,23 +312,8 @@ def cuda() -> list[Row]:
     return rows
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m trainer.bench",
-        description="Trainer benchmarks on this machine's CPUs (and its GPU, if any): trainer vs bare "
-        "loops with 1 and 2 processes, 2 vs 1 processes, start-up time, data preparation memory per "
-        "rank, checkpoint save time. Takes a quarter of an hour on 2 cores; prints progress, then a table.",
-    )
-    p.add_argument("--strict", action="store_true", help="exit 1 when a target is missed (default: report)")
-    p.add_argument(
-        "--repeats", type=int, default=REPEATS, help=f"runs per throughput row (>= 3, default {REPEATS})"
-    )
-    p.add_argument("--data-mib", type=float, default=100.0, help="size of the data-prep JSONL (default 100)")
-    return p
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)  # --help exits here, before anything runs
+    args = parser().parse_args(argv)
     if args.repeats < 3:
         parser().error(f"--repeats {args.repeats}: allowed 3 or more (a median needs them)")
     print(

@@ -11,6 +11,7 @@ data-prep SOURCE OUT.json  the trainer's data preparation (trainer.token_store) 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
@@ -20,15 +21,40 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DistributedSampler
 
-from trainer import data, token_store
-from trainer.config import DataConfig, JobConfig, build
-from trainer.guards import fused_kernel
-from trainer.model import build_model
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m trainer.bench_workers",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = p.add_subparsers(dest="worker", required=True)
+    loop = sub.add_parser(
+        "bare", help="a minimal loop (plain DDP with 2 processes) on the trainer's model and data"
+    )
+    loop.add_argument("out", type=Path)
+    loop.add_argument("steps", type=int)
+    loop.add_argument(
+        "config", type=Path, nargs="?", help="{section: {field: value}} over the trainer's defaults"
+    )
+    prep = sub.add_parser("data-prep", help="the trainer's data preparation; peak memory and time per rank")
+    prep.add_argument("source")
+    prep.add_argument("out", type=Path)
+    return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    parse_args(None)  # --help and bad arguments answer here, before torch is imported (seconds)
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+from torch.utils.data import DistributedSampler  # noqa: E402
+
+from trainer import data, token_store  # noqa: E402
+from trainer.config import DataConfig, JobConfig, build  # noqa: E402
+from trainer.guards import fused_kernel  # noqa: E402
+from trainer.model import build_model  # noqa: E402
 
 
 def peak_rss_mib() -> float:
@@ -132,17 +158,14 @@ def data_prep(source: str, out: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
+    args = parse_args(argv)
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     try:
-        if argv[0] == "bare":
-            sections = json.loads(Path(argv[3]).read_text()) if len(argv) > 3 else {}
-            bare(Path(argv[1]), int(argv[2]), build(sections))
-        elif argv[0] == "data-prep":
-            data_prep(argv[1], Path(argv[2]))
+        if args.worker == "bare":
+            bare(args.out, args.steps, build(json.loads(args.config.read_text()) if args.config else {}))
         else:
-            print(f"unknown worker {argv[0]!r}: bare | data-prep", file=sys.stderr)
-            return 2
+            data_prep(args.source, args.out)
     finally:
         dist.destroy_process_group()
     return 0

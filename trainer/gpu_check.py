@@ -19,9 +19,6 @@ import sys
 import time
 from datetime import timedelta
 
-import torch
-import torch.distributed as dist
-
 DEFAULT_SIZES = "1KiB,64KiB,1MiB,16MiB,64MiB"
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
@@ -57,6 +54,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.device == "cpu" and args.expect_gpus:
         p.error("--device cpu checks no GPUs: pass --expect-gpus 0")
     return args
+
+
+if __name__ == "__main__":
+    parse_args(None)  # --help and bad arguments answer here, before torch is imported (seconds)
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 
 
 def check_visible_gpus(expected: int, device: str, local_world: int) -> str:

@@ -24,19 +24,47 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from torch.distributed import DistError
-from torch.distributed import run as torchrun
-from torch.distributed.elastic.multiprocessing.api import SignalException
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-from torch.distributed.elastic.rendezvous.api import RendezvousError, RendezvousGracefulExitError
+# torchrun's --help as its parser prints it (torch.distributed.run.get_args_parser), kept beside this file so
+# that --help answers without importing torch (seconds); tests/test_cli_help.py keeps it current.
+TORCHRUN_HELP = Path(__file__).with_name("torchrun_help.txt")
 
-from trainer import attempts, faults
+
+def asks_for_help(argv: list[str]) -> bool:
+    """-h/--help among the launcher's own options (before the program and its arguments)."""
+    for arg in argv:
+        if arg in ("-h", "--help"):
+            return True
+        if not arg.startswith("-") or arg in ("-m", "--module", "--no-python", "--no_python"):
+            return False  # a value or the program: what follows may be the program's own --help
+    return False
+
+
+if __name__ == "__main__" and asks_for_help(sys.argv[1:]):
+    print(TORCHRUN_HELP.read_text() + "\n" + __doc__, end="")
+    sys.exit(0)
+
+from torch.distributed import DistError  # noqa: E402
+from torch.distributed import run as torchrun  # noqa: E402
+from torch.distributed.elastic.multiprocessing.api import SignalException  # noqa: E402
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError  # noqa: E402
+from torch.distributed.elastic.rendezvous.api import RendezvousError, RendezvousGracefulExitError  # noqa: E402
+
+from trainer import attempts, faults  # noqa: E402
+
+
+def torchrun_help() -> str:
+    """What TORCHRUN_HELP holds: torchrun's parser's help, as this module's (100 columns)."""
+    parser = torchrun.get_args_parser()
+    parser.prog = "python -m trainer.launch"
+    parser.formatter_class = functools.partial(argparse.HelpFormatter, width=100)
+    return parser.format_help()
 
 
 def exit_code(failure_code: int) -> int:

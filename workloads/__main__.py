@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from infra.extras import needs_dev_install
 from workloads.identity import aws_resources
 from workloads.platform import PlatformFacts, example_outputs_path, load_platform_outputs
 from workloads.render import render
@@ -83,26 +84,26 @@ def cmd_run_local(args: argparse.Namespace) -> int:
 
 
 def _cluster(args: argparse.Namespace) -> tuple[Cluster, TrainingJobSpec]:
-    # Imported here: the kubernetes client is in the infra extra, which `make demo` does not install.
-    from workloads.status import Cluster, api_client
-
     stack = load_stack(args.stack)
-    return Cluster(api_client(args.kubeconfig, args.platform_outputs)), stack.spec
+    with needs_dev_install(f"python -m workloads {args.command}"):  # the kubernetes client: `make dev`
+        from workloads.status import Cluster, api_client
+
+        return Cluster(api_client(args.kubeconfig, args.platform_outputs)), stack.spec
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    cluster, spec = _cluster(args)
     from workloads.status import status
 
-    cluster, spec = _cluster(args)
     report = status(cluster, spec)
     print(report.text())
     return report.code
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
+    cluster, spec = _cluster(args)
     from workloads.logs import logs
 
-    cluster, spec = _cluster(args)
     return logs(cluster, spec, follow=args.follow, tail=args.tail, out=sys.stdout)
 
 

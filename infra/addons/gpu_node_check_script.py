@@ -26,6 +26,7 @@ policies refuse anything else with HTTP 403, which is not retried: its body is p
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import ssl
@@ -268,4 +269,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Configured by its environment: NODE_NAME, STARTUP_TAINT_KEY, EXPECTED_GPUS, GPU_VENDOR.",
+    ).parse_args()  # no options: --help answers and exits
     sys.exit(main())

@@ -10,7 +10,7 @@ import json
 import logging
 import re
 import signal
-import time
+import threading
 from pathlib import Path
 
 import boto3
@@ -503,9 +503,10 @@ def test_sigterm_steps_after_a_background_checkpoint_began_waits_for_it_instead_
     tmp_path, monkeypatch, capsys, keep_sigterm_handler
 ):
     real_save, real_write = CheckpointManager.save, CheckpointManager._write
+    sigterm_sent = threading.Event()
 
-    def slow_write(self, *args):  # the background write outlives a few training steps
-        time.sleep(3)
+    def slow_write(self, *args):  # still in flight at the SIGTERM, however slow the steps are
+        sigterm_sent.wait(timeout=120)
         return real_write(self, *args)
 
     steps_after_save: list[int] = []
@@ -522,6 +523,7 @@ def test_sigterm_steps_after_a_background_checkpoint_began_waits_for_it_instead_
             steps_after_save[0] += 1
             if steps_after_save[0] == 3:
                 signal.raise_signal(signal.SIGTERM)
+                sigterm_sent.set()
         return real_zero_grad(self, *args, **kwargs)
 
     monkeypatch.setattr(CheckpointManager, "_write", slow_write)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
+from ports import reserved_port
 
 from trainer import faults, storage
 from trainer.__main__ import main
@@ -34,12 +34,6 @@ TINY = [
     "--checkpoint.upload_retries", "2", "--checkpoint.retry_backoff_s", "0", "--output.metrics_port", "0",
 ]  # fmt: skip
 S3_DIRS = ["--output.dir", "s3://mlops/runs/zimdb", "--checkpoint.dir", "s3://mlops/ckpt/zimdb"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -83,7 +77,7 @@ def test_s3_unreachable_at_start_up_exits_200(tmp_path, ledger):
     proc = _trainer(
         tmp_path,
         *S3_DIRS,
-        AWS_ENDPOINT_URL_S3=f"http://127.0.0.1:{_free_port()}",  # nothing listens there
+        AWS_ENDPOINT_URL_S3=f"http://127.0.0.1:{reserved_port()}",  # nothing listens there
         AWS_ACCESS_KEY_ID="testing",
         AWS_SECRET_ACCESS_KEY="testing",
     )
@@ -187,7 +181,7 @@ def _launch(tmp_path: Path, *torchrun_args: str, timeout: int = 120) -> subproce
     ids=["static", "c10d"],
 )
 def test_a_rendezvous_that_never_completes_exits_203(tmp_path, rendezvous, ledger):
-    port = str(_free_port())
+    port = str(reserved_port())
     static = "--node-rank=0" in rendezvous
     where = ["--master-port", port] if static else [f"--rdzv-endpoint=127.0.0.1:{port}"]
     proc = _launch(tmp_path, "--nnodes=2", *rendezvous, *where)  # the second node never comes
@@ -207,7 +201,8 @@ def test_a_hung_peer_makes_the_other_rank_exit_202_in_seconds_not_minutes(tmp_pa
     out = tmp_path / "out"
     args = [*TINY, "--train.max_steps", "400", "--train.step_timeout_s", "3"]  # dist_timeout_s stays 600
     args += ["--output.dir", str(out), "--checkpoint.dir", str(out / "ckpt")]
-    cmd = [sys.executable, "-m", "trainer.launch", "--nproc-per-node", "2", "-m", "trainer", *args]
+    launcher = [sys.executable, "-m", "trainer.launch", "--standalone", "--nproc-per-node", "2"]
+    cmd = [*launcher, "-m", "trainer", *args]
     proc = subprocess.Popen(
         cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )

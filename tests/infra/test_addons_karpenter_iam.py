@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 import yaml
 
 from infra.addons.karpenter.iam import INTERRUPTION_EVENTS, controller_policies, interruption_queue_policy
+from policy.upstream import UPSTREAM
 
-REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "upstream" / "karpenter-1.14-cloudformation.yaml"
+REFERENCE = UPSTREAM / "karpenter-1.14-cloudformation.yaml"
 FACTS = {
     "ClusterName": "mlops-eks-dev",
     "AWS::Partition": "aws",
@@ -38,8 +38,6 @@ _CloudFormationLoader.add_constructor("!Ref", lambda loader, node: loader.constr
 
 @pytest.fixture(scope="module")
 def reference() -> dict:
-    if not REFERENCE.exists():
-        pytest.fail(f"{REFERENCE} is missing: the IAM test needs ../shared beside the repository")
     return yaml.load(REFERENCE.read_text(), Loader=_CloudFormationLoader)["Resources"]
 
 

@@ -1,9 +1,7 @@
 """Every Helm values dict and every custom resource the add-ons render, checked against the upstream
-chart defaults and CRDs at the pinned versions (../shared/upstream)."""
+chart defaults and CRDs at the pinned versions (upstream/)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import helm_python
 import pytest
@@ -32,6 +30,7 @@ from infra.addons.training import (
 from infra.charts import CHARTS, TRAINER_TORCH_RUNTIME_IMAGE
 from infra.config.addons import AddonsConfig
 from infra.config.platform import GpuPoolConfig
+from policy.upstream import HELM_PACKAGES, UPSTREAM, values_file
 
 GPU_POOLS = [
     GpuPoolConfig.model_validate(p)
@@ -83,7 +82,6 @@ def test_every_pinned_chart_has_a_values_renderer():
     assert set(VALUES) == set(CHARTS)
 
 
-SHARED = Path(__file__).resolve().parents[3] / "shared"
 
 # Value blocks a chart documents only as a commented example in its values.yaml (subchart values):
 # (chart key, parent key, block key). Checked against that example instead of the parsed defaults.
@@ -124,7 +122,7 @@ def test_subchart_values_are_read_by_the_subcharts_templates(chart_key, subchart
     import tarfile
 
     chart = CHARTS[chart_key]
-    with tarfile.open(SHARED / "upstream" / "helm" / f"{chart.short_name}-{chart.version}.tgz") as package:
+    with tarfile.open(HELM_PACKAGES / f"{chart.short_name}-{chart.version}.tgz") as package:
         templates = "".join(
             package.extractfile(m).read().decode()  # type: ignore[union-attr]
             for m in package.getmembers()
@@ -141,7 +139,7 @@ def _commented_example(chart_key: str) -> dict:
     """The `# block:` example under `parent:` in the chart's upstream values.yaml, uncommented."""
     chart = CHARTS[chart_key]
     parent, block = COMMENTED_EXAMPLES[chart_key]
-    lines = (SHARED / "upstream" / "charts" / f"{chart.short_name}-{chart.version}-values.yaml").read_text()
+    lines = values_file(chart.short_name, chart.version).read_text()
     lines = lines.splitlines()
     start = lines.index(f"{parent}:")
     head = next(i for i in range(start, len(lines)) if lines[i].strip() == f"# {block}:")
@@ -167,7 +165,7 @@ def test_values_set_from_a_commented_chart_example_use_only_its_keys(chart_key):
     example = set(_commented_example(chart_key))
     # Plus the keys the subchart itself defaults (coalesced by Helm from the real package's charts/).
     chart = CHARTS[chart_key]
-    package = helm_python.Chart.load(SHARED / "upstream" / "helm" / f"{chart.short_name}-{chart.version}.tgz")
+    package = helm_python.Chart.load(HELM_PACKAGES / f"{chart.short_name}-{chart.version}.tgz")
     example |= set(package.merge_values({})[parent][block])
     assert set(VALUES[chart_key][parent][block]) <= example, sorted(example)
 
@@ -242,7 +240,7 @@ def test_trainer_chart_installs_no_runtimes_of_its_own_and_bundles_jobset():
 def test_torch_runtime_keeps_the_image_of_the_pinned_trainers_runtime():
     version = CHARTS["kubeflow-trainer"].version
     runtime = f"kubeflow-trainer-{version}-torch-distributed-runtime.yaml"
-    upstream = (SHARED / "upstream" / runtime).read_text()
+    upstream = (UPSTREAM / runtime).read_text()
     (image,) = {line.split("image:", 1)[1].strip() for line in upstream.splitlines() if "image:" in line}
     containers = torch_distributed_runtime()["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]
     node = containers["spec"]["template"]["spec"]["containers"][0]

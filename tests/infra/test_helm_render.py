@@ -1,29 +1,15 @@
 """Every Helm release the platform declares (dev and prod), rendered with its real chart at the pinned
 version, as `helm install` would (policy/helm_render.py), then validated: built-in objects with
 kubernetes-validate (strict) at the cluster's Kubernetes version, custom resources against their CRDs
-(../shared/upstream/crds, else the CRDs the charts themselves install)."""
+(upstream/crds, else the CRDs the charts themselves install)."""
 
 from __future__ import annotations
-
-import importlib.util
 
 import helm_python
 import pytest
 
-from policy import helm_render
+from policy import helm_render, upstream
 from policy.helm_render import HelmRelease, MissingPackage
-
-UPSTREAM_CHECK = helm_render.SHARED / "tools" / "upstream_check.py"
-
-
-def _upstream_check():
-    """../shared/tools/upstream_check.py as a module: its CRD schema walker (unknown fields are errors),
-    applied to the upstream CRDs and to those the charts ship (Prometheus Operator's, Kueue's, ...)."""
-    spec = importlib.util.spec_from_file_location("upstream_check", UPSTREAM_CHECK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 STACKS = ["dev", "prod"]
 
@@ -49,7 +35,6 @@ def test_rendered_builtin_objects_are_valid_at_the_clusters_kubernetes_version(r
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_rendered_custom_resources_match_their_crds(rendered, stack):
-    check = _upstream_check()
     schemas = helm_render.crd_schemas(rendered[stack].crds)
     problems = []
     for name, obj in rendered[stack].custom:
@@ -60,7 +45,7 @@ def test_rendered_custom_resources_match_their_crds(rendered, stack):
         errors: list[str] = []
         for key, value in obj.items():
             if key not in ("apiVersion", "kind", "metadata", "status"):
-                check.validate(value, schema.get("properties", {}).get(key, {}), key, errors)
+                upstream.validate(value, schema.get("properties", {}).get(key, {}), key, errors)
         problems += [f"{name}: {obj['kind']}/{obj['metadata']['name']}: {e}" for e in errors]
     assert not problems, "\n".join(problems)
     kinds = {o["kind"] for _, o in rendered[stack].custom}

@@ -5,15 +5,13 @@ scope."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import kubernetes_validate
 import pytest
 from pod_security import pod_spec, restricted_violations
 
 from infra.addons import kuberay
 from infra.charts import CHARTS
-from policy import helm_render
+from policy import helm_render, upstream
 from policy.helm_render import HelmRelease
 
 KUBE_VERSION = "1.35"
@@ -75,15 +73,6 @@ def test_the_operator_has_limits_that_kubernetes_also_takes_as_its_requests():
     assert container["resources"] == {"limits": {"cpu": "100m", "memory": "512Mi"}}
 
 
-def _upstream_check():
-    spec = importlib.util.spec_from_file_location(
-        "upstream_check", helm_render.SHARED / "tools" / "upstream_check.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_service_monitor_follows_prometheus_and_matches_its_crd():
     assert "ServiceMonitor" not in {o["kind"] for o in _objects(service_monitor=False)}
     monitor = _one(_objects(service_monitor=True), "ServiceMonitor")
@@ -93,7 +82,7 @@ def test_the_service_monitor_follows_prometheus_and_matches_its_crd():
         ("monitoring.coreos.com/v1", "ServiceMonitor")
     ]
     errors: list[str] = []
-    _upstream_check().validate(monitor["spec"], schema["properties"]["spec"], "spec", errors)
+    upstream.validate(monitor["spec"], schema["properties"]["spec"], "spec", errors)
     assert errors == []
 
 

@@ -1,6 +1,6 @@
 """When Karpenter may take a node away, read from the NodePools the program registers, with the defaults
-Karpenter's NodePool CRD applies to what the program leaves out, and what that does to a running training
-pod (tests/infra/karpenter_disruption.py, ported from Karpenter's source).
+Karpenter's NodePool CRD (upstream/crds) applies to what the program leaves out, and what that does to a
+running training pod (tests/infra/karpenter_disruption.py, ported from Karpenter's source).
 
 A training job loses every step since its last checkpoint and restarts its whole gang when one of its
 nodes goes, so GPU nodes are removed only when empty, one at a time; drift and expiry wait until the job
@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from infra.addons.karpenter.node_pools import CRITICAL_POD_SHUTDOWN_SECONDS
-from tests.conftest import SHARED
+from policy.upstream import CRDS
 from tests.infra.karpenter_disruption import (
     KEEPS_RUNNING,
     SHUTDOWN,
@@ -29,14 +29,12 @@ from workloads.pod import TERMINATION_GRACE_SECONDS
 
 NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
 NODE_CLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
-CRD = SHARED / "upstream" / "crds" / "karpenter.sh_nodepools.yaml"
+CRD = CRDS / "karpenter.sh_nodepools.yaml"
 
 
 @cache
 def crd_default(*path: str):
     """The default Karpenter's NodePool CRD sets at `path` (property names from the object's root)."""
-    if not CRD.exists():
-        pytest.fail(f"{CRD} is missing: the NodePool defaults come from the upstream CRD")
     schema = yaml.safe_load(CRD.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     for key in path:
         schema = schema["properties"][key]

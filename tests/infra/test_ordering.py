@@ -1,20 +1,19 @@
 """Creation order, read from the dependency graph the program hands the engine (every registration's
 dependencies and provider, recorded under the synth mocks): nothing that names the cluster is created
 before it, every Kubernetes object goes through the cluster's provider, and every custom resource waits
-for the Helm release that installs its CRD (the CRDs each chart package in ../shared/upstream/helm ships)."""
+for the Helm release that installs its CRD (the CRDs each chart package in upstream/helm ships)."""
 
 from __future__ import annotations
 
 import re
 import tarfile
 from functools import cache
-from pathlib import Path
 
 import pytest
 
+from policy.upstream import HELM_PACKAGES
 from tests.infra.dependency_graph import Node, build_graph, depends_on
 
-HELM = Path(__file__).resolve().parents[3] / "shared" / "upstream" / "helm"
 CLUSTER = "eks:index:Cluster"
 K8S_PROVIDER = "pulumi:providers:kubernetes"
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -65,7 +64,7 @@ def is_custom_resource(type_: str) -> bool:
 @cache
 def chart_crd_groups(chart: str, version: str) -> frozenset[str]:
     """The API groups of the CRDs a chart package installs (crds/ and templates/ alike)."""
-    package = HELM / f"{chart.rsplit('/', 1)[-1]}-{version}.tgz"
+    package = HELM_PACKAGES / f"{chart.rsplit('/', 1)[-1]}-{version}.tgz"
     if not package.exists():
         pytest.fail(f"{package} is missing: the ordering check reads the CRDs each pinned chart installs")
     groups = set()

@@ -3,10 +3,8 @@ the port the trainer serves, and the Training jobs dashboard queries gauges the 
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import tarfile
-from pathlib import Path
 
 import pytest
 import yaml
@@ -15,21 +13,18 @@ from infra.addons.gpu import JOB_METRIC_LABEL
 from infra.addons.monitoring import training_metrics
 from infra.addons.monitoring.dashboards import training_dashboard
 from infra.charts import CHARTS
+from policy import upstream
+from policy.upstream import HELM_PACKAGES
 from trainer import metrics
 from trainer.config import OutputConfig
 from workloads.platform import example_outputs_path, load_platform_outputs
 from workloads.render import render
 from workloads.stacks import load_stack, program_text
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-UPSTREAM_CHECK = SHARED / "tools" / "upstream_check.py"
-
 
 def _podmonitor_schema() -> dict:
     version = CHARTS["kube-prometheus-stack"].version
-    package = SHARED / "upstream" / "helm" / f"kube-prometheus-stack-{version}.tgz"
-    if not package.exists():
-        pytest.fail(f"{package} is missing: the PodMonitor CRD ships in it")
+    package = HELM_PACKAGES / f"kube-prometheus-stack-{version}.tgz"
     with tarfile.open(package) as tar:
         member = tar.extractfile("kube-prometheus-stack/charts/crds/crds/crd-podmonitors.yaml")
         crd = yaml.safe_load(member)
@@ -38,11 +33,8 @@ def _podmonitor_schema() -> dict:
 
 
 def _validate(obj: dict, schema: dict) -> list[str]:
-    spec = importlib.util.spec_from_file_location("upstream_check", UPSTREAM_CHECK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     errors: list[str] = []
-    module.validate(obj, schema, obj["kind"], errors)
+    upstream.validate(obj, schema, obj["kind"], errors)
     return errors
 
 

@@ -1044,6 +1044,9 @@ def figures(rules: Any) -> dict[str, tuple[int, int]]:
 
 
 if __name__ == "__main__":
+    import argparse
+
+    argparse.ArgumentParser(prog="python -m tests.policy.bypasses", description=__doc__).parse_args()
     from policy.pack import RULES
 
     results = figures(RULES)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from policy import helm_render
-from policy.scan import PLATFORM_STACKS, helm_objects, rendered_objects, workload_stacks
+from policy.scan import PLATFORM_STACKS, rendered_objects, workload_stacks
 
 
 @pytest.fixture(scope="session")
@@ -16,11 +16,15 @@ def platform_resources(dev, prod) -> dict[str, list[dict]]:
 
 
 @pytest.fixture(scope="session")
-def chart_objects(platform_resources) -> dict[str, list[dict]]:
-    """Every object the platform's Helm releases install, per stack (policy.scan.helm_objects)."""
+def chart_objects(rendered) -> dict[str, list[dict]]:
+    """Every object the platform's Helm releases install, per stack: the session's `rendered` releases (what
+    policy.scan.helm_objects returns, without rendering them again), refused as it refuses them."""
     if not helm_render.HELM_PACKAGES.exists():  # a skip would let the chart rules go unchecked
-        pytest.fail(f"{helm_render.HELM_PACKAGES} is missing: chart checks need ../shared beside the repo")
-    return {stack: helm_objects(platform_resources[stack]) for stack in PLATFORM_STACKS}
+        pytest.fail(f"{helm_render.HELM_PACKAGES} is missing: the chart packages are part of the repository")
+    assert set(rendered) == set(PLATFORM_STACKS)
+    for stack, result in rendered.items():
+        assert not result.errors and not result.invalid, (stack, result.errors, result.invalid)
+    return {stack: result.all_objects for stack, result in rendered.items()}
 
 
 @pytest.fixture(scope="session")

@@ -99,3 +99,16 @@ def test_helm_objects_fails_on_objects_the_kubernetes_schema_rejects(monkeypatch
     with pytest.raises(RuntimeError, match="the Kubernetes schema rejects") as e:
         scan.helm_objects([cluster])
     assert bad in str(e.value)
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_the_scan_renders_the_releases_the_session_renders(rendered, platform_resources, monkeypatch, stack):
+    """`chart_objects` reuses the session's `rendered`; policy.scan.helm_objects, given `infra synth --json`,
+    renders the same releases at the same Kubernetes version."""
+    from policy import helm_render, scan
+
+    asked = []
+    monkeypatch.setattr(helm_render, "render_platform", lambda resources, version: asked.append(
+        (helm_render.releases(resources), version)) or rendered[stack])  # fmt: skip
+    assert scan.helm_objects(platform_resources[stack]) == rendered[stack].all_objects
+    assert asked == [(rendered[stack].releases, rendered[stack].kube_version)]

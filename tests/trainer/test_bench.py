@@ -35,7 +35,8 @@ def test_a_missed_target_fails_only_with_strict(capsys):
 
 
 def _launch_worker(*args: str) -> None:
-    cmd = [sys.executable, "-m", "trainer.launch", "--nproc-per-node", "2", "-m", "trainer.bench_workers"]
+    launcher = [sys.executable, "-m", "trainer.launch", "--standalone", "--nproc-per-node", "2"]
+    cmd = [*launcher, "-m", "trainer.bench_workers"]
     proc = subprocess.run([*cmd, *args], cwd=REPO, env=run_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
 

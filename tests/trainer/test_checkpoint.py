@@ -5,7 +5,9 @@ import errno
 import json
 import logging
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -275,11 +277,54 @@ def test_a_full_checkpoint_volume_at_start_up_is_said_not_a_permanent_error(tmp_
     assert "is full: checkpoints are skipped until space is freed" in caplog.text
 
 
-@pytest.mark.skipif(os.getuid() == 0, reason="root writes into read-only directories")
-def test_read_only_checkpoint_directory_is_refused_before_training(tmp_path):
-    (tmp_path / "ro").mkdir(mode=0o555)
-    with pytest.raises(ConfigError, match="is not writable: Permission denied"):
-        CheckpointManager(LocalStorage(tmp_path / "ro" / "ckpt"), workdir=tmp_path).check_writable()
+NOBODY = 65534
+
+
+def _check_writable_as_a_user(root: Path, workdir: Path) -> str | None:
+    """check_writable() of a checkpoint directory as a process without root's right to write anywhere:
+    this one, or (when tests run as root, as in CI containers) a forked child that becomes uid 65534.
+    Returns the refusal or None."""
+    manager = CheckpointManager(LocalStorage(root), workdir=workdir)
+    if os.getuid() != 0:
+        try:
+            manager.check_writable()
+        except ConfigError as err:
+            return str(err)
+        return None
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: file operations only, then _exit (no pytest teardown in it)
+        os.close(read)
+        try:
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            manager.check_writable()
+            answer = "writable"
+        except ConfigError as err:
+            answer = str(err)
+        except BaseException as err:  # noqa: BLE001 (reported to the parent, which fails the test)
+            answer = f"unexpected {type(err).__name__}: {err}"
+        os.write(write, answer.encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        answer = pipe.read().decode()
+    assert os.waitpid(pid, 0)[1] == 0
+    return None if answer == "writable" else answer
+
+
+def test_read_only_checkpoint_directory_is_refused_before_training():
+    base = Path(tempfile.mkdtemp())  # not tmp_path: its parents let only their owner through
+    try:
+        for path, mode in ((base, 0o711), (base / "ro", 0o555), (base / "rw", 0o777)):
+            path.mkdir(exist_ok=True)
+            path.chmod(mode)  # not mkdir's mode, which the umask narrows
+        refused = _check_writable_as_a_user(base / "ro" / "ckpt", base)
+        assert refused and "is not writable: Permission denied" in refused, refused
+        assert _check_writable_as_a_user(base / "rw" / "ckpt", base) is None  # the same user writes here
+    finally:
+        shutil.rmtree(base)
 
 
 def test_disk_full_while_writing_shards_says_disk_full_and_keeps_the_last_checkpoint(

@@ -3,12 +3,12 @@
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import torch
+from ports import reserved_port
 from trainer_runs import (
     REPO,
     assert_same_weights,
@@ -87,18 +87,12 @@ def test_sigterm_to_one_rank_stops_every_rank_at_the_same_step_with_143(tmp_path
 def test_losing_a_peer_node_exits_202_on_the_surviving_node(tmp_path):
     """Two launchers, one process each, as two pods of a multi-node job: kill node 1's worker the way a
     Spot reclaim would, and node 0 must exit retryably (202, not 1, which ExitCode policies never retry)."""
-    port = str(_free_port())
+    port = reserved_port()
     nodes = []
     for rank in (0, 1):
         out = tmp_path / f"node{rank}"
-        cmd = launch_cmd(out, nproc=1)
-        where = cmd.index("--nproc-per-node")
-        cmd[where:where] = [
-            "--nnodes=2",
-            f"--node-rank={rank}",
-            "--master-addr=127.0.0.1",
-            f"--master-port={port}",
-        ]
+        rendezvous = ("--nnodes=2", f"--node-rank={rank}", "--master-addr=127.0.0.1", f"--master-port={port}")
+        cmd = launch_cmd(out, nproc=1, rendezvous=rendezvous)
         nodes.append(
             subprocess.Popen(
                 cmd, cwd=tmp_path, env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -115,12 +109,6 @@ def test_losing_a_peer_node_exits_202_on_the_surviving_node(tmp_path):
     nodes[1].communicate(timeout=120)
     assert nodes[0].returncode == faults.PEER_LOST, log
     assert "lost or hung peer rank" in log and "exit 202 (retryable" in log
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _weights_of_checkpoint(step_dir: Path) -> dict:

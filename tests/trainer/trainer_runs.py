@@ -38,11 +38,16 @@ def trainer_args(out: Path, **overrides) -> list[str]:
     return [a for k, v in values.items() for a in (f"--{k}", str(v))]
 
 
-def launch_cmd(out: Path, nproc: int = 2, **overrides) -> list[str]:
+def launch_cmd(
+    out: Path, nproc: int = 2, rendezvous: tuple[str, ...] = ("--standalone",), **overrides
+) -> list[str]:
+    """`rendezvous`: torchrun's rendezvous flags; by default one node whose store takes a port the OS picks
+    (torchrun's own default, a static store on port 29500, would collide with a parallel test's run)."""
     return [
         sys.executable,
         "-m",
         "trainer.launch",
+        *rendezvous,
         "--nproc-per-node",
         str(nproc),
         "-m",

@@ -1,4 +1,4 @@
-"""The CRDs' CEL rules (x-kubernetes-validations in ../shared/upstream/crds) on every custom resource the
+"""The CRDs' CEL rules (x-kubernetes-validations in upstream/crds) on every custom resource the
 platform stacks and the committed workload stacks create, on create and on an update of each workload
 stack; and the workload program replacing what those rules refuse to update."""
 

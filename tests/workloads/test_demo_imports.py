@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.workloads.local_runs import FEW_STEPS
+
 REPO = Path(__file__).resolve().parents[2]
 BLOCKER = '''
 import sys
@@ -35,7 +37,7 @@ def test_run_local_needs_neither_pulumi_nor_the_kubernetes_client(tmp_path):
     assert "not in the train extra" in probe.stderr  # the blocker is active in child interpreters
     run = subprocess.run(
         [sys.executable, "-m", "workloads", "run-local", "--stack", "dev-zimdb", "--nproc", "1",
-         "--out", str(tmp_path / "runs"), "--", "--train.max_steps", "2", "--train.eval_every", "2"],
+         "--out", str(tmp_path / "runs"), *FEW_STEPS],
         env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]

@@ -1,5 +1,5 @@
 """`python -m workloads status` and `logs` against a fake API server (tests/workloads/fake_kube.py): the
-real `kubernetes` client, real HTTP. Object shapes follow the CRDs in ../shared/upstream/crds (TrainJob
+real `kubernetes` client, real HTTP. Object shapes follow the CRDs in upstream/crds (TrainJob
 status.conditions Complete/Failed, Kueue Workload conditions QuotaReserved/Admitted, karpenter.sh/v1
 NodeClaim conditions Launched/Registered/Initialized/Ready) and core/v1 Pod containerStatuses."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import copy
 import json
-import socket
 
 import pytest
 import yaml
+from ports import reserved_port
 
 from tests.workloads.fake_kube import FakeKube
 from workloads.__main__ import main
@@ -250,9 +250,7 @@ def test_logs_follow_streams_all_nodes_until_they_end(kube, tmp_path, capsys):
 
 
 def test_unreachable_api_server_exits_200_and_names_it(tmp_path, capsys):
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = reserved_port()  # nothing listens there
     fake = FakeKube()
     fake.url = f"http://127.0.0.1:{port}"
     fake.kubeconfig(tmp_path)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from infra.config.platform import ConfigError
 from infra.tools.idle_cost import idle_cost_report
-from infra.tools.synth import available_stacks, stack_config, synth
+from infra.tools.synth import available_stacks, platform_stack_config, synth
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     try:
-        config, resources, exports = synth(args.stack, stack_config(args.stack, args.file))
+        config, resources, exports = synth(args.stack, platform_stack_config(args.stack, args.file))
     except (ConfigError, FileNotFoundError) as e:
         print(f"error: {args.file or f'Pulumi.{args.stack}.yaml'}: {e}", file=sys.stderr)
         return 2

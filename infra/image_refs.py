@@ -21,8 +21,34 @@ def tag_problem(tag: str) -> str | None:
     return None
 
 
+# distribution/reference's grammar (reference.go, normalize.go): a repository path of lowercase
+# components, after a registry host[:port] when the first component has a '.' or ':' or is localhost; a
+# digest is sha256 and 64 lowercase hex digits.
+_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
+_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]+)?")
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def _is_repository(name: str) -> bool:
+    first, _, rest = name.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        if not _HOST.fullmatch(first):
+            return False
+        name = rest
+    return all(_COMPONENT.fullmatch(c) for c in name.split("/"))
+
+
 def image_problem(image: str) -> str | None:
-    if "@sha256:" in image:
+    name, _, digest = image.partition("@")
+    repository = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
+    if not _is_repository(repository):
+        return (
+            f"image {image!r}: {repository!r} is not a repository name (lowercase path components, "
+            "optionally after a registry host[:port])"
+        )
+    if digest:
+        if not _DIGEST.fullmatch(digest):
+            return f"image {image!r}: {digest!r} is not a digest (sha256: and 64 lowercase hex digits)"
         return None
     name = image.rsplit("/", 1)[-1]
     if ":" not in name:

@@ -23,7 +23,7 @@ from workloads.identity import aws_resources
 from workloads.platform import PlatformFacts, example_outputs_path, load_platform_outputs
 from workloads.render import render
 from workloads.spec import SpecError, TrainingJobSpec
-from workloads.stacks import REPO, load_stack, program_text
+from workloads.stacks import REPO, WorkloadStack, check_platform_stack, load_stack, program_text
 
 if TYPE_CHECKING:
     from workloads.status import Cluster
@@ -54,6 +54,14 @@ def to_yaml(objects: list[dict]) -> str:
     return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, width=110)
 
 
+def stack_facts(stack: WorkloadStack, outputs_file: Path | None) -> tuple[PlatformFacts, Path]:
+    """The platform facts a command judges the stack by: from --platform-outputs, else the example outputs
+    of its platform stack (which must be one of this project's)."""
+    if outputs_file is None:
+        check_platform_stack(stack)
+    return platform_facts(stack.platform_stack, outputs_file)
+
+
 def platform_facts(platform_stack: str, outputs_file: Path | None) -> tuple[PlatformFacts, Path]:
     path = outputs_file or example_outputs_path(platform_stack)
     if not path.exists():
@@ -66,7 +74,7 @@ def platform_facts(platform_stack: str, outputs_file: Path | None) -> tuple[Plat
 
 def cmd_render(args: argparse.Namespace) -> int:
     stack = load_stack(args.stack)
-    facts, source = platform_facts(stack.platform_stack, args.platform_outputs)
+    facts, source = stack_facts(stack, args.platform_outputs)
     print(f"# stack {stack.name}: platform {stack.platform_stack}, facts from {source}", file=sys.stderr)
     print(to_yaml(render(stack.spec, facts, program_text=program_text(stack.spec))), end="")
     aws = [] if args.kubernetes_only else aws_resources(stack.spec, facts)

@@ -51,7 +51,8 @@ def volcano(dev) -> PlatformFacts:
     (infra/addons/training.py volcano_queues)."""
     queue = QueueQuota(name="ml-team", scheduler="volcano",
                        nominal={"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "8"})  # fmt: skip
-    return dev.model_copy(update={"gang_scheduler": "volcano", "kueue_queues": (), "queue_quotas": (queue,)})
+    return dev.model_copy(update={"gang_scheduler": "volcano", "kueue_queues": (), "queue_quotas": (queue,),
+                                  "priority_classes": ("research",)})
 
 
 def _kind(objects: list[dict], kind: str) -> dict:

@@ -1,9 +1,11 @@
-"""`python -m infra synth --stack dev|prod [--json]`: print what the platform program would register.
+"""`python -m infra synth|check --stack dev|prod`: the platform program evaluated offline, no AWS account.
 
-Runs the real program offline against Pulumi mocks with the stack's config file: every resource with
-its type, name, parent and inputs (secrets masked), the exports and the estimated idle cost per hour.
-`--json` prints only the resources, as a list of {"type", "name", "parent", "inputs"}.
-Exits 2 with the configuration error on invalid config.
+synth  runs the real program against Pulumi mocks with the stack's config file: every resource with its
+       type, name, parent and inputs (secrets masked), the exports and the estimated idle cost per hour;
+       `--json` prints only the resources, as a list of {"type", "name", "parent", "inputs"}
+check  what would stop `pulumi up`: the config, whether the cluster is reachable from here, example values
+       a real deploy refuses, the input rules pulumi-eks applies in its provider; exit 0 will deploy
+Both exit 2 with the configuration error on invalid config.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from infra.config.platform import ConfigError
+from infra.tools.check import check
 from infra.tools.idle_cost import idle_cost_report
 from infra.tools.synth import available_stacks, platform_stack_config, synth
 
@@ -28,7 +31,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--file", type=Path, help="read the config from this file instead of Pulumi.<stack>.yaml")
     p.add_argument("--json", action="store_true", help="print the resources as JSON only")
+    c = sub.add_parser("check", help="what would stop `pulumi up` of a platform stack (exit 0 or 2)")
+    c.add_argument("--stack", required=True, help=f"stack name: {', '.join(available_stacks())}")
+    c.add_argument("--file", type=Path, help="read the config from this file instead of Pulumi.<stack>.yaml")
     args = parser.parse_args(argv)
+    if args.command == "check":
+        try:
+            values = platform_stack_config(args.stack, args.file)
+        except (ConfigError, FileNotFoundError) as e:
+            print(f"error: {args.file or f'Pulumi.{args.stack}.yaml'}: {e}", file=sys.stderr)
+            return 2
+        result = check(args.stack, values)
+        print(result.text())
+        return 0 if not result.problems else 2
 
     try:
         config, resources, exports = synth(args.stack, platform_stack_config(args.stack, args.file))

@@ -4,23 +4,17 @@
     .venv/bin/python scripts/lock_requirements.py dev      # constraints.txt (needs pypi.org)
     .venv/bin/python scripts/lock_requirements.py all
 
-constraints.txt pins the whole development environment, transitive dependencies included, so a commit
-installs the same versions on any machine in any month: every Makefile target installs with
-`-c constraints.txt`. It is resolved for the host's Python with every extra `make dev` installs and the
-image lock as constraints, so the packages they share agree. torch is pinned without its local label, so
-`torch==2.13.0` takes the CUDA build on a Linux machine (whose CUDA libraries torch pins exactly) or the
-CPU build from the PyTorch index; the `ray` extra stays out (its protobuf 7 conflicts with pulumi's <7)
-and has its own image lock. tests/test_dev_lock.py fails when constraints.txt and pyproject.toml differ.
+constraints.txt pins the whole development environment, transitive dependencies included: resolved for the
+host's Python with every extra `make dev` installs and the image lock as constraints, so shared packages
+agree. torch is pinned without its local label (the CUDA build on Linux, or the CPU build from the PyTorch
+index); the `ray` extra stays out (its protobuf 7 conflicts with pulumi's <7) and has its own image lock.
 
-The images' hash locks: their Python packages with every sha256 PyPI publishes. The pins stay in
-pyproject.toml (base dependencies, the `train` extra and the `ray` extra); this resolves their closure
-with pip's own resolver for every Python the image bases ship (3.11 to 3.14, manylinux x86_64 wheels),
-then records, per package, the hashes of all its files on PyPI, so `pip install --require-hashes` accepts
-exactly those artifacts whatever the base's Python. docker/requirements.lock holds the base and `train`
-closure; docker/requirements-ray.lock what the `ray` extra adds to it, resolved together so the two
-agree. torch is left out: the CUDA and ROCm images take it from their digest-pinned base image; the CPU
-image from the PyTorch CPU wheel index, checked afterwards by docker/check_torch.py.
-tests/docker fails when the locks' top-level pins differ from pyproject's.
+The images' hash locks hold the base and `train` closure (docker/requirements.lock) and what `ray` adds
+(docker/requirements-ray.lock), resolved for every Python the image bases ship (3.11 to 3.14, manylinux
+x86_64) with every sha256 PyPI publishes per package, so `pip install --require-hashes` accepts exactly
+those files. torch is left out: the CUDA and ROCm images take it from their digest-pinned base, the CPU
+image from the PyTorch CPU index (checked by docker/check_torch.py). tests/test_dev_lock.py and
+tests/docker fail when a lock and pyproject.toml differ.
 """
 
 from __future__ import annotations

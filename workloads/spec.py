@@ -355,7 +355,7 @@ def _pod_stand_ins(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, st
     for role in ("checkpoint", "output"):  # a path in the pod (spec_rules.pod_path_problems judges it)
         section = values.get(role)
         path = section.get("dir") if isinstance(section, dict) else None
-        if isinstance(path, str) and path and not _URL.match(path):
+        if isinstance(section, dict) and isinstance(path, str) and path and not _URL.match(path):
             section["dir"] = POD_FILESYSTEM + path.lstrip("/")
             originals[section["dir"]] = path
     if isinstance(model, dict) and isinstance(model.get("name"), str) and model["name"].startswith("hf:"):

@@ -31,7 +31,8 @@ RESERVED_ENV = {
     **dict.fromkeys(
         ("RAY_ADDRESS", "RAY_IP", "FQ_RAY_IP", "RAY_PORT", "RAY_CLUSTER_NAME", "RAY_CLUSTER_NAMESPACE",
          "RAY_NODE_TYPE_NAME", "RAY_JOB_SUBMISSION_ID", "RAY_DASHBOARD_ADDRESS", "RAY_CLOUD_INSTANCE_ID",
-         "KUBERAY_GEN_RAY_START_CMD", "RAY_USAGE_STATS_KUBERAY_IN_USE", "RAY_DASHBOARD_ENABLE_K8S_DISK_USAGE"),
+         "KUBERAY_GEN_RAY_START_CMD", "RAY_USAGE_STATS_KUBERAY_IN_USE",
+         "RAY_DASHBOARD_ENABLE_K8S_DISK_USAGE"),
         "KubeRay sets it to join the pod to its Ray cluster",
     ),  # fmt: skip
     **dict.fromkeys(
@@ -89,7 +90,7 @@ def vendor_problems(spec: TrainingJobSpec) -> list[str]:
     gpus = f"{spec.gpus_per_node} {acc.gpu_model} GPU(s) per node"
     problems = []
     repo = spec.image_repository
-    if repo in VENDOR_REPOSITORY.values() and repo != native:
+    if repo is not None and repo in VENDOR_REPOSITORY.values() and repo != native:
         problems.append(
             f"imageRepository: the {repo} image is built for {_BUILT_FOR[repo]} GPUs and accelerator "
             f"{acc.key} is {acc.gpu_model}: its torch would find no GPU; got {repo!r}; allowed: {native} "

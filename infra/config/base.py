@@ -158,7 +158,7 @@ def allowed_for(err: Any, patterns: dict[str, str] | None = None) -> str:
         expected = str(ctx.get("expected", ""))
         return f"; allowed: {expected}" + case_hint(value, re.findall(r"'([^']*)'", expected))
     if kind == "string_pattern_mismatch":
-        pattern = ctx.get("pattern")
+        pattern = str(ctx.get("pattern"))
         return "; allowed: " + (patterns or {}).get(pattern, f"text matching {pattern}")
     bounds = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}
     if kind in bounds:

@@ -10,7 +10,6 @@ import pytest
 import yaml
 from cel_rules import CrdRules
 from netpol import Endpoint, allowed
-from pod_security import baseline_violations, restricted_violations
 
 from infra.contract import JOB_LABEL, QueueQuota
 from trainer import attempts
@@ -19,6 +18,7 @@ from workloads.__main__ import platform_facts
 from workloads.operator_pods import operator_pods
 from workloads.placement import place
 from workloads.platform import PlatformFacts
+from workloads.pod_security import baseline_violations, restricted_violations
 from workloads.render import render
 from workloads.scheduling import simulate, unschedulable
 from workloads.spec import SpecError, TrainingJobSpec, parse_spec

@@ -1,11 +1,13 @@
-"""`python -m infra synth --stack dev|prod [--json]`: print what the platform program would register.
-`python -m infra rehearse --stack S`: run the README's deploy steps for any stack (platform or workload)
-through the real program, config path and policy pack, without AWS (infra/tools/rehearse.py).
+"""`python -m infra synth|check|rehearse --stack S`: the platform program evaluated offline, no AWS account.
 
-Runs the real program offline against Pulumi mocks with the stack's config file: every resource with
-its type, name, parent and inputs (secrets masked), the exports and the estimated idle cost per hour.
-`--json` prints only the resources, as a list of {"type", "name", "parent", "inputs"}.
-Exits 2 with the configuration error on invalid config, or when the Pulumi SDKs are not installed.
+synth     runs the real program against Pulumi mocks with the stack's config file: every resource with its
+          type, name, parent and inputs (secrets masked), the exports and the estimated idle cost per hour;
+          `--json` prints only the resources, as a list of {"type", "name", "parent", "inputs"}
+check     what would stop `pulumi up`: the config, whether the cluster is reachable from here, example
+          values a real deploy refuses, the input rules pulumi-eks applies in its provider; exit 0 will deploy
+rehearse  the README's deploy steps for any stack (platform or workload) through the real program, config
+          path and policy pack, without AWS (infra/tools/rehearse.py)
+All exit 2 with the configuration error on invalid config, or when the Pulumi SDKs are not installed.
 """
 
 from __future__ import annotations
@@ -23,16 +25,16 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def main(argv: list[str] | None = None) -> int:
+    stacks = ", ".join(sorted(stack_files.platform_stacks(REPO)))
     parser = argparse.ArgumentParser(prog="python -m infra", description=__doc__.split("\n", 1)[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("synth", help="evaluate a platform stack offline and print its resources")
-    p.add_argument(
-        "--stack",
-        required=True,
-        help=f"stack name (Pulumi.<stack>.yaml): {', '.join(sorted(stack_files.platform_stacks(REPO)))}",
-    )
+    p.add_argument("--stack", required=True, help=f"stack name (Pulumi.<stack>.yaml): {stacks}")
     p.add_argument("--file", type=Path, help="read the config from this file instead of Pulumi.<stack>.yaml")
     p.add_argument("--json", action="store_true", help="print the resources as JSON only")
+    c = sub.add_parser("check", help="what would stop `pulumi up` of a platform stack (exit 0 or 2)")
+    c.add_argument("--stack", required=True, help=f"stack name: {stacks}")
+    c.add_argument("--file", type=Path, help="read the config from this file instead of Pulumi.<stack>.yaml")
     rehearsal = sub.add_parser(
         "rehearse", help="rehearse `make preview` and `make up` of a stack before the first deploy"
     )
@@ -53,13 +55,19 @@ def main(argv: list[str] | None = None) -> int:
         with needs_dev_install("python -m infra rehearse"):
             from infra.tools import rehearse as _loaded  # noqa: F401
         return rehearse(args)
-    with needs_dev_install("python -m infra synth"):
+    with needs_dev_install(f"python -m infra {args.command}"):
         from infra.config.platform import ConfigError
+        from infra.tools.check import check
         from infra.tools.idle_cost import idle_cost_report
-        from infra.tools.synth import stack_config, synth
+        from infra.tools.synth import platform_stack_config, synth
 
     try:
-        config, resources, exports = synth(args.stack, stack_config(args.stack, args.file))
+        values = platform_stack_config(args.stack, args.file)
+        if args.command == "check":
+            result = check(args.stack, values)
+            print(result.text())
+            return 0 if not result.problems else 2
+        config, resources, exports = synth(args.stack, values)
     except (ConfigError, FileNotFoundError) as e:
         print(f"error: {args.file or f'Pulumi.{args.stack}.yaml'}: {e}", file=sys.stderr)
         return 2

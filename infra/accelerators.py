@@ -119,6 +119,9 @@ class Accelerator:
     node_image: NodeImage
     # CUDA compute capability (sm_XY) for NVIDIA, LLVM gfx target for AMD: what images must be built for.
     compute_target: str
+    # The format its tensor/matrix units compute in: "bf16" (sm_80+, CDNA2+/RDNA3+) or "fp16" (sm_70/75,
+    # RDNA1/2). trainer/precision.py picks the same from the GPU it runs on; bf16 elsewhere is emulated.
+    native_precision: Literal["bf16", "fp16"]
     notes: str = ""
     extra_labels: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
 
@@ -182,6 +185,7 @@ CATALOG: MappingProxyType[str, Accelerator] = MappingProxyType(
                 gpu_model="NVIDIA T4",
                 gpu_memory_gib=16,
                 compute_target="sm_75",
+                native_precision="fp16",
                 node_image=NodeImage.AL2023_NVIDIA,
                 instance_types=_types(
                     ("g4dn.xlarge", 1, 4, 16, 0, 0.526),
@@ -199,6 +203,7 @@ CATALOG: MappingProxyType[str, Accelerator] = MappingProxyType(
                 gpu_model="NVIDIA A10G",
                 gpu_memory_gib=24,
                 compute_target="sm_86",
+                native_precision="bf16",
                 node_image=NodeImage.AL2023_NVIDIA,
                 instance_types=_types(
                     ("g5.xlarge", 1, 4, 16, 0, 1.006),
@@ -216,6 +221,7 @@ CATALOG: MappingProxyType[str, Accelerator] = MappingProxyType(
                 gpu_model="NVIDIA L4",
                 gpu_memory_gib=24,
                 compute_target="sm_89",
+                native_precision="bf16",
                 node_image=NodeImage.AL2023_NVIDIA,
                 instance_types=_types(
                     ("g6.xlarge", 1, 4, 16, 0, 0.8048),
@@ -233,6 +239,7 @@ CATALOG: MappingProxyType[str, Accelerator] = MappingProxyType(
                 gpu_model="NVIDIA A100",
                 gpu_memory_gib=40,
                 compute_target="sm_80",
+                native_precision="bf16",
                 node_image=NodeImage.AL2023_NVIDIA,
                 instance_types=_types(
                     ("p4d.24xlarge", 8, 96, 1152, 4, 21.96),
@@ -247,6 +254,7 @@ CATALOG: MappingProxyType[str, Accelerator] = MappingProxyType(
                 gpu_model="NVIDIA H100",
                 gpu_memory_gib=80,
                 compute_target="sm_90",
+                native_precision="bf16",
                 node_image=NodeImage.AL2023_NVIDIA,
                 instance_types=_types(("p5.48xlarge", 8, 192, 2048, 32, 55.04)),
             ),
@@ -256,6 +264,7 @@ CATALOG: MappingProxyType[str, Accelerator] = MappingProxyType(
                 gpu_model="AMD Radeon Pro V520",
                 gpu_memory_gib=8,
                 compute_target="gfx1011",
+                native_precision="fp16",
                 node_image=NodeImage.CUSTOM,
                 instance_types=_types(
                     ("g4ad.xlarge", 1, 4, 16, 0, 0.37853),

@@ -32,13 +32,35 @@ def tag_problem(tag: str) -> str | None:
     return None
 
 
+# distribution/reference's grammar (reference.go, normalize.go): a repository path of lowercase
+# components, after a registry host[:port] when the first component has a '.' or ':' or is localhost; a
+# digest is one the OCI image spec registers (_DIGEST above).
+_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
+_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]+)?")
+
+
+def _is_repository(name: str) -> bool:
+    first, _, rest = name.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        if not _HOST.fullmatch(first):
+            return False
+        name = rest
+    return all(_COMPONENT.fullmatch(c) for c in name.split("/"))
+
+
 def image_problem(image: str) -> str | None:
-    if _DIGEST.search(image):
+    name, _, digest = image.partition("@")
+    repository = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
+    if not _is_repository(repository):
+        return (
+            f"image {image!r}: {repository!r} is not a repository name (lowercase path components, "
+            "optionally after a registry host[:port])"
+        )
+    if digest:
+        if not _DIGEST.fullmatch("@" + digest):
+            return f"image {image!r}: {digest!r} is not a digest (sha256:<64 hex> or sha512:<128 hex>)"
         return None
-    if "@" in image:
-        return f"image {image!r} has a digest that is not sha256:<64 hex> or sha512:<128 hex>"
-    name = image.rsplit("/", 1)[-1]
-    if ":" not in name:
+    if ":" not in name.rsplit("/", 1)[-1]:
         return f"image {image!r} has no tag (means :latest)"
     if problem := tag_problem(name.rsplit(":", 1)[1]):
         return f"image {image!r}: {problem}"

@@ -6,13 +6,10 @@
     .venv/bin/python scripts/lock_requirements.py dev      # constraints.txt (needs pypi.org)
     .venv/bin/python scripts/lock_requirements.py all
 
-constraints.txt pins the whole development environment, transitive dependencies included, so a commit
-installs the same versions on any machine in any month: every Makefile target installs with
-`-c constraints.txt`. It is resolved for the host's Python with every extra `make dev` installs and the
-image lock as constraints, so the packages they share agree. torch is pinned without its local label, so
-`torch==2.13.0` takes the CUDA build on a Linux machine (whose CUDA libraries torch pins exactly) or the
-CPU build from the PyTorch index; the `ray` extra stays out (its protobuf 7 conflicts with pulumi's <7)
-and has its own image lock. tests/test_dev_lock.py fails when constraints.txt and pyproject.toml differ.
+constraints.txt pins the whole development environment, transitive dependencies included: resolved for the
+host's Python with every extra `make dev` installs and the image lock as constraints, so shared packages
+agree. torch is pinned without its local label (the CUDA build on Linux, or the CPU build from the PyTorch
+index); the `ray` extra stays out (its protobuf 7 conflicts with pulumi's <7) and has its own image lock.
 
 The images' hash locks: their Python packages with every sha256 PyPI publishes. The pins stay in
 pyproject.toml (base dependencies, the `train` extra and the `ray` extra); this resolves their closure

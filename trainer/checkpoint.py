@@ -5,33 +5,20 @@ Layout under checkpoint.dir (local directory or s3://bucket/prefix):
     latest                                      "run-20261123T010000Z-1a2b/step-000000200"
     run-20261123T010000Z-1a2b/step-000000200/
         __0_0.distcp, __1_0.distcp, .metadata   model + optimizer, one shard per rank (torch DCP: shards.py)
-        train_state.pt                          step, data position, scheduler, scaler, every rank's RNG,
-                                                tokenizer, config (rank 0)
+        train_state.pt                          step, data position, scheduler, scaler, RNGs, tokenizer,
+                                                config (rank 0)
         manifest.json                           {"format", "run", "step", "world_size", "complete": true,
                                                  "files": {name: {"bytes", "sha256"}}}
 
-A run is one line of training: a fresh start (`checkpoint.resume false`, or nothing to resume) gets a new
-run id; resuming continues the run that `latest` names. Pruning, resuming and falling back only ever look
-at that run's checkpoints, so a fresh run started in a directory that holds another run never deletes or
-resumes the other run's checkpoints (they are left untouched, for the user to delete), and the checkpoint
-just written is never pruned.
-
-Order of writes: every rank checks that its model and optimizer state is finite (a NaN or an infinity
-anywhere ends the run with exit 3 and writes nothing: `latest`, and pruning, which only follows a
-commit, never move from the last finite checkpoint to a broken one), stages its files, hashes them and
-publishes them (local: rename into place; S3: upload); only when every rank succeeded does rank 0 write
-the manifest, then `latest`. A checkpoint
-without a manifest is incomplete and never loaded. On resume, a checkpoint that fails verification
-(missing file, size or sha256 different from the manifest) is refused loudly and the run's previous one is
-used; a storage error while reading one (S3 down, throttled, no credentials yet) is NOT a reason to fall
-back to an older checkpoint or to step 0: it raises CheckpointUnavailable, which the trainer turns into a
-retryable exit. A save that fails (storage down after the retries, disk full) is logged and skipped:
-training goes on and `latest` keeps pointing to the last good checkpoint.
-
-Interval checkpoints may be written in the background: torchtitan's pattern
-(torchtitan/components/checkpoint.py: dcp.async_save on a gloo group of its own, the previous save awaited
-before the next, the last one synchronous). Here the background thread also hashes, publishes and commits,
-so `latest` moves as soon as every rank's files are in place; the final and SIGTERM saves are synchronous.
+A run is one line of training: pruning, resuming and falling back look only at the run `latest` names, so
+another run's checkpoints in the same directory are never touched. Every rank checks that its state is
+finite (a NaN or an infinity ends the run with exit 3 and writes nothing, so `latest` and pruning never
+move from the last finite checkpoint to a broken one), then publishes its files; only then rank 0 writes
+the manifest, then `latest`: a checkpoint without a manifest is never loaded, one that fails verification
+falls back to the run's previous one, and a storage error while reading raises CheckpointUnavailable (a
+retryable exit, never a silent restart from step 0). A failed save is logged and skipped. Interval saves
+may run in the background (torchtitan's dcp.async_save pattern); the final and SIGTERM saves are
+synchronous.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ import dataclasses
 import importlib.util
 import inspect
 import json
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,6 +81,15 @@ class DataConfig:
             _require_file_source(src, "data.source")
         if self.val_source:
             _require_file_source(self.val_source, "data.val_source")
+            # Validating on the training data reports memorization as accuracy.
+            other = "a file other than data.source"
+            _require(self.val_source != src, "data.val_source", self.val_source, other)
+        for key in ("text_field", "label_field"):
+            _require(bool(getattr(self, key)), f"data.{key}", getattr(self, key), "a column name")
+        _require(
+            self.text_field != self.label_field, "data.label_field", self.label_field,
+            f"a column other than data.text_field={self.text_field!r}",
+        )  # fmt: skip
         _require(0.0 < self.val_fraction < 1.0, "data.val_fraction", self.val_fraction, "0 < x < 1")
         _require(
             self.synthetic_train_size >= 8, "data.synthetic_train_size", self.synthetic_train_size, ">= 8"
@@ -97,7 +108,16 @@ TOKENIZERS = {"wordlevel", "bpe", "bytes"}
 FILE_FORMATS = (".jsonl", ".json", ".csv", ".parquet")
 
 
+# A URL scheme the trainer does not read or write (gs://, S3://, s3:/ with one slash): as a local path it
+# would name a missing file, or create a directory called "gs:".
+_OTHER_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/")
+
+
 def _require_file_source(src: str, key: str) -> None:
+    _require(
+        src.startswith("s3://") or not _OTHER_SCHEME.match(src), key, src,
+        "s3://bucket/key or a local path (no other URL scheme)",
+    )  # fmt: skip
     _require(src.lower().endswith(FILE_FORMATS), key, src, f"a file ending in {', '.join(FILE_FORMATS)}")
     if src.startswith("s3://"):
         _require(len(src[5:].split("/", 1)) == 2, key, src, "s3://bucket/key")
@@ -286,9 +306,34 @@ class OutputConfig:
         _require(0 <= self.metrics_port <= 65535, "output.metrics_port", self.metrics_port, "0..65535")
 
 
+# Pseudo-filesystems of the kernel: nothing can create a directory there.
+_PSEUDO = ("/proc", "/sys", "/dev")
+
+
 def _require_dir_uri(uri: str, key: str) -> None:
     if uri.startswith("s3://"):
         _require(bool(uri[5:].split("/", 1)[0]), key, uri, "s3://bucket[/prefix]")
+        return
+    _require(not _OTHER_SCHEME.match(uri), key, uri, "s3://bucket/prefix or a local directory (no other URL)")
+    _require_creatable(uri, key)
+
+
+def _require_creatable(path: str, key: str) -> None:
+    """A local directory the trainer can create (or use): found at start, not at the first checkpoint."""
+    target = Path(path).absolute()
+    _require(
+        not any(target == Path(p) or Path(p) in target.parents for p in _PSEUDO), key, path,
+        f"a directory on a real filesystem (not under {', '.join(_PSEUDO)})",
+    )  # fmt: skip
+    existing = next(p for p in (target, *target.parents) if p.exists())
+    if existing == target:
+        _require(target.is_dir(), key, path, "a directory (this is a file)")
+    else:
+        _require(existing.is_dir(), key, path, f"a path whose parents are directories ({existing} is a file)")
+    _require(
+        os.access(existing, os.W_OK | os.X_OK), key, path,
+        f"a directory this user (uid {os.getuid()}) can write ({existing} is not writable)",
+    )  # fmt: skip
 
 
 @dataclass(kw_only=True)
@@ -327,7 +372,8 @@ def _coerce(key: str, raw: Any, kind: type) -> Any:
             raise ConfigError(f"{key}={raw!r} is invalid: allowed an integer")
         return value
     if not isinstance(raw, str):
-        raise ConfigError(f"{key}={raw!r} is invalid: allowed a string")
+        quoted = ' (quote it in YAML: an unquoted number is not text)' if isinstance(raw, int | float) else ""
+        raise ConfigError(f"{key}={raw!r} is invalid: allowed a string{quoted}")
     return raw
 
 
@@ -404,7 +450,10 @@ def from_args(argv: list[str] | None = None) -> JobConfig:
     values: dict[str, Any] = load_file(args.pop("config")) if args.get("config") else {}
     args.pop("config", None)
     if not isinstance(values, dict):
-        raise ConfigError(f"--config must hold a mapping of sections, got {type(values).__name__}")
+        raise ConfigError(
+            f"--config must hold a mapping of sections, got {type(values).__name__}; allowed: "
+            f"{{section: {{field: value}}}} with sections {', '.join(SECTIONS)}"
+        )
     for dotted, raw in args.items():
         section, key = dotted.split(".", 1)
         values.setdefault(section, {})

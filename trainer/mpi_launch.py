@@ -1,31 +1,15 @@
 """`python -m trainer.mpi_launch -- PROGRAM...`: the MPIJob launcher: `mpirun` over the worker pods, with the
 trainer's exit codes.
 
-Training Operator v1 (mpijob_controller.go, v1.9.2) gives the launcher pod a hostfile (/etc/mpi/hostfile,
-`<job>-worker-<i> slots=<slotsPerWorker>`), a remote-shell agent (/etc/mpi/kubexec.sh: `kubectl exec <pod>
--- /bin/sh -c "<command>"`) and kubectl (/opt/kube/kubectl, copied by its kubectl-delivery init container,
-which does nothing else: only this launcher waits for the workers). No sshd, no root, no port 22. It sets
-OMPI_MCA_plm_rsh_agent and OMPI_MCA_orte_default_hostfile, Open MPI 4 (ORTE) names that Open MPI 5 (PRRTE,
-Debian 13's) ignores: so both are passed as flags here, which both versions read. This launcher:
-
-  - waits until every worker pod runs (at every start, in-place restarts included) and
-    takes worker 0's pod IP as MASTER_ADDR: rank 0 runs there (`--map-by slot` fills the first host first),
-    and the hostfile's pod names resolve nowhere (the operator creates no Service for MPI jobs);
-  - runs `mpirun` without tree spawn (only this pod has kubectl), unbound (`--bind-to none`: the pod's
-    CPUs are a cgroup quota, not cores of its own; binding would pile DataLoader workers onto one core);
-  - maps the outcome to the trainer's exit codes (trainer/faults.py). mpirun exits with the first failing
-    rank's code (2 stays permanent, 143 and 200+ stay retryable; a rank killed by signal N gives 128 + N),
-    but exits 0 when it loses a daemon mid-run (Open MPI 5.0.11: a worker pod gone): its message is
-    recognised and turned into 202, peer lost, retryable;
-  - on SIGTERM before mpirun starts (waiting for the workers), exits 143 at once; once mpirun runs, asks
-    the ranks for their SIGTERM checkpoint through `trainer.mpi_worker --stop` in each worker, since
-    mpirun itself SIGKILLs them moments after forwarding a SIGTERM.
-
-The operator never recreates a finished launcher and its `ExitCode` policy only sets a Restarting condition
-there (ReconcilePods of mpijob_controller.go), so the launcher runs with `restartPolicy: OnFailure`: the
-kubelet restarts it in place, counted against runPolicy.backoffLimit. A permanent failure is remembered in
-the pod's /tmp (an emptyDir, kept across restarts) and repeated at once, so it fails the job within the
-backoff limit without running the program again.
+Training Operator v1 (mpijob_controller.go, v1.9.2) gives the launcher a hostfile, kubexec.sh (`kubectl
+exec` as the remote shell) and kubectl; its OMPI_MCA_* variables are Open MPI 4 names that Open MPI 5
+ignores, so both are passed as flags. This launcher waits for every worker pod and takes worker 0's pod IP
+as MASTER_ADDR (no Service resolves the hostfile's names); runs `mpirun` without tree spawn (only this pod
+has kubectl) and with `--bind-to none` (the pod's CPUs are a cgroup quota); maps the outcome to
+trainer/faults.py's codes (mpirun exits 0 when it loses a daemon: that message becomes 202, peer lost);
+on SIGTERM asks the ranks for their checkpoint through `trainer.mpi_worker --stop`, since mpirun SIGKILLs
+them right after forwarding it. It runs with `restartPolicy: OnFailure` (the operator never recreates a
+finished launcher); a permanent failure is remembered in /tmp and repeated at once after a restart.
 """
 
 from __future__ import annotations

@@ -1,31 +1,16 @@
 """`python -m trainer.ray_train [options] -- PROGRAM...`: PROGRAM in every worker of Ray Train's TorchTrainer.
 
-PROGRAM is what torchrun would run: `-m trainer --config FILE ...` (the trainer's own `main`), `-m MODULE ...`
-or `SCRIPT.py ...`. Ray Train starts `--workers` workers (one process each, `--gpus-per-worker` GPUs each;
-none: CPU and gloo), creates the torch.distributed process group and sets RANK, WORLD_SIZE, LOCAL_RANK,
-LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR and MASTER_PORT as torchrun does (ray/train/torch/config.py), then
-calls PROGRAM in each: the trainer finds the process group Ray made and trains in it.
+PROGRAM is what torchrun would run (`-m trainer --config FILE ...`, `-m MODULE ...` or `SCRIPT.py ...`).
+Ray Train starts `--workers` workers, creates the process group and sets RANK, WORLD_SIZE, LOCAL_RANK,
+MASTER_ADDR ... as torchrun does (ray/train/torch/config.py); the trainer trains in that group.
 
-Exit codes are the trainer's (trainer/faults.py), and so is the split between permanent and retryable.
-Ray Train restarts its worker group from the last checkpoint on a worker's error (FailureConfig), inside
-the same Ray cluster; it cannot tell a permanent error from a retryable one, so this driver stops it for
-the permanent ones:
-  - a worker's PROGRAM exited 128 or more (200 storage, 201 no GPU, 202 peer lost, ...), or a worker, its
-    pod or its node went away (a Spot reclaim, a repaired node: 202 when it ends the run): Ray Train
-    restarts the workers, up to `--restart-budget` times (max_failures; a failing group start counts
-    against the same budget); node preemptions Ray Train recognises are not counted, as a TrainJob does
-    not count a pod's DisruptionTarget. When a worker dies during one of the controller's own calls,
-    Ray Train 2.60 reports a ControllerError and does not restart (its DefaultFailurePolicy retries only
-    group-start failures; seen here with a SIGKILLed worker): this driver then exits 202, retryable, and
-    the RayJob's backoffLimit starts a fresh Ray cluster;
-  - a PROGRAM exit of 1-127 (2: invalid config or data) on any worker: the worker reports it to the driver
-    (a named actor) before failing, and the driver exits with it at once, before Ray Train retries;
-  - anything else (a Ray Train or driver bug): exit 1, permanent.
-Under a RayJob this process is the Ray job's entry point on the head: its exit code is the Ray job's
-outcome (workloads/rayjob.py maps that onto the RayJob's own retries).
-
-Ray is an optional dependency (`pip install '.[ray]'`): without it this exits 2 and says what to install.
-Only the standard library and the trainer's own modules are imported before Ray.
+Exit codes are trainer/faults.py's. Ray Train restarts its workers on any error, so this driver stops it for
+the permanent ones: a PROGRAM exit of 1-127 is reported to the driver (a named actor) and becomes the
+driver's exit at once; an exit of 128+ or a lost worker restarts the group up to `--restart-budget`
+(recognised node preemptions are not counted). Ray Train 2.60 does not restart after a worker dies during
+one of its controller's calls (ControllerError): the driver exits 202, retryable, and the RayJob's
+backoffLimit starts a fresh cluster. Anything else is exit 1. Under a RayJob this is the entry point on the
+head (workloads/rayjob.py). Ray is optional (`pip install '.[ray]'`): without it this exits 2.
 """
 
 from __future__ import annotations

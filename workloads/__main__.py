@@ -1,5 +1,9 @@
-"""`python -m workloads render|run-local|status|logs --stack STACK`: a workload stack without the Pulumi CLI.
+"""`python -m workloads plan|render|run-local|status|logs --stack STACK`: a workload stack without the Pulumi
+CLI.
 
+plan       before deploying: will the job run, on which pool, how many nodes Karpenter launches and how
+           soon, the hourly cost, whether its queue admits it, Pod Security and quota; exit 0 it runs, 2 it
+           will not (a platform stack: the checks of `python -m infra check`)
 render     prints what the stack creates, as YAML: the Kubernetes objects, then the job's AWS resources
            (IAM role, its policy, the Pod Identity association: documents with `awsResource:`); platform
            facts from --platform-outputs FILE, `pulumi stack output --json --show-secrets` of the
@@ -13,18 +17,20 @@ logs       every node's log, prefixed with its node rank; --follow streams them
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
 
+from infra.config.stack_files import platform_stacks, workload_stacks
 from infra.extras import needs_dev_install
 from workloads.identity import aws_resources
 from workloads.platform import PlatformFacts, example_outputs_path, load_platform_outputs
 from workloads.render import render
 from workloads.spec import SpecError, TrainingJobSpec
-from workloads.stacks import REPO, load_stack, program_text
+from workloads.stacks import REPO, WorkloadStack, check_platform_stack, load_stack, program_text
 
 if TYPE_CHECKING:
     from workloads.status import Cluster
@@ -55,6 +61,14 @@ def to_yaml(objects: list[dict]) -> str:
     return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, width=110)
 
 
+def stack_facts(stack: WorkloadStack, outputs_file: Path | None) -> tuple[PlatformFacts, Path]:
+    """The platform facts a command judges the stack by: from --platform-outputs, else the example outputs
+    of its platform stack (which must be one of this project's)."""
+    if outputs_file is None:
+        check_platform_stack(stack)
+    return platform_facts(stack.platform_stack, outputs_file)
+
+
 def platform_facts(platform_stack: str, outputs_file: Path | None) -> tuple[PlatformFacts, Path]:
     path = outputs_file or example_outputs_path(platform_stack)
     if not path.exists():
@@ -67,7 +81,7 @@ def platform_facts(platform_stack: str, outputs_file: Path | None) -> tuple[Plat
 
 def cmd_render(args: argparse.Namespace) -> int:
     stack = load_stack(args.stack)
-    facts, source = platform_facts(stack.platform_stack, args.platform_outputs)
+    facts, source = stack_facts(stack, args.platform_outputs)
     print(f"# stack {stack.name}: platform {stack.platform_stack}, facts from {source}", file=sys.stderr)
     print(to_yaml(render(stack.spec, facts, program_text=program_text(stack.spec))), end="")
     aws = [] if args.kubernetes_only else aws_resources(stack.spec, facts)
@@ -75,6 +89,20 @@ def cmd_render(args: argparse.Namespace) -> int:
         print("---\n# AWS resources (not Kubernetes objects): pulumi up creates them with the AWS provider")
         print(to_yaml(aws), end="")
     return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    if args.stack in platform_stacks(REPO) and args.stack not in workload_stacks(REPO):
+        # The platform program imports Pulumi, which `workloads` never does: its own process checks it.
+        command = [sys.executable, "-m", "infra", "check", "--stack", args.stack]
+        return subprocess.run(command, cwd=REPO, check=False).returncode
+    from workloads.plan import plan  # render's imports only
+
+    stack = load_stack(args.stack)
+    facts, source = stack_facts(stack, args.platform_outputs)
+    result = plan(stack, facts, source, args.spot_prices)
+    print(result.text())
+    return 0 if result.runs else 2
 
 
 def cmd_run_local(args: argparse.Namespace) -> int:
@@ -133,6 +161,17 @@ def main(argv: list[str] | None = None) -> int:
         "Pod Identity association",
     )  # fmt: skip
     render_p.set_defaults(run=cmd_render)
+    plan_p = sub.add_parser(
+        "plan", help="will the stack's job run: pool, nodes, time, cost, queue, Pod Security (exit 0 or 2)"
+    )
+    plan_p.add_argument("--stack", required=True, help="workload stack (or platform stack: infra check)")
+    plan_p.add_argument("--platform-outputs", type=Path, help="platform stack outputs as JSON")
+    plan_p.add_argument(
+        "--spot-prices", type=Path,
+        help="`aws ec2 describe-spot-price-history --output json` of the pool's instance types: current "
+        "Spot prices instead of the on-demand ceiling",
+    )  # fmt: skip
+    plan_p.set_defaults(run=cmd_plan)
     local_p = sub.add_parser("run-local", help="run the stack's job with torchrun on this CPU")
     local_p.add_argument("--stack", required=True, help="workload stack, e.g. dev-zimdb")
     local_p.add_argument("--nproc", type=int, help="processes (default: the job's, capped by CPU cores)")

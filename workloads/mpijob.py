@@ -1,29 +1,16 @@
 """The MPIJob (Training Operator v1.9, kubeflow.org/v1): the trainer under Open MPI's `mpirun`.
 
-What the operator adds (pkg/controller.v1/mpi/mpijob_controller.go at v1.9.2, the commit infra/charts.py
-pins): a ConfigMap `<job>-config` with the hostfile (`<job>-worker-<i> slots=<slotsPerWorker>`) and
-kubexec.sh, the remote-shell agent that runs `kubectl exec <pod> --container <mainContainer> -- /bin/sh -c
-...`; on the launcher an init container, kubectl-delivery (its --mpi-kubectl-delivery-image, by default
-ghcr.io/kubeflow/training-v1/kubectl-delivery:latest), that only copies kubectl to /opt/kube, a
-ServiceAccount `<job>-launcher` and a Role that may exec into the worker pods; on the workers the kubexec.sh
-mount. So no sshd, no root and no port 22: the workers stay Pod Security `restricted`. The launcher cannot:
-the operator's init container has no securityContext (allowPrivilegeEscalation unset, capabilities not
-dropped), which `restricted` refuses and `baseline` admits; its namespace enforces `baseline`
-(NAMESPACE_POD_SECURITY) and warns and audits at `restricted`. The launcher also needs its API token
-(kubectl), which every other job pod goes without, and a way to the API server (launcher_api_policy).
+The operator (pkg/controller.v1/mpi/mpijob_controller.go at v1.9.2) adds a `<job>-config` ConfigMap with
+the hostfile and kubexec.sh (`kubectl exec` as the remote shell), a kubectl-delivery init container and a
+Role to exec into the workers on the launcher: no sshd, no root, no port 22, so the workers stay
+`restricted`. The launcher cannot (its init container has no securityContext): its namespace enforces
+`baseline` (NAMESPACE_POD_SECURITY), and it alone keeps its API token and reaches the API server
+(launcher_api_policy). Launcher and workers run one image (Open MPI does not mix versions): the launcher
+`python -m trainer.mpi_launch`, the workers `python -m trainer.mpi_worker`.
 
-Launcher and workers run the same image: Open MPI does not mix versions between `mpirun` and the daemons
-it starts. The launcher runs `python -m trainer.mpi_launch` (trainer/mpi_launch.py: flags, MASTER_ADDR,
-exit codes); the workers' main process is `python -m trainer.mpi_worker`, which keeps the container up
-and passes SIGTERM to the ranks.
-
-Restarts: the operator never recreates a finished launcher, and `ExitCode` on an MPIJob replica only sets a
-Restarting condition (its ReconcilePods replaces the common one that implements ExitCode). Both replicas use
-`OnFailure`: the kubelet restarts a failed container in place and the operator fails the job once the
-restarts reach runPolicy.backoffLimit (core.PastBackoffLimit). A deleted worker pod is recreated by name,
-but one the operator sees in phase Failed first, as node repair leaves it, fails the job, and so does a
-Failed launcher under any policy: the README's MPI jobs section says what to do, and
-tests/workloads/test_node_repair_retry.py models it.
+Both replicas use `OnFailure`: the operator never recreates a finished launcher and `ExitCode` on an MPIJob
+only sets a Restarting condition, so the kubelet restarts containers in place up to
+runPolicy.backoffLimit. A Failed pod (as node repair leaves it) fails the job: README "MPI jobs".
 """
 
 from __future__ import annotations

@@ -1,29 +1,11 @@
 """The pods of a rendered workload as their controllers create them, not as our templates say.
 
 Each operator adds to the pods it creates: init containers, environment, ports, volumes, labels,
-annotations, a restart policy, a scheduler. The checks (Pod Security, NetworkPolicy, the namespace
-quota, the scheduling simulation) judge these pods. Pure functions of the objects `render` returns and the
-platform's facts; each step cites the controller code it reproduces, at the version the platform pins:
-
-- Training Operator v1.9.2 (kubeflow/trainer at v1.9.2): PyTorchJob defaults (pkg/apis/kubeflow.org/v1/
-  pytorch_defaults.go), pod creation (pkg/controller.v1/common/pod.go createNewPod), environment and the
-  Worker's init container (pkg/controller.v1/pytorch/envvar.go, master.go, elastic.go, initcontainer.go);
-  MPIJob launcher and workers (pkg/controller.v1/mpi/mpijob_controller.go newLauncher, newWorker);
-  under Volcano (control/podgroup_control.go DecoratePodTemplateSpec).
-- Kubeflow Trainer 2.3.0: runtimePatches merged into the runtime with a strategic merge patch in order
-  (pkg/runtime/core/trainingruntime.go mergeRuntimePatches), resourcesPerNode, the torch plugin's PET_*
-  environment and port (framework/plugins/torch/torch.go), image and command (plugins/jobset/builder.go);
-  then JobSet 0.12.0 (pkg/controllers/jobset_controller.go constructJob, labelAndAnnotateObject; webhook
-  defaults pkg/webhooks/jobset_webhook.go) and the batch Job controller (kubernetes pkg/controller/job:
-  Indexed pods, their completion index label, annotation, environment and hostname).
-- KubeRay 1.7.0 (ray-operator/controllers/ray/common/pod.go DefaultHeadPodTemplate, DefaultWorkerPodTemplate
-  with its wait-gcs-ready init container, BuildPod; rayjob_controller.go getSubmitterTemplate,
-  createNewK8sJob).
-- Kueue 0.19.2 for the job kinds the platform lets it manage (TrainJob): the job waits suspended until
-  admitted, then its pods carry the flavors' nodeLabels and tolerations, the podset and queue labels and
-  the workload annotation (pkg/controller/jobframework/reconciler.go getPodSetsInfoFromStatus,
-  pkg/podset/podset.go FromAssignment, pkg/controller/jobs/trainjob/trainjob_controller.go
-  RunWithPodSetsInfo: a runtime patch of its own, after ours).
+annotations, a restart policy, a scheduler. The checks (Pod Security, NetworkPolicy, the namespace quota,
+the scheduling simulation, `workloads plan`) judge these pods. Pure functions of the objects `render`
+returns and the platform's facts; each job kind's function cites the controller code it reproduces, at the
+version the platform pins (Training Operator v1.9.2, Kubeflow Trainer 2.3.0 with JobSet 0.12.0, KubeRay
+1.7.0, Kueue 0.19.2 for the kinds the platform lets it manage).
 
 Names the controllers make random (a RayCluster's suffix, a Job's controller-uid, a generateName's tail)
 are written `xxxxx`. tests/workloads/test_operator_pods.py checks the constants against the upstream
@@ -244,6 +226,10 @@ def _v1_labels(job: str, controller: str, rtype: str) -> dict[str, str]:
 
 
 def pytorch_job_pods(job: Mapping[str, Any], settings: OperatorSettings) -> list[OperatorPod]:
+    """Training Operator v1.9.2 (kubeflow/trainer at v1.9.2): PyTorchJob defaults (pkg/apis/kubeflow.org/v1/
+    pytorch_defaults.go), pod creation (pkg/controller.v1/common/pod.go createNewPod), environment and the
+    Worker's init container (pkg/controller.v1/pytorch/envvar.go, master.go, elastic.go, initcontainer.go);
+    under Volcano, control/podgroup_control.go DecoratePodTemplateSpec."""
     name, namespace, spec = job["metadata"]["name"], job["metadata"]["namespace"], copy.deepcopy(job["spec"])
     replicas: dict[str, dict[str, Any]] = spec["pytorchReplicaSpecs"]
     for replica in replicas.values():  # pytorch_defaults.go SetDefaults_PyTorchJob
@@ -473,6 +459,14 @@ def _requests(container: Mapping[str, Any]) -> dict[str, str]:
 def train_job_pods(
     job: Mapping[str, Any], runtime: Mapping[str, Any], platform: PlatformFacts
 ) -> list[OperatorPod]:
+    """Kubeflow Trainer 2.3.0: runtimePatches merged into the runtime in order (pkg/runtime/core/
+    trainingruntime.go mergeRuntimePatches), resourcesPerNode, the torch plugin's PET_* environment and port
+    (framework/plugins/torch/torch.go), image and command (plugins/jobset/builder.go); then JobSet 0.12.0
+    (jobset_controller.go constructJob, labelAndAnnotateObject; webhook defaults jobset_webhook.go) and the
+    batch Job controller (Indexed pods: completion index label, annotation, environment, hostname). Under
+    Kueue 0.19.2 the job waits suspended until admitted, then its pods carry the flavors' nodeLabels and
+    tolerations, the podset and queue labels and the workload annotation (jobframework/reconciler.go
+    getPodSetsInfoFromStatus, podset.go FromAssignment, trainjob_controller.go RunWithPodSetsInfo)."""
     name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
     trainer = job["spec"].get("trainer") or {}
     patches = list(job["spec"].get("runtimePatches") or [])
@@ -623,6 +617,9 @@ def _ray_pod(template: Mapping[str, Any], namespace: str, cluster: str, node_typ
 
 
 def ray_job_pods(job: Mapping[str, Any], settings: OperatorSettings) -> list[OperatorPod]:
+    """KubeRay 1.7.0: ray-operator/controllers/ray/common/pod.go DefaultHeadPodTemplate,
+    DefaultWorkerPodTemplate (its wait-gcs-ready init container), BuildPod; rayjob_controller.go
+    getSubmitterTemplate, createNewK8sJob."""
     name, namespace, spec = job["metadata"]["name"], job["metadata"]["namespace"], job["spec"]
     cluster = f"{name}-{RANDOM}"  # utils.GenerateRayClusterName
     fqdn = f"{name}-head-svc.{namespace}.svc.cluster.local"  # the RayJob's head Service

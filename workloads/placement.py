@@ -12,15 +12,16 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from infra.accelerators import Accelerator, InstanceType, accelerator
+from infra.config.base import case_hint
 from infra.contract import EFA_RESOURCE, AcceleratorPool, job_prefix, quantity
 from workloads.platform import PlatformFacts
 from workloads.spec import CONFIG_KEY, TRAINER_S3_KEYS, SpecError, TrainingJobSpec
+from workloads.spec_rules import VENDOR_REPOSITORY
 
 # Share of an instance's vCPUs and memory a job's pods ask for by default (split by their share of the
 # GPUs): the rest is the kubelet's reservation and the daemonsets (CNI, device plugin, DCGM exporter,
 # Pod Identity agent, log shipper).
 DEFAULT_SHARE = 0.75
-VENDOR_REPOSITORY = {"nvidia": "cuda", "amd": "rocm"}
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ def _choose_pool(spec: TrainingJobSpec, platform: PlatformFacts) -> tuple[str, A
         raise SpecError(
             f"{_key('accelerator')}: {spec.accelerator!r} is not offered by platform "
             f"{platform.cluster_name}; allowed: {', '.join(offered) or 'none (no GPU pools)'}"
+            + case_hint(spec.accelerator, offered)
         )
     if spec.pool is not None:
         if spec.pool not in offering:
@@ -87,6 +89,15 @@ def _check_platform_features(spec: TrainingJobSpec, platform: PlatformFacts) -> 
         raise SpecError(
             f"{_key('operator')}: {spec.operator!r} is not installed on {platform.cluster_name}; "
             f"allowed: {', '.join(on) or 'none'}"
+        )
+    if spec.priority is not None and spec.priority not in platform.priority_classes:
+        # The API server refuses a pod naming a PriorityClass that does not exist, so the operator's pods
+        # would never be created and the job would wait forever.
+        defined = ", ".join(platform.priority_classes)
+        raise SpecError(
+            f"{_key('priority')}: {spec.priority!r} is not a PriorityClass of {platform.cluster_name} (the "
+            f"API server would refuse every pod); allowed: {defined or 'none defined'}, or leave priority "
+            "unset; the platform stack defines them in addons.training.priorityClasses"
         )
     if spec.queue is None:
         return

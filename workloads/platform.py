@@ -37,6 +37,8 @@ class PlatformFacts(BaseModel):
     training_operators: dict[str, bool] = Field(default_factory=dict)
     gang_scheduler: Literal["kueue", "volcano"] | None = None
     kueue_queues: tuple[str, ...] = ()
+    # The PriorityClasses the platform created (addons.training.priorityClasses).
+    priority_classes: tuple[str, ...] = ()
 
     def queue(self, name: str) -> QueueQuota | None:
         return next((q for q in self.queue_quotas if q.name == name), None)

@@ -1,34 +1,17 @@
 """The RayJob (KubeRay 1.7, ray.io/v1) of a job spec with `operator: rayjob`. Pure functions of the spec and
 its placement; pod pieces come from pod.py, exactly as for the TrainJob and the PyTorchJob.
 
-The job's Ray cluster is its gang: the head is node 0 and a worker group holds the other `nodes - 1`, every
-pod with the job's GPUs, pool, tolerations, node affinity, volumes, service account (its Pod Identity role:
-S3 under the job's prefix) and security context. The in-tree autoscaler is off and the group's size fixed
-(minReplicas = maxReplicas): Karpenter supplies the nodes of a fixed gang, as for the other kinds. The
-entry point, run on the head as the Ray job's driver, is `python -m trainer.ray_train`: Ray Train's
-TorchTrainer with one worker per process (`nodes x procsPerNode`), each running the program torchrun would
-run (the trainer with its config, a module or a script, delivered as for the other kinds).
+The job's Ray cluster is its gang: the head is node 0 and a fixed-size worker group (autoscaler off) holds
+the other `nodes - 1`; Karpenter supplies the nodes. The head runs `python -m trainer.ray_train` as the Ray
+job's driver: Ray Train's TorchTrainer with one worker per process, each running what torchrun would run.
 
-Exit codes and retries. KubeRay retries a RayJob on any failure whatever its cause: every Failed
-deployment status but DeadlineExceeded and JobStatusCheckTimeoutExceeded becomes Retrying, which deletes the
-whole RayCluster and makes a new one (ray-operator/controllers/ray/rayjob_controller.go,
-checkBackoffLimitAndUpdateStatusIfNeeded, at v1.7.0); it has no exit-code rule like PyTorchJob's
-`restartPolicy: ExitCode`. So the trainer's split (trainer/faults.py: 1-127 permanent, 128+ retryable)
-lives in the entry point: a retryable exit or a lost worker (its pod or node reclaimed or repaired)
-restarts the Ray Train workers in the same cluster from the last checkpoint, up to `restartBudget` times,
-and a permanent exit ends the Ray job at once with that code. `spec.backoffLimit` (= restartBudget) covers
-what the entry point cannot restart in place: the head pod, with the driver, lost (if a new head answers
-within the operator's status-check timeout, infra/addons/kuberay.py); the submitter failing;
-a retryable exit once Ray Train has stopped restarting (its budget spent, or a worker lost in a way it
-reports as a controller error, trainer/ray_train.py). KubeRay
-cannot tell those from a permanent exit, so a permanent failure also gets these fresh clusters; each fails
-at the same early point. `activeDeadlineSeconds` fails the RayJob without a retry (maxRuntimeHours).
-`shutdownAfterJobFinishes` deletes the RayCluster (its GPU pods) RAY_CLUSTER_TTL_SECONDS after the end; the
-RayJob with its status, and the submitter Job with the driver's log, stay.
-
-Submission: K8sJobMode (KubeRay's default), with our own submitter pod: SidecarMode would inject a container
-without a securityContext into the head pod (rayjob_controller.go getSubmitterContainer), which the job
-namespace's `restricted` Pod Security refuses; the submitter's log is the driver's (`ray job logs --follow`).
+KubeRay retries a failed RayJob whatever failed, on a fresh RayCluster (rayjob_controller.go
+checkBackoffLimitAndUpdateStatusIfNeeded, v1.7.0), so the exit-code split (trainer/faults.py) lives in the
+driver: retryable exits and lost workers restart Ray Train's workers in place up to `restartBudget`, a
+permanent exit ends the job at once. `backoffLimit` (= restartBudget) covers what the driver cannot restart;
+`activeDeadlineSeconds` (maxRuntimeHours) is final. Submission is K8sJobMode with our own `restricted`
+submitter pod: SidecarMode would add a container without a securityContext to the head
+(getSubmitterContainer). README "Ray jobs" has the details.
 """
 
 from __future__ import annotations

@@ -185,27 +185,28 @@ def pods_per_node(t: PodTemplate, pool: AcceleratorPool) -> int:
     return best
 
 
-def nodes_needed(templates: Sequence[PodTemplate], pool: AcceleratorPool) -> int:
-    """Nodes of the pool's best instance type that the pods of `templates` take together: first-fit
-    decreasing (largest GPU, then CPU, then memory request first), as a bin-packing bound on what the
-    scheduler and Karpenter achieve. A pod no empty node can take counts as needing more than any pool."""
+def nodes_by_type(templates: Sequence[PodTemplate], pool: AcceleratorPool) -> dict[str, int | None]:
+    """Per instance type of the pool: the nodes of that type the pods of `templates` take together,
+    first-fit decreasing (largest GPU, then CPU, then memory request first) as a bin-packing bound on what
+    the scheduler and Karpenter achieve; None when some pod fits no empty node of that type."""
     pods = sorted(
         ({r: quantity(v) for r, v in t.requests.items()} for t in templates for _ in range(t.count)),
         key=lambda r: tuple(r.get(k, Decimal(0)) for k in (pool.resource_name, "cpu", "memory")),
         reverse=True,
     )
-    best = math.inf
+    found: dict[str, int | None] = {}
     for it in pool.instance_types:
         instance = CATALOG[pool.accelerator].instance(it)
         capacity = {
             "cpu": instance.allocatable_cpu, "memory": instance.allocatable_memory,
             pool.resource_name: Decimal(instance.gpus), EFA_RESOURCE: Decimal(instance.efa_interfaces),
         }  # fmt: skip
-        nodes: list[dict[str, Decimal]] = []
+        nodes: list[dict[str, Decimal]] | None = []
         for requests in pods:
             if any(amount > capacity.get(r, Decimal(0)) for r, amount in requests.items() if r in capacity):
-                nodes = [{}] * (pool.max_nodes + 1)
+                nodes = None
                 break
+            assert nodes is not None
             free = next((n for n in nodes if all(a <= n[r] for r, a in requests.items() if r in n)), None)
             if free is None:
                 free = dict(capacity)
@@ -213,44 +214,75 @@ def nodes_needed(templates: Sequence[PodTemplate], pool: AcceleratorPool) -> int
             for r, amount in requests.items():
                 if r in free:
                     free[r] -= amount
-        best = min(best, len(nodes))
-    return int(best) if best != math.inf else pool.max_nodes + 1
+        found[it] = None if nodes is None else len(nodes)
+    return found
 
 
-def _queue_problems(job: str, members: Sequence[Verdict], platform: PlatformFacts) -> list[str]:
-    """The whole gang against its queue's nominal quota, GPUs against the flavor of the pool that hosts
-    them (Kueue 0.19 refuses a resource no resource group covers: flavorassigner.go)."""
+def nodes_needed(templates: Sequence[PodTemplate], pool: AcceleratorPool) -> int:
+    """Nodes of the pool's best instance type that the pods of `templates` take together (nodes_by_type).
+    A pod no empty node can take counts as needing more than any pool."""
+    counts = [n for n in nodes_by_type(templates, pool).values() if n is not None]
+    return min(counts) if counts else pool.max_nodes + 1
+
+
+@dataclass(frozen=True)
+class QueueUse:
+    """One resource of a gang against its queue's nominal quota (None: the queue does not cover it)."""
+
+    resource: str
+    accelerator: str  # the flavor's accelerator for a GPU; "" for cpu, memory, EFA
+    total: Decimal
+    nominal: str | None
+
+    def shown(self) -> str:
+        return f"{self.total / 2**30:g}Gi" if self.resource == "memory" else f"{self.total:g}"
+
+
+def queue_use(members: Sequence[Verdict], platform: PlatformFacts) -> list[QueueUse]:
+    """The whole gang's requests per resource against its queue's nominal quota, GPUs against the flavor
+    of the pool that hosts them (Kueue 0.19 refuses a resource no resource group covers:
+    flavorassigner.go). Empty for a job without a queue or with one the platform lacks."""
     name = members[0].template.queue
-    if name is None:
-        return []
-    queue = platform.queue(name)
+    queue = platform.queue(name) if name else None
     if queue is None:
-        return [f"{job}: queue {name!r} does not exist on {platform.cluster_name}"]
+        return []
     totals: dict[tuple[str, str], Decimal] = {}
     for v in members:
         pool = platform.accelerator_pools.get(v.source or "")
         accelerator = pool.accelerator if pool else ""
         for resource, amount in v.template.requests.items():
             if pool is None and resource not in _BASIC | {EFA_RESOURCE}:
-                continue  # no node hosts it: reported above; its GPU flavor is unknown
+                continue  # no node hosts it: reported by the node checks; its GPU flavor is unknown
             key = (resource, accelerator)
             totals[key] = totals.get(key, Decimal(0)) + quantity(amount) * v.template.count
-    problems = []
+    uses = []
     for (resource, accelerator), total in totals.items():
         nominal = queue.quota_for(resource, accelerator) if accelerator else queue.nominal.get(resource)
-        if total == 0:
-            continue
-        if nominal is None and queue.scheduler == "volcano":
+        if total:
+            gpu = accelerator and resource == CATALOG[accelerator].resource_name
+            uses.append(QueueUse(resource, accelerator if gpu else "", total, nominal))
+    return uses
+
+
+def _queue_problems(job: str, members: Sequence[Verdict], platform: PlatformFacts) -> list[str]:
+    name = members[0].template.queue
+    if name is None:
+        return []
+    queue = platform.queue(name)
+    if queue is None:
+        return [f"{job}: queue {name!r} does not exist on {platform.cluster_name}"]
+    problems = []
+    for use in queue_use(members, platform):
+        if use.nominal is None and queue.scheduler == "volcano":
             # A Queue's capability limits only the resources it names (volcano pkg/scheduler/plugins/
             # proportion/proportion.go: realCapability.MinDimensionResource(capability, api.Infinity)).
             continue
-        if nominal is None:
-            problems.append(f"{job}: resource {resource} unavailable in {queue.scheduler} queue {name}")
-        elif total > quantity(nominal):
-            shown = f"{total / 2**30:g}Gi" if resource == "memory" else f"{total:g}"
+        if use.nominal is None:
+            problems.append(f"{job}: resource {use.resource} unavailable in {queue.scheduler} queue {name}")
+        elif use.total > quantity(use.nominal):
             problems.append(
-                f"{job}: {resource} {shown} for the gang > queue {name}'s nominal quota "
-                f"{nominal} (no cohort to borrow from: never admitted)"
+                f"{job}: {use.resource} {use.shown()} for the gang > queue {name}'s nominal quota "
+                f"{use.nominal} (no cohort to borrow from: never admitted)"
             )
     return problems
 

@@ -9,12 +9,14 @@ returns the facts rendering needs. Every error names the config key, the value a
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 from infra.config import stack_files
+from infra.config.base import allowed_for, number_for_text, number_reason
 from infra.contract import KUBERNETES_NAMESPACES, PLATFORM_NAMESPACES, job_prefix
 from infra.image_refs import image_problem, tag_problem
 
@@ -22,13 +24,29 @@ from infra.image_refs import image_problem, tag_problem
 # checks and messages the trainer gives when its pod starts.
 from trainer.config import ConfigError
 from trainer.config import build as build_trainer_config
+from workloads.spec_rules import consistency_problems
 
 CONFIG_KEY = stack_files.JOB_KEY
 # trainerConfig keys that may hold an s3:// URL, which the job's role must be able to reach.
 TRAINER_S3_KEYS = (("data", ("source", "val_source")), ("checkpoint", ("dir",)), ("output", ("dir",)))
 
-DnsLabel = Annotated[str, StringConstraints(pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$", max_length=40)]
-Quantity = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti)$")]
+DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti)$"
+# A StorageClass name: a DNS subdomain (Kubernetes' IsDNS1123Subdomain).
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+S3_PATH = r"^[A-Za-z0-9._\-/]+$"
+VOLUME_PATH = r"^[A-Za-z0-9._\-/]*$"
+DnsLabel = Annotated[str, StringConstraints(pattern=DNS_LABEL, max_length=40)]
+Quantity = Annotated[str, StringConstraints(pattern=QUANTITY)]
+# What each pattern means, for messages (pydantic would print the regular expression).
+PATTERN_MEANS = {
+    DNS_LABEL: "lowercase letters, digits and '-', starting with a letter and ending with a letter or digit",
+    QUANTITY: "a size with a binary unit, e.g. 50Gi (Ki, Mi, Gi or Ti; not GB)",
+    DNS_SUBDOMAIN: "a StorageClass name: lowercase letters, digits, '-' and '.', e.g. efs-sc",
+    S3_PATH: "a path under the job's prefix such as checkpoints (not an s3:// URL: the bucket is the "
+    "platform's)",
+    VOLUME_PATH: "a path on the volume: letters, digits, '.', '_', '-' and '/'",
+}
 
 
 class SpecError(ValueError):
@@ -38,13 +56,22 @@ class SpecError(ValueError):
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers(cls, data: Any) -> Any:
+        if found := number_for_text(cls, data):
+            key, value, allowed = found
+            raise ValueError(f"{key}: {number_reason(value)}; got {value!r}; allowed: {allowed}")
+        return data
+
 
 class Pvc(_Model):
     """A new volume (`size`) or an existing claim (`claim`)."""
 
     size: Quantity | None = None
     claim: DnsLabel | None = None
-    storage_class: str | None = None  # new volumes; None: the cluster's default StorageClass
+    # New volumes; None: the cluster's default StorageClass.
+    storage_class: str | None = Field(default=None, pattern=DNS_SUBDOMAIN, max_length=253)
 
     @model_validator(mode="after")
     def _new_or_existing(self) -> Pvc:
@@ -58,11 +85,9 @@ class Pvc(_Model):
 class Storage(_Model):
     """Where data, checkpoints or outputs live: under the job's S3 prefix, or on a volume."""
 
-    s3: str | None = Field(
-        default=None, pattern=r"^[A-Za-z0-9._\-/]+$"
-    )  # relative to s3://<bucket>/jobs/<name>/
+    s3: str | None = Field(default=None, pattern=S3_PATH)  # relative to s3://<bucket>/jobs/<name>/
     pvc: Pvc | None = None
-    path: str = Field(default="", pattern=r"^[A-Za-z0-9._\-/]*$")  # on the volume (e.g. the data file)
+    path: str = Field(default="", pattern=VOLUME_PATH)  # on the volume (e.g. the data file)
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Storage:
@@ -186,8 +211,8 @@ class TrainingJobSpec(_Model):
             problems.append(f"trainerConfig: {error}")
         if self.data and self.data.pvc and self.data.pvc.size:
             problems.append(
-                "data: a new, empty volume holds no data; allowed: `pvc: {claim: <existing>}` with `path`, "
-                "or `s3`"
+                f"data: a new, empty volume holds no data; got pvc.size {self.data.pvc.size!r}; allowed: "
+                "`pvc: {claim: <existing>}` with `path`, or `s3`"
             )
         for role, storage in (("checkpoint", self.checkpoint), ("output", self.output)):
             pvc = storage.pvc if storage else None
@@ -197,6 +222,7 @@ class TrainingJobSpec(_Model):
                     "ReadWriteMany class (e.g. EFS); EBS attaches to one node"
                 )
         problems += self._foreign_s3_problems()
+        problems += consistency_problems(self)
         problems += self._mpi_image_problems()
         problems += self._restart_problems()
         problems += self._namespace_problems()
@@ -304,6 +330,7 @@ class TrainingJobSpec(_Model):
 
 
 POD_FILESYSTEM = "s3://pod-filesystem/"
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/")
 
 
 def _pod_stand_ins(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -317,14 +344,20 @@ def _pod_stand_ins(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, st
     if isinstance(data, dict):
         for key in ("source", "val_source"):
             src = data.get(key)
-            if not isinstance(src, str) or src in ("", "synthetic") or src.startswith("s3://"):
-                continue
+            if not isinstance(src, str) or src in ("", "synthetic") or _URL.match(src):
+                continue  # the trainer's own checks judge a URL (s3:// or another scheme) as it is
             if src.startswith("hf:"):
                 if key == "source" and src != "hf:":  # the trainer refuses "hf:" alone, and as val_source
                     data[key] = "synthetic"
             else:
                 data[key] = POD_FILESYSTEM + src.lstrip("/")
                 originals[data[key]] = src
+    for role in ("checkpoint", "output"):  # a path in the pod (spec_rules.pod_path_problems judges it)
+        section = values.get(role)
+        path = section.get("dir") if isinstance(section, dict) else None
+        if isinstance(section, dict) and isinstance(path, str) and path and not _URL.match(path):
+            section["dir"] = POD_FILESYSTEM + path.lstrip("/")
+            originals[section["dir"]] = path
     if isinstance(model, dict) and isinstance(model.get("name"), str) and model["name"].startswith("hf:"):
         model["name"] = model["name"] if model["name"] == "hf:" else "transformer"
     if isinstance(output, dict) and str(output.get("tensorboard")).lower() == "true":
@@ -352,10 +385,10 @@ def _error_lines(err: ValidationError) -> list[str]:
         msg = e["msg"].removeprefix("Value error, ")
         # A field's own error shows the value; model-level checks put their key first and the value
         # in the message ("procsPerNode: 8 is more than ...").
-        if not loc:
+        if not loc or (e["type"] == "value_error" and _LED_BY_KEY.match(msg) and "; got " in msg):
             for problem in msg.split("\n"):
                 key, _, text = problem.partition(": ")
-                lines.append(f"{CONFIG_KEY}.{key}: {text}")
+                lines.append(f"{CONFIG_KEY}.{f'{loc}.' if loc else ''}{key}: {text}")
             continue
         value = "" if e["type"] == "missing" else f" (got {e.get('input')!r:.80})"
         if e["type"] == "extra_forbidden":
@@ -363,8 +396,12 @@ def _error_lines(err: ValidationError) -> list[str]:
             close = difflib.get_close_matches(str(e["loc"][-1]), allowed, n=1, cutoff=0.6)
             hint = f"did you mean {close[0]}? " if close else ""
             msg = f"unknown key; {hint}allowed keys: {', '.join(allowed)}"
+        msg += allowed_for(e, PATTERN_MEANS)
         lines.append(f"{CONFIG_KEY}.{loc}: {msg}{value}")
     return lines
+
+
+_LED_BY_KEY = re.compile(r"^[A-Za-z][\w.]*: ")
 
 
 def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:

@@ -85,10 +85,18 @@ def unknown_keys(config: dict[str, Any], path: Path) -> list[str]:
 
 def load_stack(stack: str, root: Path = REPO) -> WorkloadStack:
     path = stack_file(stack, root)
+    names = workload_stacks(root)
+    found = ", ".join(names) or "none"
     if not path.exists():
-        found = ", ".join(workload_stacks(root)) or "none"
-        raise SpecError(f"stack {stack!r}: no {path.name} in {root}; workload stacks here: {found}")
+        hint = stack_files.did_you_mean(stack, names)
+        allowed = f"allowed: a workload stack here ({found})"
+        raise SpecError(f"stack {stack!r}: no {path.name} in {root}{hint}; {allowed}")
     config = read_config(path)
+    if stack in stack_files.platform_stacks(root) and not any(k.startswith(f"{PROJECT}:job") for k in config):
+        raise SpecError(
+            f"stack {stack!r} is a platform stack ({path.name} sets no {PLATFORM_KEY}); allowed: a workload "
+            f"stack ({found}); a platform stack is checked with `python -m infra check --stack {stack}`"
+        )
     if problems := unknown_keys(config, path):
         raise SpecError("\n".join(problems))
     if PLATFORM_KEY not in config:
@@ -97,6 +105,24 @@ def load_stack(stack: str, root: Path = REPO) -> WorkloadStack:
             "e.g. dev (this project's stack in the same organization) or acme/mlops-eks/dev"
         )
     return WorkloadStack(stack, str(config[PLATFORM_KEY]), parse_spec(config.get(CONFIG_KEY)))
+
+
+def check_platform_stack(stack: WorkloadStack, root: Path = REPO) -> None:
+    """A bare platformStack (a stack of this project) must be one of this project's platform stacks: a
+    typo would only surface as `pulumi up`'s unknown-stack error. An org/project/stack is another
+    project's, which only its backend knows."""
+    name = stack.platform_stack
+    if "/" in name:
+        return
+    platforms = stack_files.platform_stacks(root)
+    if name in platforms:
+        return
+    kind = "a workload stack" if name in workload_stacks(root) else "no stack file here"
+    raise SpecError(
+        f"{PLATFORM_KEY}: {name!r} is {kind}{stack_files.did_you_mean(name, platforms)}; allowed: a platform "
+        f"stack of this project ({', '.join(platforms) or 'none'}), or org/project/stack; a stack kept "
+        "elsewhere: pass its outputs with --platform-outputs FILE"
+    )
 
 
 def program_text(spec: TrainingJobSpec, root: Path = REPO) -> str | None:

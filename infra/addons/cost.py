@@ -1,29 +1,16 @@
 """Kubecost: cost per namespace, job and GPU, from the platform's own Prometheus.
 
-Why the 2.8.7 `cost-analyzer` chart, and not 2.9.x or Kubecost 3 (`kubecost` 3.2.1):
-- 2.8 reads an existing Prometheus (`global.prometheus.enabled: false` + `fqdn`), so Kubecost reuses the
-  kube-prometheus-stack that already scrapes DCGM, kube-state-metrics and cAdvisor: one metrics pipeline,
-  one set of volumes, one place where GPU metrics are scraped.
-- 2.9.x is a bridge to Kubecost 3: its templates `fail` unless the finops agent is on and federated
-  storage is configured (cost-analyzer-deployment-template.yaml, _helpers.tpl at 2.9.7), so "2.x with our
-  Prometheus" is not what 2.9 installs.
-- 3.x collects with its own agent into object storage: a second pipeline, an S3 prefix and a Pod Identity
-  role for a single-cluster platform that needs none of its multi-cluster features.
-Revisit when 2.8 leaves support: 3.x with storage in the platform bucket is the migration path.
+The 2.8.7 `cost-analyzer` chart reads an existing Prometheus (`global.prometheus.enabled: false` + `fqdn`):
+one metrics pipeline with DCGM's. 2.9.x `fail`s without the finops agent and federated storage (its
+templates at 2.9.7), and 3.x brings its own agent and object storage; 3.x with storage in the platform
+bucket is the migration path when 2.8 leaves support.
 
-What the chart needs to work on our Prometheus (read from its templates at 2.8.7):
-- `prometheus.server.global.external_labels.cluster_id` becomes the cost model's CLUSTER_ID (the bundled
-  server is not deployed: every template under templates/prometheus/ is gated on
-  `global.prometheus.enabled`).
-- `prometheus.server.retention` carries *our* Prometheus's retention: the chart's own
-  prometheusRetentionCheck then refuses a retention shorter than the cost model's hourly ETL window.
-- Kubecost's metrics (node_gpu_hourly_cost, container_gpu_allocation, ...) and recording rules reach our
-  Prometheus through the chart's ServiceMonitor and PrometheusRule, which it selects (it selects all).
-GPU cost allocation: the cost model counts a node's GPUs from its `nvidia.com/gpu` capacity (the NVIDIA
-device plugin) and prices them per instance type; per-container GPU utilisation comes from DCGM
-(DCGM_FI_DEV_GPU_UTIL with the workload's namespace/pod/container labels, which survive only because the
-DCGM ServiceMonitor honours the exporter's labels: infra/addons/gpu.py). AMD GPUs (`amd.com/gpu`)
-are not priced by Kubecost 2.8; their nodes are costed as ordinary instances.
+On our Prometheus (its templates at 2.8.7): `prometheus.server.global.external_labels.cluster_id` becomes
+the cost model's CLUSTER_ID; `prometheus.server.retention` carries our retention, which the chart's
+prometheusRetentionCheck compares with its hourly ETL window; its ServiceMonitor and PrometheusRule reach
+our Prometheus. GPU cost needs the NVIDIA device plugin (`nvidia.com/gpu` capacity) and DCGM's utilisation
+with the workload's labels (the DCGM ServiceMonitor honours them: infra/addons/gpu.py); AMD GPUs are not
+priced by 2.8 (their nodes cost as ordinary instances).
 """
 
 from __future__ import annotations

@@ -1,49 +1,20 @@
 """The startup GPU check: a new GPU node takes no training pod before its GPUs passed a check.
 
-Every GPU node source starts its nodes with STARTUP_TAINT (a Karpenter NodePool as a
-`startupTaints` entry, which Karpenter expects something else to remove; a managed node group as one
-more taint of the group). Training pods never tolerate it
-(workloads/pod.py tolerates a pool's `taints` only; the contract exports it apart, as `startup_taints`).
-The gpu-node-check DaemonSets do: on each such node they run gpu_node_check_script.py, which checks the
-node's GPUs (an NVIDIA node's with nvidia-smi, an AMD node's through sysfs: the script says how) and then
-removes the taint from its own node.
+Every GPU node source starts its nodes with STARTUP_TAINT (a NodePool's `startupTaints`, a managed group's
+extra taint); training pods never tolerate it (the contract exports it apart, as `startup_taints`). The
+gpu-node-check DaemonSets, one per vendor and GPU count, run gpu_node_check_script.py on each such node:
+it checks the GPUs, then removes the taint from its own node; after a few failures it deletes the node's
+NodeClaim, because nothing else replaces a Karpenter node that keeps its startup taint (karpenter 1.14.1
+pkg/controllers/state/statenode.go Taints(): pending pods count as placed on it; the NodeClaim is the
+Node's owner, lifecycle/registration.go syncNode). The pods run CHECK_IMAGE, the CPU image's Python base
+(no torch to pull), and see the GPUs through the NVIDIA runtime's NVIDIA_VISIBLE_DEVICES=all or AMD's sysfs.
 
-The image: the platform stack cannot run the trainer's image, which lives in this stack's own ECR
-repository and is pushed only after the stack exists; a torch image would also be gigabytes pulled before
-every new node takes a job. The check needs only Python: CHECK_IMAGE is the Python base the CPU image is
-built from (docker/cpu/Dockerfile, pinned by digest; a test keeps the two equal). The NVIDIA container
-runtime of the EKS GPU AMIs adds nvidia-smi and the GPUs to any container that sets
-NVIDIA_VISIBLE_DEVICES=all, as the DCGM exporter's pods do: the pod requests no `nvidia.com/gpu`, so it
-runs before the device plugin. An AMD node's check needs no device at all: the kernel's sysfs is in every
-container, read-only. The pods differ only in the vendor and the GPU count they expect (one DaemonSet per
-vendor and count, selected by the vendor's node labels and the instance type).
-
-A Karpenter node that keeps failing must go away by itself: Karpenter never replaces it. While a node
-carries a startup taint Karpenter packs pending pods onto it as if the taint were absent
-(kubernetes-sigs/karpenter 1.14.1 pkg/controllers/state/statenode.go, Taints(): an uninitialized node's
-startup taints are dropped), so the training pods waiting for it launch no other node; it never
-consolidates an uninitialized node; and node repair only acts on the monitoring agent's conditions, which
-a failed check does not set (a pod cannot set them either: the agent owns and rewrites them). So after a
-few failed tries the check deletes its node's NodeClaim (named by the Node's owner reference, which
-Karpenter adds at registration: pkg/controllers/nodeclaim/lifecycle/registration.go, syncNode), and
-Karpenter drains the node, terminates the instance and launches a replacement for the pods still pending.
-A managed node group's node has no NodeClaim: it stays tainted, GpuNodeCheckNotPassed fires, and a person
-replaces it (README).
-
-Rights: the taint is on the Node object, so the check needs `patch` on nodes, a cluster-scoped right
-(RBAC cannot name the node a pod runs on), and `delete` on NodeClaims, cluster-scoped too. It gets those
-verbs alone (no get, list, update, nor nodes/status), and two ValidatingAdmissionPolicies narrow them to
-what they are for, keyed on the node its own pod is bound to (the node name the API server records for
-a pod-bound service account token: user extra `authentication.kubernetes.io/node-name`, k8s.io/apiserver
-pkg/authentication/serviceaccount NodeNameKey, on by default in every Kubernetes version the platform
-allows): it may change only that node, and only by removing the startup taint (labels, annotations,
-finalizers, owner references, the other taints and `unschedulable` stay as they were); it may delete only
-the NodeClaim whose `status.nodeName` is that node (on a DELETE the policy sees the stored claim, status
-included, as `oldObject`). A refusal answers 403 (`reason: Forbidden`), apart from the 422 of a JSON patch
-whose `test` failed, which the script retries.
-
-`pulumi up` does not wait for the DaemonSets' rollout (annotation `pulumi.com/skipAwait`: pulumi-kubernetes
-waits for a DaemonSet's pods to be ready, and a node failing its check keeps one unready for good).
+Rights: `patch` on nodes and `delete` on NodeClaims alone, narrowed by two ValidatingAdmissionPolicies to
+the node the pod is bound to (the token's `authentication.kubernetes.io/node-name`, k8s.io/apiserver
+serviceaccount NodeNameKey): only removing the startup taint, only deleting that node's NodeClaim (on a
+DELETE the policy sees the stored claim as `oldObject`). `pulumi up` does not wait for the rollout
+(`pulumi.com/skipAwait`): a node failing its check keeps a pod unready for good. README "GPU node health
+and repair" has the whole story.
 """
 
 from __future__ import annotations

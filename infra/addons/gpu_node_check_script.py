@@ -1,27 +1,17 @@
 """The startup GPU check, run on every new GPU node by the gpu-node-check DaemonSets (shipped in a
 ConfigMap: the standard library only, so any image with Python runs it).
 
-1. On an NVIDIA node (GPU_VENDOR unset or `nvidia`), `nvidia-smi` (the NVIDIA container runtime of the
-   EKS GPU AMIs puts it and every GPU into a container that sets NVIDIA_VISIBLE_DEVICES=all) must list
-   exactly EXPECTED_GPUS GPUs, none with uncorrected volatile ECC errors, pending page retirements or row
-   remappings, or a failed row remapping. A GPU that fell off the bus makes nvidia-smi itself fail.
-   On an AMD node (GPU_VENDOR=amd) the image has no GPU tooling, so the check reads the kernel's view in
-   sysfs, which every container sees read-only: EXPECTED_GPUS AMD display controllers on the PCI bus, each
-   bound to the amdgpu driver, and as many GPU nodes in the KFD topology (the compute interface ROCm
-   uses), as the ROCm device plugin finds them (ROCm/k8s-device-plugin internal/pkg/amdgpu/amdgpu.go:
-   vendor 0x1002, GPUs under the amdgpu driver, /sys/class/kfd/kfd/topology/nodes).
-2. Then it removes the startup taint STARTUP_TAINT_KEY from its own node (NODE_NAME), so training pods
-   can land there, and idles (a DaemonSet's pod runs for good; a restart only repeats the check).
-A check that fails ATTEMPTS times in a row (RETRY_SECONDS apart: a GPU still settling after boot gets
-another look) gives the node up. A Karpenter node's NodeClaim is deleted, so Karpenter replaces the node
-(gpu_node_check.py says why nothing else would); a node without one (a managed node group's) keeps the
-taint, the script exits 1 (the kubelet retries with back-off) and the alert GpuNodeCheckNotPassed fires.
+1. NVIDIA (GPU_VENDOR unset or `nvidia`): `nvidia-smi` must list exactly EXPECTED_GPUS GPUs with no
+   uncorrected volatile ECC errors, pending page retirements or row remappings. AMD (GPU_VENDOR=amd): the
+   kernel's sysfs must show EXPECTED_GPUS AMD display controllers bound to amdgpu and as many KFD topology
+   nodes, as the ROCm device plugin finds them (ROCm/k8s-device-plugin internal/pkg/amdgpu/amdgpu.go).
+2. It removes STARTUP_TAINT_KEY from its own node (NODE_NAME) and idles.
+After ATTEMPTS failures RETRY_SECONDS apart it gives the node up: a Karpenter node's NodeClaim is deleted
+(gpu_node_check.py says why); a managed node keeps the taint and the script exits 1 (GpuNodeCheckNotPassed).
 
-Its rights are `patch` on nodes and `delete` on NodeClaims, so it reads the node through a JSON patch
-whose only operation is a `test` (the API server answers with the node and, with nothing changed, writes
-nothing), and removes the taint with a `test` of that taint at its index first, so a concurrent change
-fails (HTTP 422) instead of removing another taint; it then reads again and retries. The admission
-policies refuse anything else with HTTP 403, which is not retried: its body is printed and the pod fails.
+With only `patch` on nodes it reads the node through a JSON patch whose only operation is a `test`, and
+removes the taint after a `test` of it at its index, so a concurrent change fails with 422 (read again,
+retry) instead of removing another taint. A 403 from the admission policies is printed and not retried.
 """
 
 from __future__ import annotations

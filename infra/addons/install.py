@@ -179,6 +179,7 @@ def install_addons(
         "training_runtimes": training.runtimes,
         "gang_scheduler": config.training.gang_scheduler,
         "kueue_queues": training.queues,
+        "priority_classes": training.priority_classes,
         # The scheduling contract (infra.contract): what serves each extended resource, and queue quotas.
         "device_plugins": [p.model_dump(mode="json") for p in device_plugins(config.gpu)],
         "queue_quotas": [q.model_dump(mode="json") for q in queue_quotas(config.training)],

@@ -2,30 +2,15 @@
 Pure data (workload stacks read its namespace and pod labels); infra/addons/training.py installs it.
 
 What the values change from the chart's defaults (helm-chart/kuberay-operator/values.yaml at v1.7.0):
-- Pod Security `restricted`: the chart's container securityContext already drops every capability, runs
-  as non-root with a read-only root and RuntimeDefault seccomp; the pod-level context (empty upstream) says
-  the same, so the pod passes whatever its container declares.
-- Resources: the chart's limits (100m CPU, 512Mi memory) are kept. With no requests set, Kubernetes takes
-  the limits as requests, so the scheduler counts the pod and it runs in the Guaranteed QoS class
-  (upstream's estimate: 500 Ray pods need about 500 MB). `resources.requests` exists in the chart only as
-  a comment, so it is not set here.
-- Metrics: the operator's /metrics (on by default) gets the chart's ServiceMonitor when the platform runs
-  Prometheus (templates/servicemonitor.yaml; our Prometheus selects every ServiceMonitor).
-- Watch scope: every namespace (the chart's default, `singleNamespaceInstall: false`). Each workload stack
-  creates its own job namespace after the platform is up, so a `watchNamespace` list would need a
-  platform update per job. The ClusterRole that comes with it (templates/_helpers.tpl `role.consistentRules`)
-  includes Secrets: the RayCluster controller owns Secrets (ray-operator/controllers/ray/
-  raycluster_controller.go SetupWithManager: `Owns(&corev1.Secret{})`, for its auth token and mTLS
-  Secrets), so its informer lists and watches them in every namespace and the operator does not start
-  without that permission. No feature that creates Secrets is turned on: authOptions, mTLS
-  (`RayClusterMTLS` gate, off) and GCS fault tolerance with Redis are not used by our RayJobs.
-- No batch scheduler: our RayJobs are not queued (workloads/placement.py refuses a queue on them).
-- A RayJob whose head is lost survives the time a replacement head needs: KubeRay fails a RayJob for good
-  (reason JobStatusCheckTimeoutExceeded, never retried: rayjob_controller.go L531-555) once the head's
-  dashboard has not answered for RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS (utils/constant.go L288-290, default
-  300 s, read from the operator's environment: rayjob_controller.go L1288). A head on a repaired node needs
-  a new instance, its GPU check and an image pull first (README "How long"), often more than 5 min, so the
-  operator waits 30 min instead; a head that never comes back still fails the RayJob then.
+- a pod-level securityContext matching the container's, so the pod passes `restricted`; the chart's
+  limits stay (no requests in the chart: Kubernetes takes the limits, Guaranteed QoS);
+- the chart's ServiceMonitor when the platform runs Prometheus;
+- RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS 30 min instead of 5: a lost head needs a new node, its GPU check and
+  an image pull before it answers (rayjob_controller.go fails the RayJob for good after it; README "Ray
+  jobs").
+It watches every namespace (each job creates its own), so its ClusterRole includes Secrets: the RayCluster
+controller owns Secrets (raycluster_controller.go SetupWithManager) and does not start without; no feature
+that creates them (authOptions, mTLS, Redis GCS) is used. No batch scheduler: RayJobs are not queued.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The platform's own namespaces: each a Namespace with Pod Security labels and its NetworkPolicies,
 created before any release installs into it (Helm's create_namespace would make it unlabeled).
 
-Each namespace enforces the strictest Pod Security level its rendered pods pass (tests/pod_security.py
+Each namespace enforces the strictest Pod Security level its rendered pods pass (workloads/pod_security.py
 checks every pod the pinned charts render against it); `warn` at the same level makes Helm print a
 refusal when a Deployment's template would fail (`enforce` only refuses the pods, silently to Helm);
 `audit` at `restricted` records in the audit log whatever falls short of it. The version is pinned to

@@ -1,28 +1,17 @@
 """NetworkPolicies of the platform's namespaces and of every job namespace. Pure data: no Pulumi import,
 so workload stacks render their job's policies from the same builders.
 
-The VPC CNI enforces them (its network-policy agent, switched on in infra/platform/cluster.py). Kubernetes
-semantics: a pod is isolated for ingress (egress) once any policy with that policyType selects it, and
-then only what some selecting policy allows gets through, in both directions: the sender's egress and
-the receiver's ingress must both allow a connection. Traffic between a pod and its own node (kubelet
-probes, `kubectl port-forward`, which the kubelet serves inside the pod's network namespace) is always
-allowed, so Grafana and Kubecost stay reachable through port-forward and need no ingress rule.
+The VPC CNI's network-policy agent enforces them (infra/platform/cluster.py). A connection needs the
+sender's egress and the receiver's ingress; a pod's own node (probes, `kubectl port-forward`) always gets in.
 
-Platform namespaces: ingress is denied by default and allowed from the same namespace, from the platform
-Prometheus (scrapes), and from the VPC on the ports the API server calls (admission webhooks, aggregated
-APIs): the EKS control plane reaches them from its cross-account ENIs in the cluster's subnets, which
-share the VPC CIDR with pods, so those ports stay open to pods of the VPC too (they serve TLS admission
-reviews only). Egress stays open there: controllers call the API server, AWS APIs and alert receivers.
+Platform namespaces: ingress from the same namespace, from Prometheus, and on the webhook and aggregated
+API ports from the VPC (the control plane's ENIs share the VPC CIDR with pods); egress open.
 
-Job namespaces: ingress and egress are denied by default. A job's pods may reach DNS (CoreDNS in
-kube-system), each other on every port (torchrun's rendezvous, then NCCL/Gloo connections on ephemeral
-ports that no port list can name), the EKS Pod Identity agent (their S3 credentials), and HTTPS outside
-private address space. S3 arrives through the VPC's gateway endpoint at S3's public addresses, which a
-NetworkPolicy cannot name (it has no prefix lists): allowing 443 to public addresses is the narrowest
-rule that keeps S3 working, and it also lets a job reach other public HTTPS endpoints through the NAT.
-What such a job can do with S3 is bounded by its IAM role and the endpoint's policy instead. Private
-ranges are excluded, so a job reaches no platform service on 443 (webhooks, Kubecost, the API server's
-private endpoint). Prometheus may scrape the job's metrics port; nothing else reaches a job pod.
+Job namespaces deny by default. Pods may reach DNS, each other on every port (rendezvous, then NCCL/Gloo
+on ephemeral ports), the Pod Identity agent, and HTTPS outside private ranges: S3 arrives through the
+gateway endpoint at S3's public addresses, which a NetworkPolicy cannot name, so 443 to public addresses
+is the narrowest rule that works (the IAM role and the endpoint policy bound what S3 allows). Prometheus
+may scrape the metrics port; nothing else reaches a job pod.
 """
 
 from __future__ import annotations

@@ -2,25 +2,14 @@
 alerts on what they report. Pure (no Pulumi import); managed node groups get repair through
 infra/platform/node_repair.py.
 
-The agent (EKS add-on `eks-node-monitoring-agent`, a DaemonSet; it needs no IAM permissions: EKS user
-guide, "Amazon EKS add-ons", node monitoring agent) reads kernel logs, XID codes and DCGM diagnostics and
-sets one NodeCondition per category: AcceleratedHardwareReady (GPU), KernelReady, NetworkingReady,
-StorageReady, ContainerRuntimeReady. Repair acts on them:
-- managed node groups: EKS node auto repair (`nodeRepairConfig`), GA; it replaces (or, for accelerated
-  hardware, may reboot) a node 10 minutes after AcceleratedHardwareReady turns False and 30 minutes after
-  any other condition, and stops when more than 20% of a group of more than five nodes is unhealthy
-  (EKS user guide, "Node health");
-- Karpenter NodePools: Karpenter's node repair, the `nodeRepair` feature gate (alpha and off by default in
-  1.14.1). Its AWS repair policies are the same durations (karpenter-provider-aws
-  pkg/cloudprovider/cloudprovider.go, RepairPolicies: AcceleratedHardwareReady False 10m, the other agent
-  conditions False 30m, Ready False/Unknown 30m). It always replaces, and it does so by force: the health
-  controller (kubernetes-sigs/karpenter pkg/controllers/node/health) stamps the NodeClaim's termination
-  timestamp with the current time and deletes it, so `karpenter.sh/do-not-disrupt` does not hold the node
-  (the GPU NodePools set no terminationGracePeriod; the timestamp stands in for one), and its pods are
-  deleted with their grace clamped to the time left until that timestamp, about none
-  (pkg/controllers/node/termination/terminator, DeleteExpiringPods): a
-  training pod is killed without its SIGTERM checkpoint and the job resumes from the last periodic one. It
-  also stops while more than 20% of a NodePool's nodes are unhealthy.
+The agent (EKS add-on `eks-node-monitoring-agent`, no IAM role) sets one NodeCondition per category:
+AcceleratedHardwareReady, KernelReady, NetworkingReady, StorageReady, ContainerRuntimeReady. Managed groups
+repair with EKS node auto repair (GA: 10 min for the GPU condition, 30 for the others). Karpenter NodePools
+repair with the alpha `nodeRepair` gate (karpenter-provider-aws cloudprovider.go RepairPolicies: the same
+durations), by force: the health controller (pkg/controllers/node/health) sets the NodeClaim's termination
+time to now, so do-not-disrupt holds nothing and pods get almost no grace (terminator DeleteExpiringPods);
+a training pod loses the steps since its last periodic checkpoint. Both stop above 20% unhealthy. README
+"GPU node health and repair" has the table and timings.
 """
 
 from __future__ import annotations

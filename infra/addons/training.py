@@ -329,6 +329,7 @@ class Training(pulumi.ComponentResource):
     operators: dict[str, bool]
     runtimes: list[str]
     queues: list[str]
+    priority_classes: list[str]
     # Every release, kustomization and custom resource this component registered.
     installed: list[pulumi.Resource]
 
@@ -379,6 +380,19 @@ class Training(pulumi.ComponentResource):
         self.operators = {"trainjob": cfg.trainer, "pytorchjob": v1, "mpijob": v1}
         if cfg.kuberay:  # exported only when on: platforms without it export what they did before
             self.operators["rayjob"] = True
+
+        self.priority_classes = [c.name for c in cfg.priority_classes]
+        for c in cfg.priority_classes:
+            self.installed.append(
+                k8s.scheduling.v1.PriorityClass(
+                    f"{name}-priorityclass-{c.name}",
+                    metadata={"name": c.name},
+                    value=c.value,
+                    preemption_policy=c.preemption_policy,
+                    description=f"mlops-eks job priority {c.name} (addons.training.priorityClasses)",
+                    opts=base,
+                )
+            )
 
         self.queues = []
         if cfg.gang_scheduler == "kueue":

@@ -119,6 +119,22 @@ class TeamQueue(ConfigModel):
         return self
 
 
+class PriorityClassConfig(ConfigModel):
+    """A PriorityClass jobs may name (`mlops-eks:job.priority`): the scheduler places higher values first
+    and, unless preemptionPolicy is Never, evicts lower ones to make room; Kueue orders a queue by it."""
+
+    name: str
+    # Kubernetes reserves values above one billion for system-node-critical and system-cluster-critical.
+    value: int = Field(ge=-2_147_483_648, le=1_000_000_000)
+    preemption_policy: Literal["PreemptLowerPriority", "Never"] = "PreemptLowerPriority"
+
+    @model_validator(mode="after")
+    def _check(self) -> PriorityClassConfig:
+        if self.name.startswith("system-"):
+            raise Invalid("name", self.name, "a name not starting with system- (Kubernetes reserves it)")
+        return self
+
+
 class TrainingConfig(ConfigModel):
     # Kubeflow Trainer v2 (TrainJob + the torch-distributed ClusterTrainingRuntime; bundles JobSet).
     trainer: bool = True
@@ -128,12 +144,15 @@ class TrainingConfig(ConfigModel):
     kuberay: bool = False
     gang_scheduler: Literal["kueue", "volcano"] | None = None
     queues: list[TeamQueue] = Field(default_factory=list)
+    # PriorityClasses the platform creates; a job's `priority` must name one of them.
+    priority_classes: list[PriorityClassConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _check(self) -> TrainingConfig:
         if self.queues and self.gang_scheduler is None:
             raise Invalid("queues", [q.name for q in self.queues], "[] unless gangScheduler is set")
         _names("queues", [q.name for q in self.queues])
+        _names("priorityClasses", [c.name for c in self.priority_classes])
         return self
 
 

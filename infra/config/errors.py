@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from infra.config.base import Invalid
+from infra.config.base import Invalid, allowed_for
 from infra.config.secrets import SECRET_KEYS
 from infra.config.stack_files import PROJECT, REGION_KEY, WORKLOAD_KEYS
 
@@ -41,7 +41,7 @@ def describe(err: Mapping[str, Any], root: type[BaseModel]) -> str:
     elif err["type"] == "missing":
         message = "required but not set"
     else:
-        message = f"{err['msg']} (got {_shown(err, path)})"
+        message = f"{err['msg']} (got {_shown(err, path)}){allowed_for(err)}"
     key = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
     return f"{key if key.startswith('aws:') else f'{PROJECT}:{key}'}: {message}"
 

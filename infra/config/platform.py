@@ -20,11 +20,13 @@ from pydantic.alias_generators import to_camel
 
 from infra.accelerators import NodeImage
 from infra.config.addons import AddonsConfig
-from infra.config.base import ConfigModel, Invalid
+from infra.config.base import ConfigModel, Invalid, is_number, is_text
 from infra.config.cluster_rules import (
     DEFAULT_KUBERNETES_VERSION,
+    EKS_REGIONS,
     EKS_STANDARD_SUPPORT_END,
     PRIVATE_ONLY_REASON,
+    PRIVATE_RANGES,
     creator_conflicts,
     has_cluster_access,
     is_access_entry_principal,
@@ -62,11 +64,23 @@ LOG_RETENTION_DAYS = (
 )  # fmt: skip
 
 
-def _cidr(field: str, value: str) -> ipaddress.IPv4Network:
+# Addresses no request to the public endpoint comes from: RFC 1918, loopback, link-local. (The documentation
+# ranges of the committed stack files are placeholders, refused in a real deploy by placeholders.py.)
+UNROUTED = tuple(
+    ipaddress.IPv4Network(n)
+    for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "127.0.0.0/8", "169.254.0.0/16")
+)
+
+
+def _cidr(field: str, value: str, example: str = "10.0.0.0/16") -> ipaddress.IPv4Network:
+    """An IPv4 network as written: a prefix length (a bare address is not a network) and no host bits."""
     try:
+        if "/" not in value:
+            raise ValueError(value)
         return ipaddress.IPv4Network(value)
     except ValueError:
-        raise Invalid(field, value, "an IPv4 network in CIDR notation such as 10.0.0.0/16") from None
+        allowed = "an IPv4 network in CIDR notation with its prefix length and no host bits, such as "
+        raise Invalid(field, value, allowed + example) from None
 
 
 class PlatformConfig(ConfigModel):
@@ -129,6 +143,11 @@ class PlatformConfig(ConfigModel):
     def _check(self) -> PlatformConfig:
         if not _REGION.match(self.region):
             raise Invalid(REGION_KEY, self.region, "an AWS region name such as us-east-1 or eu-west-2")
+        if self.region not in EKS_REGIONS:
+            close = difflib.get_close_matches(self.region, EKS_REGIONS, n=3, cutoff=0.8)
+            hint = f" (closest: {', '.join(close)})" if close else ""
+            allowed = f"a region that offers EKS{hint}: {', '.join(EKS_REGIONS)}"
+            raise Invalid(REGION_KEY, self.region, allowed, "not a region with EKS")
         if not 2 <= self.availability_zone_count <= 4:
             raise Invalid("availabilityZoneCount", self.availability_zone_count, "2, 3 or 4")
         if self.availability_zones and len(self.availability_zones) != self.availability_zone_count:
@@ -183,8 +202,21 @@ class PlatformConfig(ConfigModel):
                 reason="Spot interruptions would take CoreDNS and the controllers down",
             )
         self._check_capacity()
+        self._check_queues()
         self._check_tags()
         return self
+
+    def _check_queues(self) -> None:
+        """A queue's GPU quota names an accelerator: one no pool offers is a typo or a pool taken away."""
+        offered = sorted({p.accelerator for p in self.gpu_pools})
+        for i, queue in enumerate(self.addons.training.queues):
+            for key in queue.gpus:
+                if key not in offered:
+                    raise Invalid(
+                        f"addons.training.queues[{i}].gpus.{key}", key,
+                        f"an accelerator of gpuPools: {', '.join(offered) or 'none (no GPU pools)'}",
+                        "no GPU pool offers it, so the quota admits GPUs no node has",
+                    )  # fmt: skip
 
     def _check_tags(self) -> None:
         if len(self.tags) > MAX_USER_TAGS:
@@ -244,6 +276,11 @@ class PlatformConfig(ConfigModel):
         vpc = _cidr("vpcCidr", self.vpc_cidr)
         if not 16 <= vpc.prefixlen <= 24:
             raise Invalid("vpcCidr", self.vpc_cidr, "a prefix length from /16 to /24")
+        if not any(vpc.subnet_of(r) for r in PRIVATE_RANGES):
+            raise Invalid(
+                "vpcCidr", self.vpc_cidr, f"a private range: inside {', '.join(map(str, PRIVATE_RANGES))}",
+                "a public range hides those internet addresses from everything in the VPC",
+            )  # fmt: skip
         seen: list[tuple[str, ipaddress.IPv4Network]] = []
         for key, cidrs in (
             ("privateSubnetCidrs", self.private_subnets),
@@ -296,7 +333,15 @@ class PlatformConfig(ConfigModel):
                 "publicAccessCidrs", self.public_access_cidrs, "[] when endpointPublicAccess is false"
             )
         for i, value in enumerate(self.public_access_cidrs):
-            _cidr(f"publicAccessCidrs[{i}]", value)
+            net = _cidr(f"publicAccessCidrs[{i}]", value, "198.51.100.7/32")
+            if value in self.public_access_cidrs[:i]:
+                raise Invalid(f"publicAccessCidrs[{i}]", value, "each CIDR once")
+            if any(net.subnet_of(r) for r in UNROUTED):
+                raise Invalid(
+                    f"publicAccessCidrs[{i}]", value, "the deployer's public egress CIDRs (VPN or NAT)",
+                    "a private, loopback or link-local range never reaches the public endpoint: the API "
+                    "server sees the deployer's public address",
+                )  # fmt: skip
             if problem := public_cidr_problem(value, self.environment):
                 raise Invalid(
                     f"publicAccessCidrs[{i}]",
@@ -405,10 +450,17 @@ class PlatformConfig(ConfigModel):
         }
         if REGION_KEY in values:
             ours[REGION_KEY] = values[REGION_KEY]
+        # The Pulumi CLI reads a stack file's top-level value as text first (pulumi/pulumi sdk/go/common/
+        # resource/config/value.go unmarshalValue), so `kubernetesVersion: 1.35` reaches `pulumi up` as
+        # "1.35"; read it so here too. Only nested values (in lists and objects) stay YAML numbers.
+        fields = {f.alias or n: f.annotation for n, f in cls.model_fields.items()}
+        as_text = {k for k, v in ours.items() if is_number(v) and k in fields and is_text(fields[k])}
+        ours = {k: str(v) if k in as_text else v for k, v in ours.items()}
         try:
             return cls.model_validate(ours)
         except ValidationError as e:
-            raise ConfigError([describe(err, cls) for err in e.errors()]) from None
+            problems = [describe(err, cls) for err in e.errors()]
+            raise ConfigError([_quote_hint(p, as_text) for p in problems]) from None
 
     @classmethod
     def from_pulumi(cls) -> PlatformConfig:
@@ -417,6 +469,13 @@ class PlatformConfig(ConfigModel):
         from infra.config.pulumi_config import read_platform_config
 
         return read_platform_config()
+
+
+def _quote_hint(problem: str, as_text: set[str]) -> str:
+    """A refused value that YAML read as a number and the CLI passes as text: quoting keeps what was typed
+    (YAML makes an unquoted 1.30 the number 1.3 before anything reads it)."""
+    key = next((k for k in as_text if problem.startswith(f"{PROJECT}:{k}:")), None)
+    return f"{problem} (written unquoted: quote it to keep it as typed)" if key else problem
 
 
 def known_keys() -> list[str]:

@@ -5,6 +5,7 @@ The project file `Pulumi.yaml` has the same shape (its `config:` declares every 
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,12 @@ def is_workload_stack(config: dict[str, Any] | None) -> bool:
 def workload_stacks(root: Path) -> list[str]:
     """The stacks whose file sets platformStack (a stack file that cannot be read is none of them)."""
     return [name for name, config in stack_configs(root).items() if is_workload_stack(config)]
+
+
+def did_you_mean(name: str, names: list[str]) -> str:
+    """` (did you mean dev?)` for a mistyped stack name, or ""."""
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def platform_stacks(root: Path) -> list[str]:

@@ -1,33 +1,18 @@
 """The EKS control plane (pulumi-eks `eks.Cluster`) and the managed add-ons that need running nodes.
 
-`Cluster` creates the KMS key for secrets envelope encryption, the node IAM role the managed node
-groups share, the control-plane log group (retention, the stack's KMS key) before the cluster so EKS
-writes into it, the cluster with API authentication and access entries, all five control plane log
-types, and the Kubernetes provider other components deploy through. `ManagedAddons` installs CoreDNS
-and the EBS CSI driver (with its own role) once the system nodes exist, then makes an encrypted gp3
-StorageClass the default.
+`Cluster` creates the KMS key for secrets encryption, the node role the managed node groups share, the
+control-plane log group (before the cluster, so EKS writes into it), the cluster (API authentication and
+access entries, all five log types) and the Kubernetes provider. `ManagedAddons` installs CoreDNS and the
+EBS CSI driver (with its own role) once the system nodes exist, then makes an encrypted gp3 StorageClass
+the default.
 
-The VPC CNI (aws-node) gets its AWS credentials from its own Pod Identity role, not from the node
-role: the node role keeps only what the kubelet and nodeadm need (AmazonEKSWorkerNodePolicy, which
-also covers the Pod Identity agent's eks-auth:AssumeRoleForPodIdentity, and ECR pulls). A node turns
-Ready only once aws-node has attached ENIs, and aws-node has credentials only through the Pod Identity
-agent (a host-network DaemonSet, so it runs before pod networking exists) and the association of
-kube-system/aws-node. So the agent add-on and that association come right after the cluster and
-`node_prerequisites` lists them: every node group waits for them. The vpc-cni add-on itself is
-pulumi-eks's (nodejs/eks/cluster/cluster.ts creates a `VpcCniAddon`, an `aws.eks.Addon` "vpc-cni",
-unless `useDefaultVpcCni`); it takes only an IRSA `serviceAccountRoleArn`, so the association is a
-separate `aws.eks.PodIdentityAssociation`. The cluster is IPv4 (AmazonEKS_CNI_Policy covers IPv4,
-prefix delegation included; IPv6 would need its own policy).
-
-Node access under `authenticationMode: API`: EKS itself creates the EC2_LINUX access entry of a managed
-node group's role when it creates the group; Karpenter's node role gets its own
-(infra/addons/karpenter/controller.py).
-pulumi-eks refuses `instanceRoles` in this mode (nodejs/eks/cluster/authenticationMode.ts,
-`validateAuthenticationMode`); of the roles it takes, only the singular `instanceRole` of its default
-node group gets an EC2_LINUX access entry (nodejs/eks/cluster/cluster.ts, `createCore`).
-
-`Cluster.name` is an Output of the cluster resource: every AWS resource that names the cluster (access
-entries, pod identity associations, add-ons) takes it, so none is created before the cluster exists.
+aws-node (the VPC CNI) gets its credentials from its own Pod Identity role, not the node role, so a node
+turns Ready only after the Pod Identity agent and aws-node's association exist: `node_prerequisites` lists
+them and every node group waits for them. The vpc-cni add-on itself is pulumi-eks's (nodejs/eks/cluster/
+cluster.ts `VpcCniAddon`), which takes only an IRSA role, hence the separate PodIdentityAssociation.
+Under `authenticationMode: API` EKS creates a managed group's EC2_LINUX access entry itself; pulumi-eks
+refuses `instanceRoles` there (authenticationMode.ts validateAuthenticationMode). `Cluster.name` is an
+Output of the cluster, so nothing that names the cluster is created before it.
 """
 
 from __future__ import annotations

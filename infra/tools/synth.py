@@ -189,8 +189,23 @@ def stack_config(stack: str, path: Path | None = None) -> dict[str, Any]:
     """The `config:` mapping of Pulumi.<stack>.yaml (or of the stack file at `path`)."""
     path = path or stack_files.stack_file(REPO, stack)
     if not path.exists():
-        raise FileNotFoundError(f"no stack file {path}; stacks here: {', '.join(available_stacks())}")
+        names = available_stacks()
+        hint = stack_files.did_you_mean(stack, names)
+        allowed = f"allowed: a platform stack here ({', '.join(names)})"
+        raise FileNotFoundError(f"no stack file {path}{hint}; {allowed}")
     return read_stack_file(path)
+
+
+def platform_stack_config(stack: str, path: Path | None = None) -> dict[str, Any]:
+    """stack_config for a command that runs the platform program: a workload stack is refused by name."""
+    config = stack_config(stack, path)
+    if stack_files.is_workload_stack(config):
+        raise ConfigError([
+            f"{stack!r} is a workload stack (it sets {stack_files.WORKLOAD_STACK_KEY}); allowed: a platform "
+            f"stack ({', '.join(available_stacks())}); a workload stack is checked with "
+            f"`python -m workloads plan --stack {stack}`"
+        ])  # fmt: skip
+    return config
 
 
 def read_stack_file(path: Path) -> dict[str, Any]:

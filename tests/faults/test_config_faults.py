@@ -63,6 +63,14 @@ CASES = [
     ("vpc-cidr-invalid", ("mlops-eks:vpcCidr",), "10.0.0.0/33", "mlops-eks:vpcCidr"),
     ("region-invalid", ("aws:region",), "mars-north-1", "aws:region"),
     ("open-endpoint-in-prod", ("mlops-eks:environment",), "prod", "mlops-eks:publicAccessCidrs[0]"),
+    ("vpc-in-a-public-range", ("mlops-eks:vpcCidr",), "8.8.0.0/16", "mlops-eks:vpcCidr"),
+    ("region-without-eks", ("aws:region",), "us-east-9", "aws:region"),
+    (
+        "queue-gpus-of-no-pool",
+        ("mlops-eks:addons", "training", "queues", 0, "gpus"),
+        {"t4": 8, "a100": 8},
+        "mlops-eks:addons.training.queues[0].gpus.a100",
+    ),
 ]
 
 

@@ -43,6 +43,10 @@ CASES = [
         "mlops-eks:job.namespace",
     ),
     ("name-of-a-platform-namespace", {"name": "monitoring"}, "dev", "mlops-eks:job.name"),
+    ("image-of-the-other-vendor", {"imageRepository": "rocm"}, "dev", "mlops-eks:job.imageRepository"),
+    ("priority-the-platform-lacks", {"priority": "high"}, "dev", "mlops-eks:job.priority"),
+    ("env-the-operator-sets", {"env": {"MASTER_PORT": "1234"}}, "dev", "mlops-eks:job.env.MASTER_PORT"),
+    ("image-tag-unquoted-number", {"imageTag": 1.1}, "dev", "mlops-eks:job.imageTag"),
     (
         "pytorchjob-script-with-restarts",
         {"operator": "pytorchjob", "trainerConfig": DELETE, "restartBudget": 2,

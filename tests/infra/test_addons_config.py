@@ -138,7 +138,7 @@ def test_pulumi_yaml_states_every_add_on_default_as_the_model_has_it():
     # queues: [] is described by an entry's defaults instead.
     defaults = [(k, v) for k, v in _leaves(AddonsConfig()) if k != "queues"]
     defaults += [(k, v) for k, v in _leaves(TeamQueue(name="team")) if k not in ("name", "gpus")]
-    assert len(defaults) == 28  # every leaf of every add-on is seen
+    assert len(defaults) == 29  # every leaf of every add-on is seen
     missing = [f"{k}: {_spelled(v)}" for k, v in defaults if f"{k}: {_spelled(v)}" not in text]
     assert missing == []
     pools = " ".join(declared["gpuPools"]["description"].split())

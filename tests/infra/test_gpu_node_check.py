@@ -11,13 +11,13 @@ from pathlib import Path
 import celpy
 import kubernetes_validate
 import pytest
-from pod_security import restricted_violations
 
 from infra.accelerators import CATALOG
 from infra.addons import gpu_node_check as check
 from infra.addons import gpu_node_check_script as script
 from infra.config.cluster_rules import DEFAULT_KUBERNETES_VERSION
 from infra.contract import taint_spec, tolerated
+from workloads.pod_security import restricted_violations
 
 NAMESPACE = "gpu-system"
 CLAIM_POLICY = f"{check.NAME}-nodeclaim"

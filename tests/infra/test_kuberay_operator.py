@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import kubernetes_validate
 import pytest
-from pod_security import pod_spec, restricted_violations
 
 from infra.addons import kuberay
 from infra.charts import CHARTS
 from policy import helm_render, upstream
 from policy.helm_render import HelmRelease
+from workloads.pod_security import pod_spec, restricted_violations
 
 KUBE_VERSION = "1.35"
 PROMETHEUS_STACK = HelmRelease(

@@ -30,6 +30,7 @@ ADDON_EXPORTS = {
     "kueue_queues",
     "device_plugins",
     "queue_quotas",
+    "priority_classes",
 }
 
 

@@ -1,16 +1,22 @@
 """Every platform namespace enforces the strictest Pod Security level that all the pods the pinned charts
-render into it pass (tests/pod_security.py), and says why when that is not `restricted`."""
+render into it pass (workloads/pod_security.py), and says why when that is not `restricted`."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 
 import pytest
-from pod_security import LEVELS, baseline_violations, pod_spec, restricted_violations, strictest_level
 
 from infra.addons.namespaces import POD_SECURITY, VOLCANO_NAMESPACE, pod_security_labels
 from infra.addons.training import volcano_values
 from policy.helm_render import HelmRelease, objects, render
+from workloads.pod_security import (
+    LEVELS,
+    baseline_violations,
+    pod_spec,
+    restricted_violations,
+    strictest_level,
+)
 
 NAMESPACE = "kubernetes:core/v1:Namespace"
 ENFORCE = "pod-security.kubernetes.io/enforce"

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netpol import Endpoint, selects
-from pod_security import pod_spec
 
 from infra.contract import JOB_LABEL
 from workloads.__main__ import platform_facts
 from workloads.operator_pods import operator_pods
+from workloads.pod_security import pod_spec
 from workloads.render import render
 from workloads.stacks import load_stack, program_text, workload_stacks
 

@@ -10,7 +10,6 @@ import pytest
 import yaml
 from cel_rules import CrdRules
 from netpol import Endpoint, allowed
-from pod_security import baseline_violations, restricted_violations
 
 from infra.contract import JOB_LABEL, QueueQuota
 from trainer import attempts
@@ -19,6 +18,7 @@ from workloads.__main__ import platform_facts
 from workloads.operator_pods import operator_pods
 from workloads.placement import place
 from workloads.platform import PlatformFacts
+from workloads.pod_security import baseline_violations, restricted_violations
 from workloads.render import render
 from workloads.scheduling import simulate, unschedulable
 from workloads.spec import SpecError, TrainingJobSpec, parse_spec
@@ -51,7 +51,8 @@ def volcano(dev) -> PlatformFacts:
     (infra/addons/training.py volcano_queues)."""
     queue = QueueQuota(name="ml-team", scheduler="volcano",
                        nominal={"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "8"})  # fmt: skip
-    return dev.model_copy(update={"gang_scheduler": "volcano", "kueue_queues": (), "queue_quotas": (queue,)})
+    return dev.model_copy(update={"gang_scheduler": "volcano", "kueue_queues": (), "queue_quotas": (queue,),
+                                  "priority_classes": ("research",)})
 
 
 def _kind(objects: list[dict], kind: str) -> dict:

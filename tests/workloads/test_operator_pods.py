@@ -10,7 +10,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from pod_security import baseline_violations, restricted_violations
 
 from infra.accelerators import CATALOG
 from infra.addons.training import kueue_objects
@@ -18,6 +17,7 @@ from infra.config.addons import TeamQueue
 from infra.contract import ACCELERATOR_LABEL, Toleration, tolerated
 from workloads import operator_pods as model
 from workloads.platform import PlatformFacts, example_outputs_path, load_platform_outputs
+from workloads.pod_security import baseline_violations, restricted_violations
 from workloads.render import render
 from workloads.scheduling import quota_problems, simulate, unschedulable
 from workloads.stacks import load_stack, program_text, workload_stacks

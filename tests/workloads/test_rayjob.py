@@ -11,13 +11,13 @@ import pytest
 import yaml
 from cel_rules import CrdRules
 from kuberay_validation import rayjob_problems
-from pod_security import restricted_violations
 
 from trainer import ray_train
 from workloads import pod, rayjob
 from workloads.operator_pods import operator_pods
 from workloads.placement import place
 from workloads.platform import example_outputs_path, load_platform_outputs
+from workloads.pod_security import restricted_violations
 from workloads.render import render
 from workloads.scheduling import simulate, unschedulable
 from workloads.spec import CONFIG_KEY, SpecError, parse_spec

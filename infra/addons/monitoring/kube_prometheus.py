@@ -11,17 +11,12 @@ Secret (grafana chart templates/role.yaml, clusterrole.yaml), and with `searchNa
 read every Secret of the cluster.
 
 On EKS the control plane is AWS's: kube-controller-manager, kube-scheduler and etcd expose no scrape
-target, so their ServiceMonitors and rules are off (else KubeControllerManagerDown/KubeSchedulerDown fire
-for the cluster's whole life). kube-proxy is off too: the EKS kube-proxy add-on binds its metrics to
-127.0.0.1:10249 and reverts edits of its config (aws/containers-roadmap#657), so the target is always
-down. Alertmanager sends the platform's own alerts (label `platform: mlops-eks`,
-infra/addons/monitoring/alerts.py) and every critical one to the receiver configured in
-`addons.observability.alertReceiver`, whose URL or key is read from a
-mounted Secret (never from the Helm values); with none configured they go to "null".
-
-Prometheus's, Alertmanager's and Grafana's StatefulSets delete their volumes with themselves
-(persistentVolumeClaimRetentionPolicy whenDeleted: Delete), so `pulumi destroy` leaves no EBS volume;
-the release depends on the EBS CSI add-on and the nodes, so destroy removes it first.
+target, so their ServiceMonitors and rules are off (else their Down alerts fire forever); kube-proxy too
+(the EKS add-on binds its metrics to 127.0.0.1 and reverts edits: aws/containers-roadmap#657).
+Alertmanager sends the platform's alerts (label `platform: mlops-eks`, alerts.py) and every critical one to
+`addons.observability.alertReceiver`, its URL or key read from a mounted Secret; with none, to "null".
+The StatefulSets delete their volumes with themselves (persistentVolumeClaimRetentionPolicy), and the
+release depends on the EBS CSI add-on and the nodes, so `pulumi destroy` leaves no EBS volume.
 """
 
 from __future__ import annotations

@@ -1,0 +1,285 @@
+"""`python -m workloads plan --stack S`: before anything is deployed, will the job run, where, how soon and
+at what cost.
+
+Every answer comes from the checks `render` and the tests already run, not from a second model: the spec
+against the platform (placement), the objects (render), the pods as their operators create them and the
+nodes, queues and namespace quota they need (scheduling, on workloads/operator_pods.py), the Pod Security
+level of the job's namespace (pod_security). Node counts follow Karpenter's choice of the cheapest instance
+type that holds the pods; prices are the accelerator catalog's, Spot prices those of a
+`aws ec2 describe-spot-price-history` file when one is given.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from infra.accelerators import CATALOG, PRICE_REGION, PRICES_READ
+from infra.contract import AcceleratorPool, quantity
+from workloads.operator_pods import operator_pods
+from workloads.placement import place
+from workloads.platform import PlatformFacts
+from workloads.pod_security import baseline_violations, restricted_violations
+from workloads.render import render
+from workloads.scheduling import (
+    PodTemplate,
+    Verdict,
+    matches_expression,
+    nodes_by_type,
+    queue_use,
+    quota_problems,
+    simulate,
+    unschedulable,
+)
+from workloads.spec import SpecError
+from workloads.stacks import WorkloadStack, program_text
+
+# How long until the first training step, in minutes. Not measured by this project (it has no AWS account):
+# the README's "How fast" estimate. A Karpenter node launches, boots the AL2023 GPU AMI and joins in about
+# 1-3 minutes (p4d/p5 at the slow end); the several-GB training image then takes a few minutes to pull on a
+# fresh node. A managed (reserved) group's nodes are running already.
+NODE_LAUNCH_MINUTES = (1, 3)
+IMAGE_PULL_MINUTES = (2, 3)
+# The startup GPU check (infra/addons/gpu_node_check_script.py): nvidia-smi answers in seconds; a GPU that
+# hangs fails the check after 120 s and the node never takes the job.
+GPU_CHECK_LIMIT_SECONDS = 120
+LEVEL_LABEL = "pod-security.kubernetes.io/enforce"
+SPOT_HELP = (
+    "aws ec2 describe-spot-price-history --region <region> --product-descriptions Linux/UNIX "
+    "--start-time $(date -u +%Y-%m-%dT%H:%M:%SZ) --instance-types <type> > spot.json"
+)
+
+
+@dataclass
+class PoolPlan:
+    name: str
+    pool: AcceleratorPool
+    instance_type: str
+    nodes: int
+    spot: tuple[float, float] | None = None  # cheapest and dearest current AZ price, from the file
+
+    @property
+    def on_demand(self) -> float:
+        return CATALOG[self.pool.accelerator].instance(self.instance_type).usd_per_hour
+
+
+@dataclass
+class Plan:
+    stack: WorkloadStack
+    facts_source: Path
+    facts_region: str
+    verdicts: list[Verdict] = field(default_factory=list)
+    pools: list[PoolPlan] = field(default_factory=list)
+    queue_lines: list[str] = field(default_factory=list)
+    security_lines: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # why it will not run; empty: it runs
+
+    @property
+    def runs(self) -> bool:
+        return not self.problems
+
+    def text(self) -> str:
+        spec = self.stack.spec
+        out = [
+            f"plan for workload stack {self.stack.name} (platform {self.stack.platform_stack}: facts from "
+            f"{self.facts_source})",
+            f"job {spec.name}: operator {spec.operator}, {spec.max_nodes} x {spec.gpus_per_node} "
+            f"{spec.accelerator} GPU(s)",
+        ]
+        if self.verdicts:
+            out.append("pods, as their operators create them:")
+            out += [f"  {_pod_line(v)}" for v in self.verdicts]
+        if self.pools:
+            if self.facts_region != PRICE_REGION:
+                out.append(f"(prices below are {PRICE_REGION}'s; the platform runs in {self.facts_region})")
+            out.append("nodes:")
+            for p in self.pools:
+                out += [f"  {line}" for line in _node_lines(p)]
+            out.append(f"cost while it runs (catalog prices, {PRICE_REGION} on-demand, read {PRICES_READ}):")
+            out += [f"  {line}" for line in _cost_lines(self.pools, self.stack)]
+        out += self.queue_lines + self.security_lines
+        if self.runs:
+            out.append("verdict: will run")
+        else:
+            out.append("verdict: will not run because:")
+            out += [f"  - {p}" for p in self.problems]
+        return "\n".join(out)
+
+
+def _pod_line(v: Verdict) -> str:
+    r = v.template.requests
+    gpus = next((f", {amount} {k}" for k, amount in r.items() if k.endswith("/gpu")), "")
+    memory = quantity(r.get("memory", "0")) / 2**30
+    where = f"pool {v.source}" if v.schedulable else "no pool"
+    size = f"{r.get('cpu', '0')} vCPU, {memory:g}Gi{gpus}"
+    return f"{v.template.job}: {v.template.count} pod(s) of {size} -> {where}"
+
+
+def _node_lines(p: PoolPlan) -> list[str]:
+    capacity = "/".join(p.pool.capacity_types)
+    if p.pool.source == "managed":
+        return [
+            f"pool {p.name}: managed node group of {p.pool.size} x {p.instance_type} ({capacity}), running "
+            f"already: the job takes {p.nodes} of them; first step in roughly {IMAGE_PULL_MINUTES[0]}-"
+            f"{IMAGE_PULL_MINUTES[1]} min (the image pull)"
+        ]
+    low, high = (a + b for a, b in zip(NODE_LAUNCH_MINUTES, IMAGE_PULL_MINUTES, strict=True))
+    lines = [
+        f"pool {p.name}: Karpenter launches {p.nodes} x {p.instance_type} ({capacity}; the pool holds at "
+        f"most {p.pool.max_nodes})",
+        f"  first step in roughly {low}-{high} min: launch and join {NODE_LAUNCH_MINUTES[0]}-"
+        f"{NODE_LAUNCH_MINUTES[1]} min, image pull {IMAGE_PULL_MINUTES[0]}-{IMAGE_PULL_MINUTES[1]} min "
+        "(estimates, not measured here: README \"How fast\")",
+    ]
+    if p.pool.startup_taints:
+        lines.append(f"  then the startup GPU check: seconds, at most {GPU_CHECK_LIMIT_SECONDS} s")
+    return lines
+
+
+def _cost_lines(pools: Sequence[PoolPlan], stack: WorkloadStack) -> list[str]:
+    lines = []
+    total = 0.0
+    for p in pools:
+        cost = p.nodes * p.on_demand
+        total += cost
+        lines.append(f"pool {p.name}: on-demand {p.nodes} x ${p.on_demand:.3f} = ${cost:.3f}/h")
+        if "spot" in p.pool.capacity_types:
+            if p.spot:
+                low, high = (p.nodes * price for price in p.spot)
+                lines.append(f"  spot now: ${low:.3f}-${high:.3f}/h across the region's AZs (the given file)")
+            else:
+                lines.append("  spot: at most the on-demand price (AWS's default maximum price); current "
+                             "prices: --spot-prices FILE (see --help)")  # fmt: skip
+        if p.pool.source == "managed":
+            lines.append("  (a managed group runs and bills around the clock, whether a job runs or not)")
+    lines.append(f"total on-demand: ${total:.3f}/h, ${total * stack.spec.max_runtime_hours:,.0f} at the "
+                 f"job's maxRuntimeHours ({stack.spec.max_runtime_hours:g} h)")  # fmt: skip
+    return lines
+
+
+def _allowed_types(templates: Sequence[PodTemplate], pool: AcceleratorPool) -> list[str]:
+    """The pool's instance types every template's required node affinity admits (Karpenter launches no
+    other for these pods)."""
+    return [
+        it for it in pool.instance_types
+        if all(
+            not t.node_terms or any(
+                all(matches_expression(pool.node_labels_for(it, c), e) for e in term)
+                for term in t.node_terms for c in pool.capacity_types
+            )
+            for t in templates
+        )
+    ]  # fmt: skip
+
+
+def pool_plans(verdicts: Sequence[Verdict], platform: PlatformFacts, spot: Mapping[str, tuple[float, float]]
+               ) -> list[PoolPlan]:  # fmt: skip
+    """Per pool hosting pods: the nodes they take. Karpenter picks the cheapest instance type that holds
+    them (karpenter.sh docs, "Instance Types": the cheapest among those the NodePool and the pods allow);
+    a managed group has its fixed nodes."""
+    plans = []
+    for name, pool in platform.accelerator_pools.items():
+        templates = [v.template for v in verdicts if v.source == name]
+        if not templates:
+            continue
+        counts = nodes_by_type(templates, pool)
+        price = CATALOG[pool.accelerator].instance
+        allowed = _allowed_types(templates, pool)
+        options = [(n * price(it).usd_per_hour, it, n) for it in allowed if (n := counts.get(it)) is not None]
+        if not options:
+            continue
+        _, instance_type, nodes = min(options)
+        plans.append(PoolPlan(name, pool, instance_type, nodes, spot.get(instance_type)))
+    return plans
+
+
+def _queue_lines(verdicts: Sequence[Verdict], platform: PlatformFacts) -> list[str]:
+    name = verdicts[0].template.queue if verdicts else None
+    if name is None:
+        return ["queue: none (the job's pods are created at once, not gang-admitted)"]
+    queue = platform.queue(name)
+    if queue is None:
+        return [f"queue: {name} (not a queue of {platform.cluster_name})"]
+    uses = queue_use(verdicts, platform)
+    shown = ", ".join(
+        f"{u.resource}{f' ({u.accelerator})' if u.accelerator else ''} {u.shown()} of {u.nominal or 'none'}"
+        for u in uses
+    )
+    # Volcano limits only the resources a Queue names (scheduling._queue_problems); Kueue refuses the rest.
+    refused = any(
+        (u.nominal is None and queue.scheduler == "kueue") or (u.nominal and u.total > quantity(u.nominal))
+        for u in uses
+    )
+    verdict = "never admitted (below)" if refused else "admitted at once (the gang fits the nominal quota)"
+    return [f"queue: {name} ({queue.scheduler}): {verdict}: {shown}"]
+
+
+def _security(objects: Sequence[Mapping[str, Any]], platform: PlatformFacts) -> tuple[list[str], list[str]]:
+    """(lines, problems): the operators' pods against the Pod Security level their namespace enforces."""
+    namespaces = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Namespace"}
+    lines, problems = [], []
+    pods = operator_pods(objects, platform)
+    for namespace in sorted({p.pod["metadata"]["namespace"] for p in pods}):
+        labels = (namespaces.get(namespace) or {}).get("metadata", {}).get("labels", {})
+        level = labels.get(LEVEL_LABEL)
+        judged = level or "restricted"
+        check = restricted_violations if judged == "restricted" else baseline_violations
+        found = sorted({f"{p.job}/{p.role}: {v}" for p in pods if p.pod["metadata"]["namespace"] == namespace
+                        for v in (check(p.spec) if judged != "privileged" else [])})  # fmt: skip
+        where = f"enforces {level}" if level else "is not created by this stack (judged as restricted)"
+        lines.append(f"pod security: namespace {namespace} {where}: "
+                     + ("every pod passes" if not found else f"{len(found)} refusal(s)"))  # fmt: skip
+        problems += [f"Pod Security ({judged}) refuses {f}" for f in found]
+    return lines, problems
+
+
+def read_spot_prices(path: Path, region: str) -> dict[str, tuple[float, float]]:
+    """Instance type -> (cheapest, dearest) current Linux Spot price across `region`'s AZs, from the JSON
+    `aws ec2 describe-spot-price-history` prints (the newest price of each AZ)."""
+    try:
+        history = json.loads(path.read_text())["SpotPriceHistory"]
+        newest: dict[tuple[str, str], tuple[datetime, float]] = {}
+        for e in history:
+            linux = e["ProductDescription"].startswith("Linux/UNIX")
+            if not linux or not e["AvailabilityZone"].startswith(region):
+                continue
+            when = datetime.fromisoformat(str(e["Timestamp"]))
+            key = (e["InstanceType"], e["AvailabilityZone"])
+            if key not in newest or when > newest[key][0]:
+                newest[key] = (when, float(e["SpotPrice"]))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise SpecError(
+            f"--spot-prices {path}: not the output of describe-spot-price-history ({type(err).__name__}: "
+            f"{err}); allowed: the JSON of `{SPOT_HELP}`"
+        ) from None
+    prices: dict[str, list[float]] = {}
+    for (instance_type, _), (_, price) in newest.items():
+        prices.setdefault(instance_type, []).append(price)
+    return {t: (min(p), max(p)) for t, p in prices.items()}
+
+
+def plan(stack: WorkloadStack, facts: PlatformFacts, source: Path, spot_file: Path | None = None) -> Plan:
+    """The plan of a loaded workload stack on its platform's facts."""
+    result = Plan(stack, source, facts.region)
+    try:
+        place(stack.spec, facts)
+    except SpecError as err:
+        result.problems.append(str(err))
+        return result
+    objects = render(stack.spec, facts, program_text=program_text(stack.spec))
+    result.verdicts = simulate(objects, facts)
+    spot = read_spot_prices(spot_file, facts.region) if spot_file else {}
+    result.pools = pool_plans(result.verdicts, facts, spot)
+    result.queue_lines = _queue_lines(result.verdicts, facts)
+    result.security_lines, security = _security(objects, facts)
+    quota = quota_problems(objects, facts)
+    result.security_lines.append(
+        f"namespace quota: {'fits' if not quota else 'refuses pods (below)'} (counting a restarted gang "
+        "beside the old one)"
+    )
+    result.problems += unschedulable(result.verdicts) + quota + security
+    return result

@@ -1,0 +1,176 @@
+"""What the fields of a job spec must agree on, beyond each field's own type: the image and the settings
+of the trainer against the accelerator's vendor, the environment against what the operators and torchrun
+set, the metrics port against the operator's ports, and where the trainer may write inside the pod.
+
+Each function returns problems as `<key>: <what is wrong>; got <value>; allowed: <what>` lines, the key
+relative to `mlops-eks:job` (TrainingJobSpec adds the prefix). Pure: the catalog and the spec only.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from infra.accelerators import CATALOG
+
+if TYPE_CHECKING:
+    from workloads.spec import TrainingJobSpec
+
+# The image repository built for each GPU vendor (docker/cuda, docker/rocm); docker/cpu has no GPU torch.
+VENDOR_REPOSITORY = {"nvidia": "cuda", "amd": "rocm"}
+_BUILT_FOR = {"cuda": "NVIDIA (CUDA)", "rocm": "AMD (ROCm)"}
+
+# Environment the job's processes get from torchrun, the operators or the platform: a value in `env`
+# would fight them (the last duplicate wins in Kubernetes, and torchrun overwrites the rest per process).
+RESERVED_ENV = {
+    **dict.fromkeys(
+        ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+         "ROLE_RANK", "ROLE_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT"),
+        "torchrun and the operator set it for every process",
+    ),  # fmt: skip
+    "JOB_COMPLETION_INDEX": "the Job controller sets it (a TrainJob's node index)",
+    **dict.fromkeys(
+        ("RAY_ADDRESS", "RAY_IP", "FQ_RAY_IP", "RAY_PORT", "RAY_CLUSTER_NAME", "RAY_CLUSTER_NAMESPACE",
+         "RAY_NODE_TYPE_NAME", "RAY_JOB_SUBMISSION_ID", "RAY_DASHBOARD_ADDRESS", "RAY_CLOUD_INSTANCE_ID",
+         "KUBERAY_GEN_RAY_START_CMD", "RAY_USAGE_STATS_KUBERAY_IN_USE",
+         "RAY_DASHBOARD_ENABLE_K8S_DISK_USAGE"),
+        "KubeRay sets it to join the pod to its Ray cluster",
+    ),  # fmt: skip
+    **dict.fromkeys(
+        ("OMPI_MCA_plm_rsh_agent", "OMPI_MCA_orte_default_hostfile", "I_MPI_HYDRA_BOOTSTRAP",
+         "I_MPI_HYDRA_BOOTSTRAP_EXEC"),
+        "the MPIJob's launcher needs it to start the workers through kubectl exec",
+    ),  # fmt: skip
+    **dict.fromkeys(
+        ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"),
+        "the device plugin and the operator choose which GPUs the container sees",
+    ),  # fmt: skip
+    "HOME": "the root filesystem is read-only: the platform points it at /tmp",
+    "XDG_CACHE_HOME": "the root filesystem is read-only: the platform points it at /tmp/.cache",
+    **dict.fromkeys(
+        ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+         "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"),
+        "a credential in a stack file is in git; the job's IAM role reaches its pods through Pod Identity",
+    ),  # fmt: skip
+}
+RESERVED_ENV_PREFIXES = {
+    "PET_": "Kubeflow's torchrun settings (nodes, rank, rendezvous), set by the operator",
+    "TORCHELASTIC_": "torchrun's own",
+    "MLOPS_EKS_": "the platform's restart ledger",
+}
+
+# Ports the operator's pods already listen on (workloads/operator_pods.py models them; a test keeps the two
+# equal): the trainer's metrics server may not take one.
+OPERATOR_PORTS: dict[str, dict[int, str]] = {
+    "trainjob": {29500: "torchrun's rendezvous (Kubeflow Trainer's PET_MASTER_PORT)"},
+    "pytorchjob": {23456: "torchrun's rendezvous (the PyTorchJob master port)"},
+    "mpijob": {29500: "torch.distributed's MASTER_PORT under mpirun (trainer/mpi_env.py)"},
+    "rayjob": {
+        6379: "Ray's GCS server",
+        8265: "Ray's dashboard (KubeRay reads job status from it)",
+        10001: "Ray's client server",
+        8080: "Ray's own metrics export",
+    },
+}
+
+# In the pod the root filesystem is read-only; /tmp is an emptyDir that goes with the pod.
+POD_SCRATCH = ("/tmp", "/dev/shm")
+
+
+def _train(spec: TrainingJobSpec, section: str) -> dict[str, Any]:
+    value = spec.trainer_config.get(section)
+    return value if isinstance(value, dict) else {}
+
+
+def vendor_problems(spec: TrainingJobSpec) -> list[str]:
+    """The image repository and the trainer's device and precision against the accelerator."""
+    acc = CATALOG.get(spec.accelerator)
+    if acc is None:  # placement names the accelerators the platform offers
+        return []
+    native = VENDOR_REPOSITORY[acc.vendor]
+    gpus = f"{spec.gpus_per_node} {acc.gpu_model} GPU(s) per node"
+    problems = []
+    repo = spec.image_repository
+    if repo is not None and repo in VENDOR_REPOSITORY.values() and repo != native:
+        problems.append(
+            f"imageRepository: the {repo} image is built for {_BUILT_FOR[repo]} GPUs and accelerator "
+            f"{acc.key} is {acc.gpu_model}: its torch would find no GPU; got {repo!r}; allowed: {native} "
+            f"(the default for {acc.key}: leave it unset)"
+        )
+    if repo == "cpu" and spec.operator != "mpijob":
+        problems.append(
+            f"imageRepository: the cpu image's torch has no GPU support, so the job's {gpus} would sit "
+            f"idle; got 'cpu'; allowed: {native} (the default for {acc.key}: leave it unset)"
+        )
+    if not spec.program.runs_trainer or spec.operator == "mpijob":
+        return problems  # an MPIJob trains on the cpu image's CPUs by design (workloads/mpijob.py)
+    train = _train(spec, "train")
+    if train.get("device") == "cpu":
+        problems.append(
+            f"trainerConfig.train.device: 'cpu' leaves the job's {gpus} idle; got 'cpu'; allowed: auto or "
+            "cuda (ROCm's torch calls AMD GPUs cuda too); a CPU run is `python -m workloads run-local`"
+        )
+    if train.get("precision") == "bf16" and acc.native_precision != "bf16":
+        problems.append(
+            f"trainerConfig.train.precision: {acc.gpu_model} ({acc.compute_target}) has no bf16 units, so "
+            f"bf16 is emulated and slow; got 'bf16'; allowed: auto (picks {acc.native_precision} with loss "
+            f"scaling there), {acc.native_precision} or fp32"
+        )
+    return problems
+
+
+def env_problems(spec: TrainingJobSpec) -> list[str]:
+    problems = []
+    for name in spec.env:
+        if not name or "=" in name or not name.isprintable() or not name.isascii():
+            problems.append(
+                f"env.{name}: not an environment variable name; got {name!r}; allowed: printable ASCII "
+                "without '=' (letters, digits and _ by convention)"
+            )
+            continue
+        why = RESERVED_ENV.get(name) or next(
+            (w for p, w in RESERVED_ENV_PREFIXES.items() if name.startswith(p)), None
+        )
+        if why:
+            problems.append(
+                f"env.{name}: {why}; got {name}={spec.env[name]!r}; allowed: any other name (NCCL_*, "
+                "FI_*, OMP_NUM_THREADS ... override the platform's defaults)"
+            )
+    return problems
+
+
+def port_problems(spec: TrainingJobSpec) -> list[str]:
+    port = _train(spec, "output").get("metrics_port")
+    taken = OPERATOR_PORTS.get(spec.operator, {})
+    if not spec.program.runs_trainer or not isinstance(port, int) or port not in taken:
+        return []
+    free = sorted(set(range(9464, 9470)) - set(taken))
+    return [
+        f"trainerConfig.output.metrics_port: {port} is {taken[port]} in the {spec.operator} pods; got "
+        f"{port}; allowed: a port none of them uses, e.g. {free[0]} (the default), or 0 for no metrics"
+    ]
+
+
+def pod_path_problems(spec: TrainingJobSpec) -> list[str]:
+    """Checkpoint and output directories the trainer cannot keep inside the pod: the root filesystem is
+    read-only and /tmp goes with the pod, so a local path there is lost (or refused) at the first write."""
+    if not spec.program.runs_trainer:
+        return []
+    problems = []
+    for role in ("checkpoint", "output"):
+        path = _train(spec, role).get("dir")
+        if not isinstance(path, str) or not path or path.startswith("s3://"):
+            continue
+        where = (
+            "in the pod's /tmp or /dev/shm, which go with the pod"
+            if path.startswith(POD_SCRATCH)
+            else "on the pod's read-only root filesystem"
+        )
+        problems.append(
+            f"trainerConfig.{role}.dir: {path!r} is {where}; got {path!r}; allowed: `{role}: {{s3: <path>}}` "
+            f"(under the job's prefix) or `{role}: {{pvc: ...}}` instead of trainerConfig.{role}.dir"
+        )
+    return problems
+
+
+def consistency_problems(spec: TrainingJobSpec) -> list[str]:
+    return [*vendor_problems(spec), *env_problems(spec), *port_problems(spec), *pod_path_problems(spec)]

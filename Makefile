@@ -51,10 +51,11 @@ demo: $(RUN_STAMP)
 dev: $(DEV_STAMP)
 
 # One pytest worker per core (pytest-xdist): the tests are safe to run in parallel (ports the OS picks,
-# their own temporary directories); the fault figures are gathered from every worker.
+# their own temporary directories); the fault figures are gathered from every worker. `loadgroup` keeps a
+# module whose fixture is costly (the rehearsal, the checkov scan) on one worker instead of computing it twice.
 test: $(DEV_STAMP)
 	$(PY) -m compileall -q infra workloads trainer policy
-	$(PY) -m pytest -n auto
+	$(PY) -m pytest -n auto --dist loadgroup
 
 lint: $(DEV_STAMP)
 	$(PY) -m ruff check .

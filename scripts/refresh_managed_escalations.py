@@ -10,6 +10,7 @@ tests/policy/test_iam_semantics.py recomputes the list and fails when the commit
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from importlib.metadata import version
@@ -18,7 +19,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from policy.iam import MANAGED_ESCALATIONS_FILE, admin_equivalent  # noqa: E402
 
 
 def managed_policies() -> dict[str, dict]:
@@ -29,6 +29,8 @@ def managed_policies() -> dict[str, dict]:
 
 def escalating() -> dict[str, str]:
     """name -> the first reason it makes its holder an admin."""
+    from policy.iam import admin_equivalent  # the pack's IAM reading: `make dev`
+
     found = {}
     for name, policy in sorted(managed_policies().items()):
         reasons = admin_equivalent(policy["Document"])
@@ -47,5 +49,12 @@ def render(found: dict[str, str]) -> str:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(
+        prog="scripts/refresh_managed_escalations.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    ).parse_args()  # no options: --help answers before anything is computed or written
+    from policy.iam import MANAGED_ESCALATIONS_FILE
+
     MANAGED_ESCALATIONS_FILE.write_text(render(escalating()))
     print(f"wrote {MANAGED_ESCALATIONS_FILE.relative_to(REPO)}")

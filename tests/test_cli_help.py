@@ -33,9 +33,12 @@ def _script(path: str, *sub: str, usage: str | None = None) -> tuple[list[str], 
 
 COMMANDS = {
     "infra": _module("infra"),
-    "infra synth": _module("infra", "synth"),
+    **{f"infra {sub}": _module("infra", sub) for sub in ("synth", "check", "rehearse")},
     "workloads": _module("workloads"),
-    **{f"workloads {sub}": _module("workloads", sub) for sub in ("render", "run-local", "status", "logs")},
+    **{
+        f"workloads {sub}": _module("workloads", sub)
+        for sub in ("plan", "render", "run-local", "status", "logs")
+    },
     "policy": ([*PY, "policy", "--help"], "usage: pulumi preview|up --policy-pack policy"),
     "policy.scan": _module("policy.scan"),
     "policy.upstream": _module("policy.upstream"),
@@ -45,8 +48,7 @@ COMMANDS = {
     "trainer.bench": _module("trainer.bench"),
     "trainer.bench_workers": _module("trainer.bench_workers"),
     **{
-        f"trainer.bench_workers {sub}": _module("trainer.bench_workers", sub)
-        for sub in ("bare", "data-prep")
+        f"trainer.bench_workers {sub}": _module("trainer.bench_workers", sub) for sub in ("bare", "data-prep")
     },
     "trainer.checkpoint_bench": _module("trainer.checkpoint_bench"),
     "trainer.gpu_check": ([*PY, "trainer.gpu_check", "--help"], "usage: gpu_check.py"),
@@ -58,6 +60,8 @@ COMMANDS = {
     "scripts/lock_requirements.py": _script("scripts/lock_requirements.py"),
     "scripts/platform_examples.py": _script("scripts/platform_examples.py"),
     "scripts/refresh_upstream.py": _script("scripts/refresh_upstream.py"),
+    "scripts/refresh_managed_escalations.py": _script("scripts/refresh_managed_escalations.py"),
+    "scripts/vendor_operator_sources.py": _script("scripts/vendor_operator_sources.py"),
     **{
         f"scripts/refresh_upstream.py {sub}": _script("scripts/refresh_upstream.py", sub)
         for sub in ("check", "fetch", "charts")
@@ -69,8 +73,13 @@ COMMANDS = {
     "infra/addons/gpu_node_check_script.py": _script("infra/addons/gpu_node_check_script.py"),
     ".ci/run": _script(".ci/run", usage="usage: .ci/run"),
 }
-# Not a command: the Pulumi program, which only the Pulumi engine runs (`pulumi up`).
-NOT_COMMANDS = {"__main__.py"}
+# Not commands: the Pulumi program, which only the Pulumi engine runs (`pulumi up`), and the language
+# host's shim, which infra/tools/engine.py runs as the engine would, and a test's training program.
+NOT_COMMANDS = {
+    "__main__.py",
+    "infra/tools/pulumi_language_python_exec.py",
+    "tests/trainer/poisoned_trainer.py",
+}
 # A usage line's subcommands: `{synth} ...`.
 SUBCOMMANDS = re.compile(r"\{([\w,-]+)\} \.\.\.")
 # What `git ls-files` shows but a command's --help may not write.

@@ -72,15 +72,21 @@ UNROUTED = tuple(
 )
 
 
-def _cidr(field: str, value: str, example: str = "10.0.0.0/16") -> ipaddress.IPv4Network:
+def _cidr(
+    field: str, value: str, example: str = "10.0.0.0/16", allowed: str = "an IPv4 network in CIDR notation"
+) -> ipaddress.IPv4Network:
     """An IPv4 network as written: a prefix length (a bare address is not a network) and no host bits."""
+    if isinstance(value, str) and "/" not in value:
+        # Python reads "198.51.100.7" as a /32; EKS (CreateCluster, UpdateClusterConfig) and EC2 security
+        # group rules refuse an entry without a prefix length, after the VPC exists.
+        reason = "a bare IP address, which AWS refuses: a network needs its prefix length"
+        raise Invalid(field, value, f"{allowed} with its prefix length, such as {example}", reason=reason)
     try:
-        if "/" not in value:
-            raise ValueError(value)
         return ipaddress.IPv4Network(value)
-    except ValueError:
-        allowed = "an IPv4 network in CIDR notation with its prefix length and no host bits, such as "
-        raise Invalid(field, value, allowed + example) from None
+    except (ValueError, TypeError):
+        raise Invalid(
+            field, value, f"{allowed} with its prefix length and no host bits, such as {example}"
+        ) from None
 
 
 class PlatformConfig(ConfigModel):
@@ -311,8 +317,9 @@ class PlatformConfig(ConfigModel):
         if self.deployer_cidrs and not self.deploy_from_vpc:
             raise Invalid("deployerCidrs", self.deployer_cidrs, "[] when deployFromVpc is false")
         for i, value in enumerate(self.deployer_cidrs):
-            net = _cidr(f"deployerCidrs[{i}]", value)
-            if "/" not in value or not net.is_private:
+            private = "a private network in CIDR notation"
+            net = _cidr(f"deployerCidrs[{i}]", value, "10.30.0.0/19, a private subnet of the VPC", private)
+            if not net.is_private:
                 raise Invalid(
                     f"deployerCidrs[{i}]",
                     value,

@@ -149,6 +149,6 @@ def test_an_operator_whose_init_container_pod_security_refuses_will_not_run_the_
     code, out = plan_of("--stack", "dev-zimdb-multinode")
     assert code == 2 and "pod security: namespace zimdb-multinode enforces restricted: " in out
     assert (
-        "Pod Security (restricted) refuses PyTorchJob/zimdb-multinode/Worker: init-pytorch: "
-        "allowPrivilegeEscalation not false"
+        "Pod Security (restricted) refuses PyTorchJob/zimdb-multinode/Worker: allowPrivilegeEscalation: "
+        "container 'init-pytorch' does not set allowPrivilegeEscalation: false"
     ) in out

@@ -34,7 +34,8 @@ def test_missing_image_names_the_key_and_both_ways_to_set_it():
 def test_unknown_key_and_bad_values_are_all_reported_with_their_values():
     msg = _error({**BASE, "name": "Zimdb", "gpusPerNode": 0, "gpus": 4})
     assert "mlops-eks:job.name:" in msg and "(got 'Zimdb')" in msg
-    assert "mlops-eks:job.gpusPerNode: Input should be greater than or equal to 1 (got 0)" in msg
+    gpus_per_node = "Input should be greater than or equal to 1; allowed: a number >= 1 (got 0)"
+    assert f"mlops-eks:job.gpusPerNode: {gpus_per_node}" in msg
     assert "mlops-eks:job.gpus: unknown key; allowed keys: name, namespace" in msg
 
 

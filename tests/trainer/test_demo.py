@@ -1,4 +1,5 @@
-"""The demo's configuration: what `make demo` and the README's run-local examples hand the trainer."""
+"""The demo's configuration: what `make demo` and the run-local examples of docs/trainer.md hand the
+trainer."""
 
 import pytest
 

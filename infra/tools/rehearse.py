@@ -1,6 +1,6 @@
-"""`python -m infra rehearse --stack S`: docs/deploy.md "Deploy to AWS", its steps, run against the real program,
-the real policy pack and the real config path, without AWS (infra/tools/engine.py stands in for the engine and
-the cloud). What it rehearses, step by step (`STEPS`, that page's commands in its order):
+"""`python -m infra rehearse --stack S`: the steps of docs/deploy.md "Deploy to AWS", run against the real
+program, the real policy pack and the real config path, without AWS (infra/tools/engine.py stands in for
+the engine and the cloud). What it rehearses, step by step (`STEPS`, that page's commands in its order):
 
 1. `pulumi config set --path ...`: the stack file's example values replaced by the user's (`--value
    account=...`, defaults: `USER_VALUES`), as `pulumi config set --path` writes them;
@@ -46,7 +46,7 @@ USER_VALUES = {
 FIRST_DEPLOYER = f"arn:aws:sts::{USER_ACCOUNT}:assumed-role/deployer/first-deploy"
 SECRET_PREFIX = "rehearsal:"  # how `--secret` values are "encrypted" in the rehearsed stack file
 
-Kind = Literal["outside", "select", "config", "rehearse", "preview", "up", "up-second-identity"]
+Kind = Literal["outside", "select", "config", "rehearse", "check", "preview", "up", "up-second-identity"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,7 @@ STEPS = (
     Step("pulumi config set --path 'mlops-eks:publicAccessCidrs[0]' <your-egress-ip>/32", "config"),
     Step("pulumi config set --path 'mlops-eks:gpuPools[1].amiId' <your-amd-ami>", "config"),
     Step("python -m infra rehearse --stack {stack}", "rehearse"),
+    Step("python -m infra check --stack {stack}", "check"),
     Step("make preview STACK={stack}", "preview"),
     Step("make up STACK={stack}", "up"),
     Step("make up STACK={stack}", "up-second-identity"),

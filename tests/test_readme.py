@@ -348,12 +348,15 @@ def test_the_readme_gives_the_cpu_torch_advice_before_any_install():
     assert len(README[: README.index("make demo TORCH_INDEX_URL")].splitlines()) < 40
 
 
-LAYOUT_SKIP = re.compile(r"(^|/)\.[^/]+$|^README\.md$|^docs/")  # dotfiles; the pages themselves
+# Dotfiles, package markers (`__init__.py`) and the pages themselves.
+LAYOUT_SKIP = re.compile(r"(^|/)\.[^/]+$|(^|/)__init__\.py$|^README\.md$|^docs/")
 
 
 def layout_problems(layout: str, files: list[str]) -> list[str]:
-    """Every file is named in the code layout by its path, a listed folder, or a `<placeholder>` pattern."""
-    named = set(re.findall(r"`([^`\s]+)`", layout))
+    """Every file is named in the code layout by its path, a listed folder, or a `<placeholder>` pattern: the
+    names a list item describes (`name`: or `name`,), not a heading's folder or a name in a description."""
+    items = "\n".join(line for line in layout.splitlines() if line.startswith("- "))
+    named = set(re.findall(r"`([^`\s]+)`[:,]", items))
     folders = tuple(n for n in named if n.endswith("/"))
     patterns = [re.compile(re.sub(r"<[^>]+>", "[^/]+", re.escape(n))) for n in named if "<" in n]
     return [f"{f}: not in the code layout (docs/development.md)" for f in files
@@ -459,11 +462,12 @@ def test_the_page_checks_find_a_wrong_line():
     assert link_problems("[codes](docs/trainer.md#exit-code)", readme)
     assert link_problems("[out](../../etc/passwd)", readme)
     assert layout_problems("- `infra/a.py`: a\n- `tests/infra/`: b", ["infra/a.py", "tests/infra/t.py"]) == []
-    assert layout_problems("- `infra/a.py`: a", ["infra/a.py", "infra/b.py"]) == [
+    in_prose = "**Infra** (`infra/`, ...)\n- `infra/a.py`: a, not `infra/b.py`"
+    assert layout_problems(in_prose, ["infra/a.py", "infra/b.py"]) == [
         "infra/b.py: not in the code layout (docs/development.md)"
     ]
     stacks = ["Pulumi.dev-zimdb.yaml", "Pulumi.dev.yaml"]
-    assert layout_problems("`Pulumi.<platform>-<job>.yaml`", stacks) == [
+    assert layout_problems("- `Pulumi.<platform>-<job>.yaml`: jobs", stacks) == [
         "Pulumi.dev.yaml: not in the code layout (docs/development.md)"
     ]
     assert section_reference_problems('# docs/workloads.md "Ray jobs" has the details', "x.py") == []

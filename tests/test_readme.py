@@ -484,7 +484,7 @@ def test_readme_figures_match_the_code(dev, prod):
 
     ceiling = re.search(r"ceiling of the default validation split \(1,000 reviews\) is \*\*([\d.]+)", DOCS)
     assert ceiling and float(ceiling.group(1)) == round(zimdb.ceiling(1000, 1000003), 3)
-    assert re.search(rf"val_accuracy {ceiling.group(1)}`?,\s+the data's ceiling", README)
+    assert re.search(rf"val_accuracy\s+{ceiling.group(1)}`?,\s+the data's ceiling", README)
     stated = dict(re.findall(r"(dev|prod) about \$([\d.]+)/h", DOCS))
     assert set(stated) == {"dev", "prod"}
     reports = {"dev": idle_cost_report(dev.config), "prod": idle_cost_report(prod.config)}

@@ -25,7 +25,8 @@ CHECK_IMAGE = (
 )
 SCRIPT = Path(__file__).with_name("gpu_node_check_script.py")
 SCRIPT_KEY = "gpu_node_check.py"
-# Who the API server says the check's pods are; the admission policy binds to it.
+# Who the API server says the check's pods are (the token's node name, k8s.io/apiserver serviceaccount
+# NodeNameKey); the admission policies bind to it.
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 RUN_AS = 65534  # nobody: nvidia-smi only reads, the GPU device files and sysfs are world-readable
 # pulumi-kubernetes's annotation that skips its await logic for a resource (pulumi/pulumi-kubernetes#417).
@@ -170,7 +171,8 @@ def _policy(name: str, namespace: str, rule: dict[str, Any], validations: list[d
 
 
 def node_claim_policy(namespace: str) -> list[dict[str, Any]]:
-    """The check may delete only its own node's NodeClaim (module docstring)."""
+    """The check may delete only its own node's NodeClaim: on a DELETE the policy sees the stored claim as
+    `oldObject`."""
     claim_node = "oldObject.status.nodeName"
     validation = {
         "expression": f"has(oldObject.status) && has({claim_node}) && {_own_node(claim_node)}",

@@ -6,10 +6,11 @@
     .venv/bin/python scripts/lock_requirements.py dev      # constraints.txt (needs pypi.org)
     .venv/bin/python scripts/lock_requirements.py all
 
-constraints.txt pins the whole development environment, transitive dependencies included (the `ray` extra
-stays out: its protobuf 7 conflicts with pulumi's <7). The image locks hold every sha256 PyPI publishes
-for the closure of the base, `train` and `ray` pins on each Python the image bases ship, and the CPU torch
-build's wheel hashes from the PyTorch index; docs/development.md "Locks" says how each is resolved.
+constraints.txt pins the whole development environment, transitive dependencies included (`ray` resolved
+with pulumi's protobuf < 7; the images' ray lock, without pulumi, gets protobuf 7). The image locks hold
+every sha256 PyPI publishes for the closure of the base, `train` and `ray` pins on each Python the image
+bases ship, and the CPU torch build's wheel hashes from the PyTorch index; docs/development.md "Locks" says
+how each is resolved.
 """
 
 from __future__ import annotations

@@ -33,12 +33,9 @@ def _script(path: str, *sub: str, usage: str | None = None) -> tuple[list[str], 
 
 COMMANDS = {
     "infra": _module("infra"),
-    **{f"infra {sub}": _module("infra", sub) for sub in ("synth", "check", "rehearse")},
+    "infra synth": _module("infra", "synth"),
     "workloads": _module("workloads"),
-    **{
-        f"workloads {sub}": _module("workloads", sub)
-        for sub in ("render", "plan", "run-local", "status", "logs")
-    },
+    **{f"workloads {sub}": _module("workloads", sub) for sub in ("render", "run-local", "status", "logs")},
     "policy": ([*PY, "policy", "--help"], "usage: pulumi preview|up --policy-pack policy"),
     "policy.scan": _module("policy.scan"),
     "policy.upstream": _module("policy.upstream"),

@@ -46,7 +46,7 @@ USER_VALUES = {
 FIRST_DEPLOYER = f"arn:aws:sts::{USER_ACCOUNT}:assumed-role/deployer/first-deploy"
 SECRET_PREFIX = "rehearsal:"  # how `--secret` values are "encrypted" in the rehearsed stack file
 
-Kind = Literal["outside", "select", "config", "rehearse", "check", "preview", "up", "up-second-identity"]
+Kind = Literal["outside", "select", "config", "rehearse", "preview", "up", "up-second-identity"]
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,6 @@ STEPS = (
     Step("pulumi config set --path 'mlops-eks:publicAccessCidrs[0]' <your-egress-ip>/32", "config"),
     Step("pulumi config set --path 'mlops-eks:gpuPools[1].amiId' <your-amd-ami>", "config"),
     Step("python -m infra rehearse --stack {stack}", "rehearse"),
-    Step("python -m infra check --stack {stack}", "check"),
     Step("make preview STACK={stack}", "preview"),
     Step("make up STACK={stack}", "up"),
     Step("make up STACK={stack}", "up-second-identity"),

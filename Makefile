@@ -68,7 +68,7 @@ bench: $(RUN_STAMP)
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
 
-# Build the training images and push them to a platform stack's ECR repositories (README "images").
+# Build the training images and push them to a platform stack's ECR repositories (docs/images.md).
 .PHONY: images
 images:
 	scripts/build-images.sh --stack $(STACK)

@@ -2,7 +2,7 @@
 
 Build time, no GPU present (docker/install-python-deps.sh runs it; a mismatch fails the build):
     python check_torch.py --pin torch==2.13.0 --backend cuda --cuda-version 12.6 --archs sm_75,sm_80
-On a node, inside the image (README "images": what to run on a new GPU type, e.g. g4ad's V520):
+On a node, inside the image (docs/images.md "The V520": what to run on a new GPU type, e.g. g4ad's V520):
     python /opt/mlops-eks/check_torch.py --backend rocm --on-device
 """
 

@@ -5,8 +5,8 @@ synth     runs the real program against Pulumi mocks with the stack's config fil
           `--json` prints only the resources, as a list of {"type", "name", "parent", "inputs"}
 check     what would stop `pulumi up`: the config, whether the cluster is reachable from here, example
           values a real deploy refuses, the input rules pulumi-eks applies in its provider; exit 0 will deploy
-rehearse  the README's deploy steps for any stack (platform or workload) through the real program, config
-          path and policy pack, without AWS (infra/tools/rehearse.py)
+rehearse  the deploy steps of docs/deploy.md for any stack (platform or workload) through the real program,
+          config path and policy pack, without AWS (infra/tools/rehearse.py)
 All exit 2 with the configuration error on invalid config, or when the Pulumi SDKs are not installed.
 """
 
@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="what the README's <NAME> is for you (account, your-admin-role, your-egress-ip, your-amd-ami)",
+        help="what the <NAME> of docs/deploy.md is for you (account, your-admin-role, your-egress-ip, "
+        "your-amd-ami)",
     )
     rehearsal.add_argument(
         "--secret", action="append", default=[], metavar="KEY=VALUE", help="a `config set --secret`"

@@ -1,5 +1,5 @@
 """Write the JSON schemas of the stack files' values, generated from the config models, so editors
-complete and check keys (README "Editing stack files"):
+complete and check keys (docs/workloads.md "Editing stack files"):
 
   schemas/platform-stack.schema.json   Pulumi.<platform stack>.yaml: infra.config.platform.PlatformConfig
   schemas/workload-stack.schema.json   Pulumi.<workload stack>.yaml: platformStack, TrainingJobSpec

@@ -6,24 +6,11 @@
     .venv/bin/python scripts/lock_requirements.py dev      # constraints.txt (needs pypi.org)
     .venv/bin/python scripts/lock_requirements.py all
 
-constraints.txt pins the whole development environment, transitive dependencies included: resolved for the
-host's Python with every extra `make dev` installs and the image lock as constraints, so shared packages
-agree. torch is pinned without its local label (the CUDA build on Linux, or the CPU build from the PyTorch
-index); the `ray` extra stays out (its protobuf 7 conflicts with pulumi's <7) and has its own image lock.
-
-The images' hash locks: their Python packages with every sha256 PyPI publishes. The pins stay in
-pyproject.toml (base dependencies, the `train` extra and the `ray` extra); this resolves their closure
-with pip's own resolver for every Python the image bases ship (3.11 to 3.14, manylinux x86_64 wheels),
-then records, per package, the hashes of all its files on PyPI, so `pip install --require-hashes` accepts
-exactly those artifacts whatever the base's Python. docker/requirements.lock holds the base and `train`
-closure; docker/requirements-ray.lock what the `ray` extra adds to it, resolved together so the two
-agree. torch is left out: the CUDA and ROCm images take it from their digest-pinned base image. The CPU
-image takes the CPU build from the PyTorch wheel index (--torch-index, https://download.pytorch.org/whl/cpu),
-hash-checked too: docker/requirements-torch-cpu.lock holds `torch==<pin>+cpu` with the sha256 of its Linux
-wheel for every Python above and both architectures, read from the index's PEP 503 page (each link carries
-`#sha256=`), and what that wheel requires (its PEP 658 metadata file) beyond docker/requirements.lock,
-resolved with the train closure and hashed from PyPI. tests/docker fails when the locks' top-level pins
-differ from pyproject's.
+constraints.txt pins the whole development environment, transitive dependencies included (`ray` resolved
+with pulumi's protobuf < 7; the images' ray lock, without pulumi, gets protobuf 7). The image locks hold
+every sha256 PyPI publishes for the closure of the base, `train` and `ray` pins on each Python the image
+bases ship, and the CPU torch build's wheel hashes from the PyTorch index; docs/development.md "Locks" says
+how each is resolved.
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
-"""The README's commands and names stay true: every `python -m` command it shows answers `--help` and knows
-the flags the README passes it, every `make` target and variable exists in the Makefile, every stack it
-names has its `Pulumi.<stack>.yaml`, every `mlops-eks:` key and `pulumi config set` key resolves in the
-config models, every `pulumi stack output` name is an export, and every repository path it mentions exists.
-The checks are plain functions over README text, so a deliberately wrong line shows each one firing."""
+"""The README and the pages under docs/ stay true: every `python -m` command they show answers `--help` and
+knows the flags they pass it, every `make` target and variable exists in the Makefile, every stack they name
+has its `Pulumi.<stack>.yaml`, every `mlops-eks:` key and `pulumi config set` key resolves in the config
+models, every `pulumi stack output` name is an export, every repository path they mention exists, every
+relative link and its anchor resolve. The README stays a first screen (at most 200 lines, linking every
+page), the code layout names every file, the exit-code table is trainer/faults.py's, and a reference to a
+README or docs section anywhere in the repository names a heading that exists. The checks are plain
+functions over text, so a deliberately wrong line shows each one firing."""
 
 from __future__ import annotations
 
@@ -24,6 +27,9 @@ from workloads.spec import TrainingJobSpec
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCS = "\n".join(p.read_text() for p in PAGES)  # everything a user reads, for the checks across pages
+README_MAX_LINES = 200
 
 # The launchers take their own flags, then a program (`-m MODULE` or a script) whose flags follow it.
 LAUNCHERS = {"torchrun", "torch.distributed.run", "trainer.launch"}
@@ -33,7 +39,7 @@ SUBCOMMANDS = {"infra", "workloads"}
 # Stack outputs of a workload stack (workloads/program.py); a platform stack's are its example outputs.
 WORKLOAD_EXPORTS = {"job_name", "namespace", "logs_command", "grafana_dashboard_path"}
 PATH_RE = re.compile(
-    r"(?<![\w/.-])(?:infra|workloads|trainer|policy|docker|scripts|schemas|tests|upstream)/[\w./*-]*"
+    r"(?<![\w/.-])(?:infra|workloads|trainer|policy|docker|scripts|schemas|tests|upstream|docs)/[\w./*-]*"
     r"|(?<![\w/.-])(?:Pulumi\.[\w-]+\.yaml|PulumiPolicy\.yaml|pyproject\.toml|Makefile)(?![\w-])"
 )
 
@@ -272,18 +278,155 @@ CHECKS = [cli_problems, make_problems, stack_problems, config_key_problems, dott
           output_problems, path_problems]  # fmt: skip
 
 
+def page_id(path: Path) -> str:
+    return str(path.relative_to(REPO))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
-def test_readme_is_true(check):
-    assert check(README) == []
+def test_readme_and_docs_are_true(check, page):
+    assert check(page.read_text()) == []
+
+
+def slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def headings(text: str) -> list[str]:
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)  # a `# comment` in a code block is no heading
+    return [h.strip() for h in re.findall(r"^#{1,6} (.+)$", prose, re.M)]
+
+
+def anchors(text: str) -> set[str]:
+    seen: dict[str, int] = {}
+    out = set()
+    for heading in headings(text):
+        base = slug(heading)
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        out.add(base if n == 0 else f"{base}-{n}")
+    return out
+
+
+def link_problems(text: str, page: Path) -> list[str]:
+    """Relative links of a page resolve to a file of the repository, and their anchors to a heading there."""
+    problems = []
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    for target in re.findall(r"\]\(([^)\s]+)\)", prose):
+        if re.match(r"[a-z]+:", target):
+            continue  # https://, mailto:
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.is_file() or REPO not in file.parents:
+            problems.append(f"{page.name}: link {target}: no such file in the repository")
+        elif anchor and anchor not in anchors(file.read_text()):
+            problems.append(f"{page.name}: link {target}: no heading with that anchor in {path or page.name}")
+    return problems
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_links_resolve(page):
+    assert link_problems(page.read_text(), page) == []
+
+
+def test_the_readme_is_a_first_screen_that_links_every_page():
+    lines = README.count("\n")
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; the rest belongs in docs/"
+    linked = {(REPO / t.partition("#")[0]).resolve() for t in re.findall(r"\]\(([^)\s#]+)[^)]*\)", README)}
+    unlinked = [page_id(p) for p in PAGES[1:] if p.resolve() not in linked]
+    assert unlinked == [], f"docs pages the README does not link: {unlinked}"
+
+
+def test_the_readme_gives_the_cpu_torch_advice_before_any_install():
+    """On Linux a plain torch install pulls the CUDA build (several GB): the first command a reader meets
+    already asks for the CPU build, within the first screen."""
+    first = code_blocks(README)[0]
+    assert first.startswith("make demo") and "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in first
+    advice = README.index("pulls the CUDA build")
+    assert advice < README.index("CPU-only build") < README.index("```bash")
+    assert len(README[: README.index("make demo TORCH_INDEX_URL")].splitlines()) < 40
+
+
+# Dotfiles, package markers (`__init__.py`) and the pages themselves.
+LAYOUT_SKIP = re.compile(r"(^|/)\.[^/]+$|(^|/)__init__\.py$|^README\.md$|^docs/")
+
+
+def layout_problems(layout: str, files: list[str]) -> list[str]:
+    """Every file is named in the code layout by its path, a listed folder, or a `<placeholder>` pattern: the
+    names a list item describes (`name`: or `name`,), not a heading's folder or a name in a description."""
+    items = "\n".join(line for line in layout.splitlines() if line.startswith("- "))
+    named = set(re.findall(r"`([^`\s]+)`[:,]", items))
+    folders = tuple(n for n in named if n.endswith("/"))
+    patterns = [re.compile(re.sub(r"<[^>]+>", "[^/]+", re.escape(n))) for n in named if "<" in n]
+    return [f"{f}: not in the code layout (docs/development.md)" for f in files
+            if not LAYOUT_SKIP.search(f) and f not in named and not f.startswith(folders)
+            and not any(p.fullmatch(f) for p in patterns)]  # fmt: skip
+
+
+def test_the_code_layout_names_every_file():
+    files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    layout = (REPO / "docs/development.md").read_text().split("## Code layout", 1)[1]
+    assert layout_problems(layout, files.split()) == []
+
+
+def exit_code_rows(markdown: str) -> dict[int, str]:
+    """The exit-code table of docs/trainer.md: code -> its retry column."""
+    section = markdown.split("### Exit codes", 1)[1].split("\n#", 1)[0]
+    return {int(code): retry for code, retry in re.findall(r"^\| (\d+) \|.*\| ([^|]+) \|$", section, re.M)}
+
+
+def test_the_exit_code_table_is_the_one_in_trainer_faults():
+    """docs/trainer.md's table lists exactly the codes of trainer/faults.py's table, and says retry for 128
+    and up (what the operators are configured to retry) and no below."""
+    import ast
+
+    from trainer import faults
+
+    source = (REPO / "trainer/faults.py").read_text()
+    documented = {int(c) for c in re.findall(r"^  (\d+)  ", ast.get_docstring(ast.parse(source)) or "", re.M)}
+    constants = {v for k, v in vars(faults).items() if k.isupper() and isinstance(v, int)}
+    assert constants <= documented
+    rows = exit_code_rows((REPO / "docs/trainer.md").read_text())
+    assert set(rows) == documented
+    assert all(rows[c].startswith("yes" if c >= 128 else "no") for c in rows), rows
+
+
+SECTION_REF = re.compile(r"(?<![\w/.-])(README(?:\.md)?|docs/[\w-]+\.md)[,:]? \\?\"([^\"\\\n]+)\\?\"")
+
+
+def section_reference_problems(text: str, where: str) -> list[str]:
+    """`README "Section"` / `docs/page.md "Section"` in code and comments name a heading of that page."""
+    problems = []
+    for page, section in SECTION_REF.findall(text):
+        file = REPO / ("README.md" if page.startswith("README") else page)
+        titles = [h.replace("`", "").lower() for h in headings(file.read_text())] if file.is_file() else []
+        if not any(t.startswith(re.sub(r"\s+", " ", section.replace("`", "")).lower()) for t in titles):
+            problems.append(f'{where}: {page} "{section}": no such heading')
+    return problems
+
+
+def test_section_references_name_existing_headings():
+    files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    problems = []
+    for name in files.split():
+        if name.startswith("upstream/") or name == "tests/test_readme.py" or not (REPO / name).is_file():
+            continue  # upstream's own files; this file's deliberately wrong lines
+        try:
+            problems += section_reference_problems((REPO / name).read_text(), name)
+        except UnicodeDecodeError:
+            continue
+    assert problems == []
 
 
 def test_readme_commands_are_found():
-    """The parser sees the README's commands, so an empty problem list means they were checked."""
-    found = {" ".join(k) for t in commands(README) if (m := python_module(t)) for k, _ in split_program(*m)}
-    assert {"infra synth", "workloads render", "workloads run-local", "workloads status", "workloads logs",
-            "trainer", "trainer.launch", "trainer.bench", "policy.scan", "trainer.gpu_check",
+    """The parser sees the pages' commands, so an empty problem list means they were checked."""
+    found = {" ".join(k) for t in commands(DOCS) if (m := python_module(t)) for k, _ in split_program(*m)}
+    assert {"infra synth", "infra rehearse", "infra check", "workloads plan", "workloads render",
+            "workloads run-local", "workloads status", "workloads logs", "trainer", "trainer.launch",
+            "trainer.bench", "policy.scan", "trainer.gpu_check",
             "scripts/build-images.sh"} <= found  # fmt: skip
-    assert {"dev", "prod", "dev-zimdb", "dev-gpu-check"} <= stacks_named(README)
+    assert {"dev", "prod", "dev-zimdb", "dev-gpu-check"} <= stacks_named(DOCS)
 
 
 WRONG = {
@@ -311,15 +454,38 @@ def test_each_check_finds_a_wrong_line(check):
         assert check(line), f"{check.__name__} let through: {line}"
 
 
+def test_the_page_checks_find_a_wrong_line():
+    readme, trainer = REPO / "README.md", REPO / "docs/trainer.md"
+    assert link_problems("[the trainer](docs/trainer.md#exit-codes)", readme) == []
+    assert link_problems("[exit codes](#exit-codes)", trainer) == []
+    assert link_problems("[deploy](docs/deploy.md)", trainer)  # relative to docs/, not the root
+    assert link_problems("[codes](docs/trainer.md#exit-code)", readme)
+    assert link_problems("[out](../../etc/passwd)", readme)
+    assert layout_problems("- `infra/a.py`: a\n- `tests/infra/`: b", ["infra/a.py", "tests/infra/t.py"]) == []
+    in_prose = "**Infra** (`infra/`, ...)\n- `infra/a.py`: a, not `infra/b.py`"
+    assert layout_problems(in_prose, ["infra/a.py", "infra/b.py"]) == [
+        "infra/b.py: not in the code layout (docs/development.md)"
+    ]
+    stacks = ["Pulumi.dev-zimdb.yaml", "Pulumi.dev.yaml"]
+    assert layout_problems("- `Pulumi.<platform>-<job>.yaml`: jobs", stacks) == [
+        "Pulumi.dev.yaml: not in the code layout (docs/development.md)"
+    ]
+    assert section_reference_problems('# docs/workloads.md "Ray jobs" has the details', "x.py") == []
+    assert section_reference_problems('"description": "(README \\"Ray jobs\\")"', "x.json")
+    assert section_reference_problems('see docs/workloads.md "Ray job retries"', "x.py")
+    assert section_reference_problems('see docs/nowhere.md "Ray jobs"', "x.py")
+
+
 def test_readme_figures_match_the_code(dev, prod):
     """The figures the README states: the demo's accuracy ceiling and the idle cost per stack (as
     `python -m infra synth --stack <stack>` prints it)."""
     from infra.tools.idle_cost import idle_cost_report
     from trainer import zimdb
 
-    ceiling = re.search(r"ceiling of the default validation split \(1,000 reviews\) is \*\*([\d.]+)", README)
+    ceiling = re.search(r"ceiling of the default validation split \(1,000 reviews\) is \*\*([\d.]+)", DOCS)
     assert ceiling and float(ceiling.group(1)) == round(zimdb.ceiling(1000, 1000003), 3)
-    stated = dict(re.findall(r"(dev|prod) about \$([\d.]+)/h", README))
+    assert re.search(rf"val_accuracy\s+{ceiling.group(1)}`?,\s+the data's ceiling", README)
+    stated = dict(re.findall(r"(dev|prod) about \$([\d.]+)/h", DOCS))
     assert set(stated) == {"dev", "prod"}
     reports = {"dev": idle_cost_report(dev.config), "prod": idle_cost_report(prod.config)}
     for stack, usd in stated.items():
@@ -329,11 +495,11 @@ def test_readme_figures_match_the_code(dev, prod):
 
 
 def test_the_deploy_steps_are_the_ones_the_rehearsal_runs_in_order():
-    """The README's "Deploy to AWS" commands are `infra/tools/rehearse.py`'s STEPS for dev, in order, and
-    the section says what only AWS can confirm."""
+    """docs/deploy.md's "Deploy to AWS" commands are `infra/tools/rehearse.py`'s STEPS for dev, in order,
+    and the section says what only AWS can confirm."""
     from infra.tools.rehearse import STEPS
 
-    section = README.split("## Deploy to AWS", 1)[1].split("\n## ", 1)[0]
+    section = (REPO / "docs/deploy.md").read_text().split("## Deploy to AWS", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```bash\n(.*?)```", section, re.S)
     assert block, "no command block in Deploy to AWS"
     shown = [re.sub(r"(^|\s)#.*", "", line).strip() for line in block[1].splitlines()]
@@ -344,7 +510,7 @@ def test_the_deploy_steps_are_the_ones_the_rehearsal_runs_in_order():
 def test_the_workload_deploy_steps_are_the_ones_the_rehearsal_runs_in_order():
     from infra.tools.rehearse import WORKLOAD_STEPS
 
-    section = README.split("## Workload stacks", 1)[1].split("\n## ", 1)[0]
+    section = (REPO / "docs/workloads.md").read_text().split("\n## ", 1)[0]
     lines = code_blocks(section)
     wanted = [step.command.replace("{stack}", "dev-zimdb") for step in WORKLOAD_STEPS]
     positions = [lines.index(command) for command in wanted]

@@ -20,6 +20,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         cfg = from_args(argv)
+        # The loop imports torch: seconds of silence otherwise, a minute on a fresh install. One rank says so.
+        if os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")) == "0":
+            print("[trainer] configuration valid; importing torch", flush=True)
         from trainer.loop import run  # imported after validation: --help and bad flags stay fast
 
         return run(cfg)

@@ -10,15 +10,10 @@ Layout under checkpoint.dir (local directory or s3://bucket/prefix):
         manifest.json                           {"format", "run", "step", "world_size", "complete": true,
                                                  "files": {name: {"bytes", "sha256"}}}
 
-A run is one line of training: pruning, resuming and falling back look only at the run `latest` names, so
-another run's checkpoints in the same directory are never touched. Every rank checks that its state is
-finite (a NaN or an infinity ends the run with exit 3 and writes nothing, so `latest` and pruning never
-move from the last finite checkpoint to a broken one), then publishes its files; only then rank 0 writes
-the manifest, then `latest`: a checkpoint without a manifest is never loaded, one that fails verification
-falls back to the run's previous one, and a storage error while reading raises CheckpointUnavailable (a
-retryable exit, never a silent restart from step 0). A failed save is logged and skipped. Interval saves
-may run in the background (torchtitan's dcp.async_save pattern); the final and SIGTERM saves are
-synchronous.
+Every rank checks its state is finite, then publishes its files; only then does rank 0 write the manifest,
+then `latest`. A checkpoint without a manifest is never loaded; one that fails verification falls back to
+the run's previous one; a storage error while reading is CheckpointUnavailable (retryable, never a silent
+restart from step 0). docs/trainer.md "Checkpoints" has the rest.
 """
 
 from __future__ import annotations

@@ -34,6 +34,10 @@ from pathlib import Path
 # torchrun's --help as its parser prints it (torch.distributed.run.get_args_parser), kept beside this file so
 # that --help answers without importing torch (seconds); tests/test_cli_help.py keeps it current.
 TORCHRUN_HELP = Path(__file__).with_name("torchrun_help.txt")
+IMPORTING = (
+    "trainer.launch: importing torch, then starting torchrun (the first run after an install also compiles "
+    "torch's bytecode: up to a minute)"
+)
 
 
 def asks_for_help(argv: list[str]) -> bool:
@@ -49,6 +53,8 @@ def asks_for_help(argv: list[str]) -> bool:
 if __name__ == "__main__" and asks_for_help(sys.argv[1:]):
     print(TORCHRUN_HELP.read_text() + "\n" + __doc__, end="")
     sys.exit(0)
+if __name__ == "__main__":  # importing torch takes seconds, the first time after an install much longer
+    print(IMPORTING, file=sys.stderr, flush=True)
 
 from torch.distributed import DistError  # noqa: E402
 from torch.distributed import run as torchrun  # noqa: E402

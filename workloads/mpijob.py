@@ -10,7 +10,7 @@ Role to exec into the workers on the launcher: no sshd, no root, no port 22, so 
 
 Both replicas use `OnFailure`: the operator never recreates a finished launcher and `ExitCode` on an MPIJob
 only sets a Restarting condition, so the kubelet restarts containers in place up to
-runPolicy.backoffLimit. A Failed pod (as node repair leaves it) fails the job: README "MPI jobs".
+runPolicy.backoffLimit. A Failed pod (as node repair leaves it) fails the job: docs/workloads.md "MPI jobs".
 """
 
 from __future__ import annotations

@@ -39,9 +39,9 @@ from workloads.spec import SpecError
 from workloads.stacks import WorkloadStack, program_text
 
 # How long until the first training step, in minutes. Not measured by this project (it has no AWS account):
-# the README's "How fast" estimate. A Karpenter node launches, boots the AL2023 GPU AMI and joins in about
-# 1-3 minutes (p4d/p5 at the slow end); the several-GB training image then takes a few minutes to pull on a
-# fresh node. A managed (reserved) group's nodes are running already.
+# the estimate of docs/workloads.md "How fast". A Karpenter node launches, boots the AL2023 GPU AMI and
+# joins in about 1-3 minutes (p4d/p5 at the slow end); the several-GB training image then takes a few
+# minutes to pull on a fresh node. A managed (reserved) group's nodes are running already.
 NODE_LAUNCH_MINUTES = (1, 3)
 IMAGE_PULL_MINUTES = (2, 3)
 # The startup GPU check (infra/addons/gpu_node_check_script.py): nvidia-smi answers in seconds; a GPU that
@@ -133,7 +133,7 @@ def _node_lines(p: PoolPlan) -> list[str]:
         f"most {p.pool.max_nodes})",
         f"  first step in roughly {low}-{high} min: launch and join {NODE_LAUNCH_MINUTES[0]}-"
         f"{NODE_LAUNCH_MINUTES[1]} min, image pull {IMAGE_PULL_MINUTES[0]}-{IMAGE_PULL_MINUTES[1]} min "
-        "(estimates, not measured here: README \"How fast\")",
+        '(estimates, not measured here: docs/workloads.md "How fast")',
     ]
     if p.pool.startup_taints:
         lines.append(f"  then the startup GPU check: seconds, at most {GPU_CHECK_LIMIT_SECONDS} s")

@@ -1,17 +1,11 @@
 """The RayJob (KubeRay 1.7, ray.io/v1) of a job spec with `operator: rayjob`. Pure functions of the spec and
 its placement; pod pieces come from pod.py, exactly as for the TrainJob and the PyTorchJob.
 
-The job's Ray cluster is its gang: the head is node 0 and a fixed-size worker group (autoscaler off) holds
-the other `nodes - 1`; Karpenter supplies the nodes. The head runs `python -m trainer.ray_train` as the Ray
-job's driver: Ray Train's TorchTrainer with one worker per process, each running what torchrun would run.
-
-KubeRay retries a failed RayJob whatever failed, on a fresh RayCluster (rayjob_controller.go
-checkBackoffLimitAndUpdateStatusIfNeeded, v1.7.0), so the exit-code split (trainer/faults.py) lives in the
-driver: retryable exits and lost workers restart Ray Train's workers in place up to `restartBudget`, a
-permanent exit ends the job at once. `backoffLimit` (= restartBudget) covers what the driver cannot restart;
-`activeDeadlineSeconds` (maxRuntimeHours) is final. Submission is K8sJobMode with our own `restricted`
-submitter pod: SidecarMode would add a container without a securityContext to the head
-(getSubmitterContainer). README "Ray jobs" has the details.
+The job's Ray cluster is its gang: the head is node 0, a fixed-size worker group holds the other
+`nodes - 1`. The head runs `python -m trainer.ray_train` as the driver (Ray Train's TorchTrainer, one
+worker per process). KubeRay retries a failed RayJob whatever failed (rayjob_controller.go v1.7.0), so the
+exit-code split lives in the driver; submission is K8sJobMode with our own `restricted` submitter pod.
+docs/workloads.md "Ray jobs" has the details.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """The startup GPU check: a new GPU node takes no training pod before its GPUs passed a check.
 
-Every GPU node source starts its nodes with STARTUP_TAINT (a NodePool's `startupTaints`, a managed group's
-extra taint); training pods never tolerate it (the contract exports it apart, as `startup_taints`). The
-gpu-node-check DaemonSets, one per vendor and GPU count, run gpu_node_check_script.py on each such node:
-it checks the GPUs, then removes the taint from its own node; after a few failures it deletes the node's
-NodeClaim, because nothing else replaces a Karpenter node that keeps its startup taint (karpenter 1.14.1
-pkg/controllers/state/statenode.go Taints(): pending pods count as placed on it; the NodeClaim is the
-Node's owner, lifecycle/registration.go syncNode). The pods run CHECK_IMAGE, the CPU image's Python base
-(no torch to pull), and see the GPUs through the NVIDIA runtime's NVIDIA_VISIBLE_DEVICES=all or AMD's sysfs.
-
-Rights: `patch` on nodes and `delete` on NodeClaims alone, narrowed by two ValidatingAdmissionPolicies to
-the node the pod is bound to (the token's `authentication.kubernetes.io/node-name`, k8s.io/apiserver
-serviceaccount NodeNameKey): only removing the startup taint, only deleting that node's NodeClaim (on a
-DELETE the policy sees the stored claim as `oldObject`). `pulumi up` does not wait for the rollout
-(`pulumi.com/skipAwait`): a node failing its check keeps a pod unready for good. README "GPU node health
-and repair" has the whole story.
+GPU nodes start with STARTUP_TAINT, which training pods never tolerate. One DaemonSet per vendor and GPU
+count runs gpu_node_check_script.py on each such node (image CHECK_IMAGE, the CPU image's Python base):
+it checks the GPUs and removes the taint from its own node, or after a few failures deletes the node's
+NodeClaim, since nothing else replaces a Karpenter node that keeps a startup taint (karpenter 1.14.1
+statenode.go Taints(): pending pods count as placed on it). Its rights, `patch` on nodes and `delete` on
+NodeClaims, are narrowed by two ValidatingAdmissionPolicies to its own node. docs/node-health.md
+"Startup GPU check" has the whole story.
 """
 
 from __future__ import annotations
@@ -33,7 +25,8 @@ CHECK_IMAGE = (
 )
 SCRIPT = Path(__file__).with_name("gpu_node_check_script.py")
 SCRIPT_KEY = "gpu_node_check.py"
-# Who the API server says the check's pods are; the admission policy binds to it.
+# Who the API server says the check's pods are (the token's node name, k8s.io/apiserver serviceaccount
+# NodeNameKey); the admission policies bind to it.
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 RUN_AS = 65534  # nobody: nvidia-smi only reads, the GPU device files and sysfs are world-readable
 # pulumi-kubernetes's annotation that skips its await logic for a resource (pulumi/pulumi-kubernetes#417).
@@ -178,7 +171,8 @@ def _policy(name: str, namespace: str, rule: dict[str, Any], validations: list[d
 
 
 def node_claim_policy(namespace: str) -> list[dict[str, Any]]:
-    """The check may delete only its own node's NodeClaim (module docstring)."""
+    """The check may delete only its own node's NodeClaim: on a DELETE the policy sees the stored claim as
+    `oldObject`."""
     claim_node = "oldObject.status.nodeName"
     validation = {
         "expression": f"has(oldObject.status) && has({claim_node}) && {_own_node(claim_node)}",

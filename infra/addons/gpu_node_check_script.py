@@ -244,7 +244,7 @@ def main() -> int:
             _log(f"{node}: could not delete its NodeClaim: {err}")
             return 1
         if not replaced:
-            _log(f"{node}: not a Karpenter node: it keeps its taint {key}; replace it (README)")
+            _log(f"{node}: not a Karpenter node: it keeps its taint {key}; replace it (docs/node-health.md)")
             return 1
         _log(f"{node}: its NodeClaim is deleted: Karpenter drains it and launches a replacement")
         idle()

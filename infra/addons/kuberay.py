@@ -6,8 +6,8 @@ What the values change from the chart's defaults (helm-chart/kuberay-operator/va
   limits stay (no requests in the chart: Kubernetes takes the limits, Guaranteed QoS);
 - the chart's ServiceMonitor when the platform runs Prometheus;
 - RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS 30 min instead of 5: a lost head needs a new node, its GPU check and
-  an image pull before it answers (rayjob_controller.go fails the RayJob for good after it; README "Ray
-  jobs").
+  an image pull before it answers (rayjob_controller.go fails the RayJob for good after it;
+  docs/workloads.md "Ray jobs").
 It watches every namespace (each job creates its own), so its ClusterRole includes Secrets: the RayCluster
 controller owns Secrets (raycluster_controller.go SetupWithManager) and does not start without; no feature
 that creates them (authOptions, mTLS, Redis GCS) is used. No batch scheduler: RayJobs are not queued.

@@ -8,8 +8,8 @@ repair with EKS node auto repair (GA: 10 min for the GPU condition, 30 for the o
 repair with the alpha `nodeRepair` gate (karpenter-provider-aws cloudprovider.go RepairPolicies: the same
 durations), by force: the health controller (pkg/controllers/node/health) sets the NodeClaim's termination
 time to now, so do-not-disrupt holds nothing and pods get almost no grace (terminator DeleteExpiringPods);
-a training pod loses the steps since its last periodic checkpoint. Both stop above 20% unhealthy. README
-"GPU node health and repair" has the table and timings.
+a training pod loses the steps since its last periodic checkpoint. Both stop above 20% unhealthy.
+docs/node-health.md has the table and timings.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ REPAIR_AFTER_MINUTES = {
 }
 GPU_CONDITION = "AcceleratedHardwareReady"
 # What a replacement adds to the wait, from the repair decision to a Ready node: the instance launch and
-# boot of an EKS-optimized GPU AMI (about 1-3 minutes, README "How a job gets its nodes") plus the startup
+# boot of an EKS-optimized GPU AMI (about 1-3 minutes, docs/workloads.md "How fast") plus the startup
 # GPU check. The alert below fires only once repair has had that long as well.
 REPLACEMENT_MARGIN_MINUTES = 20
 
@@ -121,7 +121,7 @@ def node_health_rules(*, startup_taint_key: str | None) -> list[Rule]:
                 "No training pod lands on it until the check removes the taint. Look at the gpu-node-check "
                 "pod on that node in gpu-system: an image that cannot be pulled, or GPUs that fail it. "
                 "A Karpenter node that fails is replaced by the check itself (it deletes its NodeClaim); "
-                "replace a managed group's node yourself (README).",
+                "replace a managed group's node yourself (docs/node-health.md).",
             )
         )
     return rules

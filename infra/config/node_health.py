@@ -1,5 +1,5 @@
 """`mlops-eks:addons.nodeHealth`: how GPU nodes are watched, repaired and checked before their first job
-(infra/addons/node_health.py, infra/addons/gpu_node_check.py; README "GPU node health and repair")."""
+(infra/addons/node_health.py, infra/addons/gpu_node_check.py; docs/node-health.md)."""
 
 from __future__ import annotations
 

@@ -123,7 +123,7 @@ class GpuPoolConfig(ConfigModel):
             raise Invalid(
                 "amiId",
                 self.ami_id,
-                "an AMI id like ami-0123456789abcdef0 (see README: building the AMD AMI)",
+                'an AMI id like ami-0123456789abcdef0 (docs/deploy.md "Building the AMD AMI")',
                 reason=f"{acc.key} has no EKS-optimized AMI: the pool needs a custom AMI with the GPU driver",
             )
         if acc.node_image is not NodeImage.CUSTOM and self.ami_id is not None:

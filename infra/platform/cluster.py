@@ -1,18 +1,10 @@
 """The EKS control plane (pulumi-eks `eks.Cluster`) and the managed add-ons that need running nodes.
 
-`Cluster` creates the KMS key for secrets encryption, the node role the managed node groups share, the
-control-plane log group (before the cluster, so EKS writes into it), the cluster (API authentication and
-access entries, all five log types) and the Kubernetes provider. `ManagedAddons` installs CoreDNS and the
-EBS CSI driver (with its own role) once the system nodes exist, then makes an encrypted gp3 StorageClass
-the default.
-
-aws-node (the VPC CNI) gets its credentials from its own Pod Identity role, not the node role, so a node
-turns Ready only after the Pod Identity agent and aws-node's association exist: `node_prerequisites` lists
-them and every node group waits for them. The vpc-cni add-on itself is pulumi-eks's (nodejs/eks/cluster/
-cluster.ts `VpcCniAddon`), which takes only an IRSA role, hence the separate PodIdentityAssociation.
-Under `authenticationMode: API` EKS creates a managed group's EC2_LINUX access entry itself; pulumi-eks
-refuses `instanceRoles` there (authenticationMode.ts validateAuthenticationMode). `Cluster.name` is an
-Output of the cluster, so nothing that names the cluster is created before it.
+`Cluster` creates the secrets KMS key, the node role the managed groups share, the control-plane log group
+(before the cluster, so EKS writes into it), the cluster and its Kubernetes provider. `ManagedAddons`
+installs CoreDNS and the EBS CSI driver once the system nodes exist, then the default gp3 StorageClass.
+aws-node gets its credentials from its own Pod Identity role (`node_prerequisites`: every node group waits
+for it), because pulumi-eks's vpc-cni add-on takes only an IRSA role (nodejs/eks/cluster/cluster.ts).
 """
 
 from __future__ import annotations
@@ -38,7 +30,7 @@ GP3 = "gp3"  # the default StorageClass, on the EBS CSI driver
 # How long `pulumi destroy` waits for the driver to delete the class's volumes (each takes seconds).
 VOLUME_WAIT = "15m"
 # Run by `pulumi destroy` (pulumi-command's local Command, on the deployer's machine, with kubectl and the
-# AWS CLI the README's prerequisites list): every PV of the class, until the driver has deleted it.
+# AWS CLI of docs/deploy.md "Prerequisites and steps"): every PV of the class, until the driver deleted it.
 VOLUMES_RELEASED_SCRIPT = r"""set -eu
 kubeconfig=$(mktemp)
 trap 'rm -f "$kubeconfig"' EXIT
@@ -153,6 +145,8 @@ class Cluster(pulumi.ComponentResource):
             public_subnet_ids=args.public_subnet_ids,
             node_associate_public_ip_address=False,
             skip_default_node_group=True,
+            # EKS creates each managed group's EC2_LINUX access entry itself; pulumi-eks refuses
+            # `instanceRoles` under API (authenticationMode.ts validateAuthenticationMode).
             authentication_mode=eks.AuthenticationMode.API,
             access_entries={
                 f"admin-{i}": eks.AccessEntryArgs(

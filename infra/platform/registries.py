@@ -109,14 +109,16 @@ REGISTRIES = (
         bytes_from="blobs: production.cloudflare.docker.com, production.cloudfront.docker.com, Cloudflare R2",
         path="nat",
         source="docker/docs content/manuals/desktop/setup/allow-list.md (docker/docs#25122); a redirect to "
-        "an S3 bucket from inside AWS is reported by third parties only (README: what only AWS can confirm)",
+        "an S3 bucket from inside AWS is reported by third parties only (docs/deploy.md: what only a real "
+        "`pulumi up` verifies)",
     ),
     Registry(
         name="NVIDIA NGC",
         hosts=re.compile(r"nvcr\.io"),
         bytes_from="blobs: NGC's own storage behind nvcr.io (no S3 redirect documented)",
         path="nat",
-        source="NVIDIA NGC documentation (no bucket documented; README: what only AWS can confirm)",
+        source="NVIDIA NGC documentation (no bucket documented; docs/deploy.md: what only a real `pulumi up` "
+        "verifies)",
     ),
     Registry(
         name="GitHub Container Registry",

@@ -1,6 +1,6 @@
-"""`python -m infra rehearse --stack S`: the README's "Deploy to AWS" steps, run against the real program, the
-real policy pack and the real config path, without AWS (infra/tools/engine.py stands in for the engine and
-the cloud). What it rehearses, step by step (`STEPS`, the README's commands in the README's order):
+"""`python -m infra rehearse --stack S`: the steps of docs/deploy.md "Deploy to AWS", run against the real
+program, the real policy pack and the real config path, without AWS (infra/tools/engine.py stands in for
+the engine and the cloud). What it rehearses, step by step (`STEPS`, that page's commands in its order):
 
 1. `pulumi config set --path ...`: the stack file's example values replaced by the user's (`--value
    account=...`, defaults: `USER_VALUES`), as `pulumi config set --path` writes them;
@@ -11,9 +11,9 @@ the cloud). What it rehearses, step by step (`STEPS`, the README's commands in t
 4. an update by a second identity (`adminPrincipalArns[0]`, as CI would run it): it must pass too, the
    recorded cluster creator and the bucket's deployer principal unchanged.
 
-A workload stack is rehearsed after its platform stack, reading the platform's rehearsed exports through
-its StackReference. What only AWS confirms (quotas, capacity, add-on versions, the provider's own checks)
-is listed in the README.
+A workload stack is rehearsed after its platform stack, reading the platform's rehearsed exports through its
+StackReference. What only AWS confirms (quotas, capacity, add-on versions, the provider's own checks) is
+listed in docs/deploy.md "What only a real `pulumi up` verifies".
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from infra.tools.synth import PlatformMocks
 
 REPO = Path(__file__).resolve().parents[2]
 USER_ACCOUNT = "210987654321"
-# What a user puts where the README writes <...>: a real-looking account, role, egress IP and AMI.
+# What a user puts where docs/deploy.md writes <...>: a real-looking account, role, egress IP and AMI.
 USER_VALUES = {
     "account": USER_ACCOUNT,
     "your-admin-role": "platform-admin",
@@ -51,11 +51,11 @@ Kind = Literal["outside", "select", "config", "rehearse", "preview", "up", "up-s
 
 @dataclass(frozen=True)
 class Step:
-    command: str  # as the README writes it: {stack} and <placeholders> filled in per stack and user
+    command: str  # as docs/deploy.md writes it: {stack} and <placeholders> filled in per stack and user
     kind: Kind
 
 
-# The README's "Deploy to AWS" block, in order (tests/test_readme.py compares them).
+# The command block of docs/deploy.md "Deploy to AWS", in order (tests/test_readme.py compares them).
 STEPS = (
     Step("pulumi login", "outside"),
     Step("pulumi stack select {stack} --create", "select"),
@@ -72,7 +72,7 @@ STEPS = (
     Step("make up STACK={stack}", "up"),
     Step("make up STACK={stack}", "up-second-identity"),
 )
-# A workload stack's steps (README "Workload stacks"): its file holds the job, nothing to replace.
+# A workload stack's steps (docs/workloads.md): its file holds the job, nothing to replace.
 WORKLOAD_STEPS = (
     Step("pulumi stack select {stack} --create", "select"),
     Step("make preview STACK={stack}", "preview"),
@@ -159,7 +159,7 @@ class Rehearsal:
     runs: dict[tuple[str, str], RunResult] = field(default_factory=dict)
 
     def stack_config(self, stack: str, path: Path | None = None) -> tuple[dict[str, Any], list[str]]:
-        """The stack file after the README's config steps: (its `config:`, the commands applied)."""
+        """The stack file after the documented config steps: (its `config:`, the commands applied)."""
         document = stack_files.read_config(path or stack_files.stack_file(REPO, stack))
         config = json.loads(json.dumps(document))
         applied = []

@@ -1,7 +1,7 @@
-"""The rehearsal of a user's first deploy (infra/tools/rehearse.py, infra/tools/engine.py): the README's steps
-for dev, prod and every committed workload stack, the program over a gRPC monitor with config as the CLI
-hands it over, the policy pack through its analyzer at the pack's own levels, and an update by a second
-identity. One rehearsal per session (a platform stack is rehearsed once; its workload stacks read its
+"""The rehearsal of a user's first deploy (infra/tools/rehearse.py, infra/tools/engine.py): the steps of
+docs/deploy.md for dev, prod and every committed workload stack, the program over a gRPC monitor with config
+as the CLI hands it over, the policy pack through its analyzer at the pack's own levels, and an update by a
+second identity. One rehearsal per session (a platform stack is rehearsed once; its workload stacks read its
 exports)."""
 
 from __future__ import annotations

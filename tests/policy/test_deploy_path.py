@@ -1,5 +1,5 @@
 """The documented way to deploy runs the policy pack: `make preview` / `make up` pass `--policy-pack
-policy`, and no command in the README runs `pulumi preview` or `pulumi up` without it."""
+policy`, and no command in the README or docs/ runs `pulumi preview` or `pulumi up` without it."""
 
 from __future__ import annotations
 
@@ -41,8 +41,9 @@ def test_make_up_without_a_stack_is_a_usage_error():
     assert p.returncode != 0 and "usage: make up STACK=<stack>" in p.stderr
 
 
-def test_no_readme_command_deploys_around_the_pack():
-    lines = _code_lines((REPO / "README.md").read_text())
+def test_no_documented_command_deploys_around_the_pack():
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    lines = [line for page in pages for line in _code_lines(page.read_text())]
     deploys = [line for line in lines if re.search(r"\bpulumi (up|preview)\b", line)]
     assert all("--policy-pack policy" in line for line in deploys), deploys
     assert any(re.match(r"\s*make up STACK=dev\b", line) for line in lines)

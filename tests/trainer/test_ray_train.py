@@ -1,6 +1,7 @@
-"""trainer.ray_train: the Ray Train entry point. Ray itself is not installed here (an optional extra, see the
-README); these tests run the entry point against a stand-in `ray` package with Ray Train's call surface
-(TorchTrainer, ScalingConfig, RunConfig, FailureConfig) whose fit() calls the worker function in this
+"""trainer.ray_train: the Ray Train entry point. Ray itself is not installed here (an optional extra, see
+docs/workloads.md "Ray jobs"); these tests run the entry point against a stand-in `ray` package with Ray
+Train's call surface (TorchTrainer, ScalingConfig, RunConfig, FailureConfig) whose fit() calls the worker
+function in this
 process, and Ray's exception shapes (WorkerGroupError.worker_failures, RayTaskError.cause)."""
 
 from __future__ import annotations

@@ -165,7 +165,8 @@ def pod_end_outcome(stack: Stack, end: PodEnd) -> str:
         job = stack.one("MPIJob")
         found = {mpi_job_outcome(job, role, end) for role in ("Launcher", "Worker")}
         if FAILED in found or LEFT_FAILED in found:
-            return CLEAR_FAILURE  # the operator fails the job; README "MPI jobs": resubmit, it resumes
+            # The operator fails the job; docs/workloads.md "MPI jobs": resubmit, it resumes.
+            return CLEAR_FAILURE
         return COUNTED
     job = stack.one("RayJob")
     found = {

@@ -1,7 +1,7 @@
 """`run-local` for a RayJob stack: the RayJob's entry point (trainer.ray_train) with the same program and
 trainer config, on a local Ray; without Ray it stops before anything runs and says what to install.
-Ray is an optional extra the test environment does not install (README "Ray jobs"): the real run below
-runs where it is installed."""
+Ray is an optional extra the test environment does not install (docs/workloads.md "Ray jobs"): the real run
+below runs where it is installed."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def test_the_local_command_is_the_rayjobs_entry_point_with_the_torchrun_program(
 
 
 def test_run_local_trains_the_rayjob_stack_on_a_local_ray(tmp_path, capsys):
-    pytest.importorskip("ray", reason="the `ray` extra is not installed here (README: Ray jobs)")
+    pytest.importorskip("ray", reason='the `ray` extra is not installed here (docs/workloads.md "Ray jobs")')
     code = main(["run-local", "--stack", STACK, "--nproc", "2", "--out", str(tmp_path), *FEW_STEPS])
     assert code == 0
     summary = json.loads((tmp_path / STACK / "output" / "summary.json").read_text())

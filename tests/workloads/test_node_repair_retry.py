@@ -133,8 +133,8 @@ def test_an_mpi_stack_is_committed():
 @pytest.mark.parametrize("stack", MPI_JOBS)
 @pytest.mark.parametrize("how", REMOVED)
 def test_an_mpi_job_fails_when_repair_removes_one_of_its_pods(stack, how):
-    """The operator's known limitation, asserted as it is: the README says so and what to do (`pulumi up`
-    again resubmits the job, which resumes from its checkpoint)."""
+    """The operator's known limitation, asserted as it is: docs/workloads.md says so and what to do (`pulumi
+    up` again resubmits the job, which resumes from its checkpoint)."""
     job = MPI_JOBS[stack]
     assert mpi_job_outcome(job, "Launcher", REPAIR[how]) == FAILED
     assert mpi_job_outcome(job, "Worker", REPAIR[how]) == FAILED
@@ -195,8 +195,9 @@ def test_a_ray_job_keeps_running_when_repair_takes_its_submitter(stack, how):
 @pytest.mark.parametrize("how", REMOVED)
 def test_a_ray_job_whose_head_is_repaired_retries_if_a_new_head_answers_in_time(stack, how):
     """The head's replacement needs a node with room: on a repaired node, a new instance (1-3 min), its
-    GPU check and the image pull (README, "How long"), more than KubeRay's default 5 min; the platform's
-    operator waits 30 min (infra/addons/kuberay.py). A head that never comes back fails the RayJob."""
+    GPU check and the image pull (docs/node-health.md "How long"), more than KubeRay's default 5 min; the
+    platform's operator waits 30 min (infra/addons/kuberay.py). A head that never comes back fails the
+    RayJob."""
     job, end = RAY_JOBS[stack], REPAIR[how]
     assert RAY_STATUS_CHECK_TIMEOUT_S >= 20 * 60
     assert ray_job_outcome(job, "head", end, head_unanswered_s=15 * 60) == FRESH_CLUSTER

@@ -80,7 +80,7 @@ def delete_timeout(node_pool: dict[str, Any]) -> str:
     its nodes first (its termination finalizer); a pod there gets the pool's terminationGracePeriod, where
     the pool sets one, before it is deleted. GPU pools set none, so their training pods
     (`karpenter.sh/do-not-disrupt`) are never evicted: the destroy then fails after the margin, naming the
-    NodePool, and the README's teardown deletes the workload stacks first. The pool's grace (where set)
+    NodePool, and docs/deploy.md "Teardown" deletes the workload stacks first. The pool's grace (where set)
     plus the margin, in minutes."""
     grace = node_pool["spec"]["template"]["spec"].get("terminationGracePeriod") or "0s"
     seconds = sum(int(n) * {"h": 3600, "m": 60, "s": 1}[unit] for n, unit in _DURATION.findall(grace))

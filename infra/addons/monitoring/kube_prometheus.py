@@ -210,7 +210,7 @@ class Observability(pulumi.ComponentResource):
         else:
             pulumi.log.warn(
                 "no alert receiver (addons.observability.alertReceiver): Alertmanager sends every alert to "
-                '"null"; set one and `pulumi config set --secret alertReceiverSecret ...` (README)',
+                '"null"; set one and `pulumi config set --secret alertReceiverSecret ...` (docs/deploy.md)',
                 self,
             )
         for file_name, render in DASHBOARDS.items():

@@ -17,7 +17,9 @@ with pip's own resolver for every Python the image bases ship (3.11 to 3.14, man
 then records, per package, the hashes of all its files on PyPI, so `pip install --require-hashes` accepts
 exactly those artifacts whatever the base's Python. docker/requirements.lock holds the base and `train`
 closure; docker/requirements-ray.lock what the `ray` extra adds to it, resolved together so the two
-agree. torch is left out: the CUDA and ROCm images take it from their digest-pinned base image. The CPU
+agree; docker/requirements-llm.lock what the `llm` extra adds to both (resolved with them; the cuda image
+installs the three). torch is left out: the CUDA and ROCm images take it from their digest-pinned base
+image. The CPU
 image takes the CPU build from the PyTorch wheel index (--torch-index, https://download.pytorch.org/whl/cpu),
 hash-checked too: docker/requirements-torch-cpu.lock holds `torch==<pin>+cpu` with the sha256 of its Linux
 wheel for every Python above and both architectures, read from the index's PEP 503 page (each link carries
@@ -54,11 +56,12 @@ from pyproject_requirements import canonical_name, load, lock_pins, requirements
 
 LOCK = REPO / "docker" / "requirements.lock"
 RAY_LOCK = REPO / "docker" / "requirements-ray.lock"
+LLM_LOCK = REPO / "docker" / "requirements-llm.lock"
 TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 TORCH_ARCHS = ("x86_64", "aarch64")
 DEV_LOCK = REPO / "constraints.txt"
 # What `make dev` installs. Not `ray`: its lock pins protobuf 7, which pulumi (<7) refuses.
-DEV_EXTRAS = ("infra", "train", "policy", "dev", "hf")
+DEV_EXTRAS = ("infra", "train", "policy", "dev", "hf", "llm")
 # The venv's own installers, pinned like everything else (the Makefile installs them first).
 INSTALLERS = ("pip", "setuptools")
 PYTHONS = ("3.11", "3.12", "3.13", "3.14")
@@ -72,15 +75,17 @@ def top_level(extras: list[str]) -> list[str]:
     return [r for r in reqs if canonical_name(r.split("==")[0].split("[")[0]) not in FROM_BASE]
 
 
-def resolve(reqs: list[str], python: str) -> dict[str, str]:
-    """name -> version of the closure pip installs for `reqs` on `python` (nothing is downloaded)."""
+def resolve(reqs: list[str], python: str, index: str | None = None) -> dict[str, str]:
+    """name -> version of the closure pip installs for `reqs` on `python` (nothing is downloaded); `index`:
+    a wheel index besides PyPI."""
     with tempfile.TemporaryDirectory() as target:
         platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
         report = subprocess.run(
             # --isolated: PyPI only, whatever this machine's pip configuration (mirrors, constraints).
             [sys.executable, "-m", "pip", "--isolated", "install", "--dry-run", "--quiet", "--report", "-",
              "--ignore-installed", "--only-binary=:all:", *platforms, "--python-version", python,
-             "--implementation", "cp", "--target", target, *reqs],
+             "--implementation", "cp", "--target", target,
+             *(["--extra-index-url", index] if index else []), *reqs],
             check=True, capture_output=True, text=True,
         )  # fmt: skip
     return {
@@ -116,11 +121,16 @@ def pypi_hashes(name: str, version: str) -> list[str]:
     return sorted(hashes)
 
 
-def closure(reqs: list[str]) -> dict[str, str]:
-    """name -> version of `reqs`' closure, the same on every Python in PYTHONS."""
+def closure(
+    reqs: list[str], provided: frozenset[str] = frozenset(), index: str | None = None
+) -> dict[str, str]:
+    """name -> version of `reqs`' closure, the same on every Python in PYTHONS; `provided` (what the base
+    image brings) left out."""
     versions: dict[str, str] = {}
     for python in PYTHONS:
-        for name, version in resolve(reqs, python).items():
+        for name, version in resolve(reqs, python, index).items():
+            if name in provided:
+                continue
             if versions.setdefault(name, version) != version:
                 sys.exit(f"{name}: {versions[name]} on one Python, {version} on Python {python}; pin it")
     return versions
@@ -139,13 +149,25 @@ def lock_text(versions: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def lock_texts() -> tuple[str, str]:
-    """The train lock and the ray lock: the ray extra's closure less what the train lock holds."""
+def lock_texts() -> tuple[str, str, str]:
+    """The train lock, the ray lock (the ray extra's closure less what the train lock holds) and the llm
+    lock (what the llm extra adds on top of both: the cuda image installs all three)."""
     train = closure(top_level(["train"]))
     both = closure(top_level(["train", "ray"]))
     if moved := {name for name, version in train.items() if both.get(name) != version}:
         sys.exit(f"the ray extra changes the train closure ({sorted(moved)}); pin those in pyproject.toml")
-    return lock_text(train), lock_text({n: v for n, v in both.items() if n not in train})
+    # peft requires torch: torch and its closure (sympy, networkx, jinja2, ...) come with the cuda image's
+    # base, not from a lock. Resolved with the CPU build (the same requirements less the CUDA libraries).
+    train_pins = requirements(load(REPO / "pyproject.toml"), ["train"])
+    torch_pin = next(r for r in train_pins if r.startswith("torch=="))
+    cpu_torch = [f"{torch_pin}+cpu"]
+    base = frozenset(name for python in PYTHONS for name in resolve(cpu_torch, python, TORCH_INDEX))
+    every = closure(top_level(["train", "ray", "llm"]) + cpu_torch, provided=base, index=TORCH_INDEX)
+    if moved := {name for name, version in both.items() if name not in base and every.get(name) != version}:
+        sys.exit(f"the llm extra changes the train or ray closure ({sorted(moved)}); pin those in pyproject")
+    ray = {n: v for n, v in both.items() if n not in train}
+    llm = {n: v for n, v in every.items() if n not in both}
+    return lock_text(train), lock_text(ray), lock_text(llm)
 
 
 def torch_lock(index: str) -> Path:
@@ -261,10 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.what in ("images", "all"):
-        train_lock, ray_lock = lock_texts()
-        LOCK.write_text(train_lock)
-        RAY_LOCK.write_text(ray_lock)
-        print(f"wrote {LOCK.relative_to(REPO)} and {RAY_LOCK.relative_to(REPO)}")
+        for path, text in zip((LOCK, RAY_LOCK, LLM_LOCK), lock_texts(), strict=True):
+            path.write_text(text)
+            print(f"wrote {path.relative_to(REPO)}")
     if args.what in ("images", "torch", "all"):
         text = torch_lock_text(args.torch_index)
         torch_lock(args.torch_index).write_text(text)

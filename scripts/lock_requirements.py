@@ -17,8 +17,8 @@ with pip's own resolver for every Python the image bases ship (3.11 to 3.14, man
 then records, per package, the hashes of all its files on PyPI, so `pip install --require-hashes` accepts
 exactly those artifacts whatever the base's Python. docker/requirements.lock holds the base and `train`
 closure; docker/requirements-ray.lock what the `ray` extra adds to it, resolved together so the two
-agree; docker/requirements-llm.lock what the `llm` extra adds to both (resolved with them; the cuda image
-installs the three). torch is left out: the CUDA and ROCm images take it from their digest-pinned base
+agree; docker/requirements-llm.lock what the `llm` extra adds to both (resolved around them; the cuda
+image installs the three). torch is left out: the CUDA and ROCm images take it from their digest-pinned base
 image. The CPU
 image takes the CPU build from the PyTorch wheel index (--torch-index, https://download.pytorch.org/whl/cpu),
 hash-checked too: docker/requirements-torch-cpu.lock holds `torch==<pin>+cpu` with the sha256 of its Linux
@@ -39,6 +39,7 @@ import sys
 import tempfile
 import urllib.parse
 import urllib.request
+import zipfile
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -75,9 +76,9 @@ def top_level(extras: list[str]) -> list[str]:
     return [r for r in reqs if canonical_name(r.split("==")[0].split("[")[0]) not in FROM_BASE]
 
 
-def resolve(reqs: list[str], python: str, index: str | None = None) -> dict[str, str]:
-    """name -> version of the closure pip installs for `reqs` on `python` (nothing is downloaded); `index`:
-    a wheel index besides PyPI."""
+def resolve(reqs: list[str], python: str, find_links: Path | None = None) -> dict[str, str]:
+    """name -> version of the closure pip installs for `reqs` on `python` (nothing is downloaded);
+    `find_links`: a directory of wheels besides PyPI."""
     with tempfile.TemporaryDirectory() as target:
         platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
         report = subprocess.run(
@@ -85,7 +86,7 @@ def resolve(reqs: list[str], python: str, index: str | None = None) -> dict[str,
             [sys.executable, "-m", "pip", "--isolated", "install", "--dry-run", "--quiet", "--report", "-",
              "--ignore-installed", "--only-binary=:all:", *platforms, "--python-version", python,
              "--implementation", "cp", "--target", target,
-             *(["--extra-index-url", index] if index else []), *reqs],
+             *(["--find-links", str(find_links)] if find_links else []), *reqs],
             check=True, capture_output=True, text=True,
         )  # fmt: skip
     return {
@@ -121,16 +122,11 @@ def pypi_hashes(name: str, version: str) -> list[str]:
     return sorted(hashes)
 
 
-def closure(
-    reqs: list[str], provided: frozenset[str] = frozenset(), index: str | None = None
-) -> dict[str, str]:
-    """name -> version of `reqs`' closure, the same on every Python in PYTHONS; `provided` (what the base
-    image brings) left out."""
+def closure(reqs: list[str], find_links: Path | None = None) -> dict[str, str]:
+    """name -> version of `reqs`' closure, the same on every Python in PYTHONS."""
     versions: dict[str, str] = {}
     for python in PYTHONS:
-        for name, version in resolve(reqs, python, index).items():
-            if name in provided:
-                continue
+        for name, version in resolve(reqs, python, find_links).items():
             if versions.setdefault(name, version) != version:
                 sys.exit(f"{name}: {versions[name]} on one Python, {version} on Python {python}; pin it")
     return versions
@@ -149,25 +145,42 @@ def lock_text(versions: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def lock_texts() -> tuple[str, str, str]:
-    """The train lock, the ray lock (the ray extra's closure less what the train lock holds) and the llm
-    lock (what the llm extra adds on top of both: the cuda image installs all three)."""
+def lock_texts() -> tuple[str, str]:
+    """The train lock and the ray lock: the ray extra's closure less what the train lock holds."""
     train = closure(top_level(["train"]))
     both = closure(top_level(["train", "ray"]))
     if moved := {name for name, version in train.items() if both.get(name) != version}:
         sys.exit(f"the ray extra changes the train closure ({sorted(moved)}); pin those in pyproject.toml")
-    # peft requires torch: torch and its closure (sympy, networkx, jinja2, ...) come with the cuda image's
-    # base, not from a lock. Resolved with the CPU build (the same requirements less the CUDA libraries).
-    train_pins = requirements(load(REPO / "pyproject.toml"), ["train"])
-    torch_pin = next(r for r in train_pins if r.startswith("torch=="))
-    cpu_torch = [f"{torch_pin}+cpu"]
-    base = frozenset(name for python in PYTHONS for name in resolve(cpu_torch, python, TORCH_INDEX))
-    every = closure(top_level(["train", "ray", "llm"]) + cpu_torch, provided=base, index=TORCH_INDEX)
-    if moved := {name for name, version in both.items() if name not in base and every.get(name) != version}:
-        sys.exit(f"the llm extra changes the train or ray closure ({sorted(moved)}); pin those in pyproject")
-    ray = {n: v for n, v in both.items() if n not in train}
-    llm = {n: v for n, v in every.items() if n not in both}
-    return lock_text(train), lock_text(ray), lock_text(llm)
+    return lock_text(train), lock_text({n: v for n, v in both.items() if n not in train})
+
+
+def llm_lock_text() -> str:
+    """What the llm extra adds to the train and ray locks as committed (the cuda image installs the three).
+    peft requires torch, which (with its own requirements: CUDA libraries, sympy, networkx, ...) comes from
+    the cuda image's base, not from a lock: resolved against a stand-in torch wheel that requires nothing,
+    so only what the llm extra itself needs is locked."""
+    committed = {**lock_pins(LOCK.read_text()), **lock_pins(RAY_LOCK.read_text())}
+    reqs = [f"{name}=={version}" for name, version in committed.items()] + top_level(["llm"])
+    with tempfile.TemporaryDirectory() as wheels:
+        _base_torch_wheel(Path(wheels))
+        every = closure(reqs, find_links=Path(wheels))
+    return lock_text({n: v for n, v in every.items() if n not in committed})
+
+
+def _base_torch_wheel(into: Path) -> Path:
+    """A wheel named torch==<pin>+base with no requirements (a local label sorts above the plain version,
+    so pip takes it over PyPI's), standing for the base image's torch in a resolve."""
+    pin = next(r for r in requirements(load(REPO / "pyproject.toml"), ["train"]) if r.startswith("torch=="))
+    version = pin.split("==")[1] + "+base"
+    wheel = into / f"torch-{version}-py3-none-any.whl"
+    info = f"torch-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n"
+    tags = "Wheel-Version: 1.0\nGenerator: lock_requirements\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr(f"{info}/METADATA", metadata)
+        z.writestr(f"{info}/WHEEL", tags)
+        z.writestr(f"{info}/RECORD", "")
+    return wheel
 
 
 def torch_lock(index: str) -> Path:
@@ -283,8 +296,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.what in ("images", "all"):
-        for path, text in zip((LOCK, RAY_LOCK, LLM_LOCK), lock_texts(), strict=True):
-            path.write_text(text)
+        train_lock, ray_lock = lock_texts()
+        LOCK.write_text(train_lock)
+        RAY_LOCK.write_text(ray_lock)
+        LLM_LOCK.write_text(llm_lock_text())  # around the two just written
+        for path in (LOCK, RAY_LOCK, LLM_LOCK):
             print(f"wrote {path.relative_to(REPO)}")
     if args.what in ("images", "torch", "all"):
         text = torch_lock_text(args.torch_index)

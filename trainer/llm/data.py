@@ -23,12 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from trainer.config import DataConfig, LlmConfig
-from trainer.data import DataError, ResumableSampler, leave_sigterm_to_the_trainer
+from trainer.data import DataError, ResumableSampler, held_out, leave_sigterm_to_the_trainer
 from trainer.storage import fetch_to_local
 
 IGNORE = -100  # the label of a token the loss leaves out (PyTorch's cross_entropy ignore_index)
@@ -152,15 +151,9 @@ def sequences(
     if data.val_source:
         val_records = read_records(fetch_to_local(data.val_source, workdir, client=s3_client))
     else:
-        order = np.random.default_rng(data.seed).permutation(len(records))
-        n_val = max(1, int(len(records) * data.val_fraction))
-        if n_val >= len(records):
-            raise DataError(
-                f"{data.source}: {len(records)} records are too few to hold out data.val_fraction="
-                f"{data.val_fraction}"
-            )
-        val_records = [records[i] for i in order[:n_val]]
-        records = [records[i] for i in order[n_val:]]
+        train_rows, val_rows = held_out(len(records), data, "records")
+        val_records = [records[i] for i in val_rows]
+        records = [records[i] for i in train_rows]
 
     def rows(recs: list[Messages], source: str) -> list[tuple[list[int], list[int]]]:
         examples = [encode(tok, m, f"{source} record {i + 1}") for i, m in enumerate(recs)]

@@ -146,6 +146,14 @@ def test_mfu_of_a_causal_lm_counts_its_config_shape(tmp_path, monkeypatch):
     assert row["mfu"] == pytest.approx(1e5 * per_token / (2 * 312e12))
 
 
+def test_the_metrics_endpoint_serves_the_llm_figures(tmp_path):
+    exporter = m.Exporter(tmp_path, local_rank=1, rank=1, port=9)  # not local rank 0: writes, serves nothing
+    exporter.publish({"step": 3, "tokens_per_s": 5e4, "mfu": 0.4, "val_loss": 2.0, "val_perplexity": 7.389})
+    gauges = {g.name: g.samples[0].value for g in m._SharedFilesCollector(tmp_path).collect()}
+    assert gauges["trainer_tokens_per_second"] == 5e4 and gauges["trainer_mfu_ratio"] == 0.4
+    assert gauges["trainer_val_loss"] == 2.0 and gauges["trainer_val_perplexity"] == 7.389
+
+
 def _saved_tiny(into):
     torch.manual_seed(0)
     tok = tiny.tokenizer()

@@ -32,14 +32,15 @@ $(RUN_STAMP): pyproject.toml $(LOCK) | $(VENV)/bin/python
 	$(PIP_INSTALL) --no-compile -e ".[train]"
 	touch $@
 
-# Everything a developer uses: the Pulumi SDKs, the policy pack, the test tools and Hugging Face data sets.
+# Everything a developer uses: the Pulumi SDKs, the policy pack, the test tools, Hugging Face data sets and
+# the LLM fine-tuning libraries (transformers, peft).
 # Then the bytecode the run install left out: the tests start a hundred Python processes that import torch,
 # and without .pyc files (or where PYTHONDONTWRITEBYTECODE keeps Python from writing them) each one would
 # compile torch's and sympy's sources again, seconds of CPU a process. Like pip, files that do not compile
 # on this Python (torch ships one for 3.12+ only) are left as they are.
 $(DEV_STAMP): pyproject.toml $(LOCK) $(RUN_STAMP)
 	@echo "==> installing the Pulumi SDKs, the policy pack and the test tools"
-	$(PIP_INSTALL) -e ".[infra,train,policy,dev,hf,ray]"
+	$(PIP_INSTALL) -e ".[infra,train,policy,dev,hf,ray,llm]"
 	@echo "==> compiling the installed packages' bytecode"
 	$(PY) -c 'import compileall, sysconfig; compileall.compile_dir(sysconfig.get_paths()["purelib"], quiet=2, workers=0)'
 	touch $@

@@ -3,7 +3,9 @@
 # runs ($VENV) on the base image's Python and install every pin of pyproject.toml's base dependencies and
 # image extras into it, each package checked against the sha256 hashes of its lock (generated from
 # pyproject.toml by scripts/lock_requirements.py images): `train` from docker/requirements.lock, `ray` (Ray
-# Train, for `operator: rayjob`) from docker/requirements-ray.lock. IMAGE_EXTRAS="train" leaves Ray out.
+# Train, for `operator: rayjob`) from docker/requirements-ray.lock, `llm` (transformers and peft, for
+# `llm.model`; resolved on top of train and ray, so it comes with both) from docker/requirements-llm.lock.
+# IMAGE_EXTRAS="train" leaves Ray out; the cuda image sets "train ray llm".
 # Only pyproject.toml and docker/ need to be present, so this layer is cached until a pin changes.
 #
 #   install-python-deps.sh PYPROJECT VERSION TORCH_INDEX_URL -- CHECK_TORCH_ARGS...
@@ -47,6 +49,10 @@ for extra in "${extras[@]}"; do
   fi
 done
 
+if [[ " ${extras[*]} " == *" llm "* && " ${extras[*]} " != *" ray "* ]]; then
+  echo "error: IMAGE_EXTRAS='${extras[*]}': the llm lock completes the train and ray locks; add ray" >&2
+  exit 2
+fi
 python3 -c 'import sys; sys.exit(None if sys.version_info >= (3, 11) else
     f"base image Python {sys.version.split()[0]} is older than pyproject.toml requires (>=3.11)")'
 python3 "$here/pyproject_requirements.py" "$pyproject" --check-version "$version"

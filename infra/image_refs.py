@@ -58,7 +58,8 @@ def image_problem(image: str) -> str | None:
         )
     if digest:
         if not _DIGEST.fullmatch("@" + digest):
-            return f"image {image!r}: {digest!r} is not a digest (sha256: and 64 lowercase hex digits, or sha512: and 128)"
+            allowed = "sha256: and 64 lowercase hex digits, or sha512: and 128"
+            return f"image {image!r}: {digest!r} is not a digest ({allowed})"
         return None
     if ":" not in name.rsplit("/", 1)[-1]:
         return f"image {image!r} has no tag (means :latest)"

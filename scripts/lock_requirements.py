@@ -8,9 +8,9 @@
 
 constraints.txt pins the whole development environment, transitive dependencies included (`ray` resolved
 with pulumi's protobuf < 7; the images' ray lock, without pulumi, gets protobuf 7). The image locks hold
-every sha256 PyPI publishes for the closure of the base, `train` and `ray` pins on each Python the image
-bases ship, and the CPU torch build's wheel hashes from the PyTorch index; docs/development.md "Locks" says
-how each is resolved.
+every sha256 PyPI publishes for the closure of the base, `train`, `ray` and `llm` pins on each Python the
+image bases ship, and the CPU torch build's wheel hashes from the PyTorch index; docs/development.md
+"Locks" says how each is resolved.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import sys
 import tempfile
 import urllib.parse
 import urllib.request
+import zipfile
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -41,12 +42,13 @@ from pyproject_requirements import canonical_name, load, lock_pins, requirements
 
 LOCK = REPO / "docker" / "requirements.lock"
 RAY_LOCK = REPO / "docker" / "requirements-ray.lock"
+LLM_LOCK = REPO / "docker" / "requirements-llm.lock"
 TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 TORCH_ARCHS = ("x86_64", "aarch64")
 DEV_LOCK = REPO / "constraints.txt"
 # What `make dev` installs. `ray` too (its local-Ray test runs in `make test`): resolved here with pulumi,
 # which takes protobuf < 7, while the images' ray lock, without pulumi, gets protobuf 7.
-DEV_EXTRAS = ("infra", "train", "policy", "dev", "hf", "ray")
+DEV_EXTRAS = ("infra", "train", "policy", "dev", "hf", "ray", "llm")
 # The venv's own installers, pinned like everything else (the Makefile installs them first).
 INSTALLERS = ("pip", "setuptools")
 PYTHONS = ("3.11", "3.12", "3.13", "3.14")
@@ -60,15 +62,17 @@ def top_level(extras: list[str]) -> list[str]:
     return [r for r in reqs if canonical_name(r.split("==")[0].split("[")[0]) not in FROM_BASE]
 
 
-def resolve(reqs: list[str], python: str) -> dict[str, str]:
-    """name -> version of the closure pip installs for `reqs` on `python` (nothing is downloaded)."""
+def resolve(reqs: list[str], python: str, find_links: Path | None = None) -> dict[str, str]:
+    """name -> version of the closure pip installs for `reqs` on `python` (nothing is downloaded);
+    `find_links`: a directory of wheels besides PyPI."""
     with tempfile.TemporaryDirectory() as target:
         platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
         report = subprocess.run(
             # --isolated: PyPI only, whatever this machine's pip configuration (mirrors, constraints).
             [sys.executable, "-m", "pip", "--isolated", "install", "--dry-run", "--quiet", "--report", "-",
              "--ignore-installed", "--only-binary=:all:", *platforms, "--python-version", python,
-             "--implementation", "cp", "--target", target, *reqs],
+             "--implementation", "cp", "--target", target,
+             *(["--find-links", str(find_links)] if find_links else []), *reqs],
             check=True, capture_output=True, text=True,
         )  # fmt: skip
     return {
@@ -104,11 +108,11 @@ def pypi_hashes(name: str, version: str) -> list[str]:
     return sorted(hashes)
 
 
-def closure(reqs: list[str]) -> dict[str, str]:
+def closure(reqs: list[str], find_links: Path | None = None) -> dict[str, str]:
     """name -> version of `reqs`' closure, the same on every Python in PYTHONS."""
     versions: dict[str, str] = {}
     for python in PYTHONS:
-        for name, version in resolve(reqs, python).items():
+        for name, version in resolve(reqs, python, find_links).items():
             if versions.setdefault(name, version) != version:
                 sys.exit(f"{name}: {versions[name]} on one Python, {version} on Python {python}; pin it")
     return versions
@@ -134,6 +138,35 @@ def lock_texts() -> tuple[str, str]:
     if moved := {name for name, version in train.items() if both.get(name) != version}:
         sys.exit(f"the ray extra changes the train closure ({sorted(moved)}); pin those in pyproject.toml")
     return lock_text(train), lock_text({n: v for n, v in both.items() if n not in train})
+
+
+def llm_lock_text() -> str:
+    """What the llm extra adds to the train and ray locks as committed (the cuda image installs the three).
+    peft requires torch, which (with its own requirements: CUDA libraries, sympy, networkx, ...) comes from
+    the cuda image's base, not from a lock: resolved against a stand-in torch wheel that requires nothing,
+    so only what the llm extra itself needs is locked."""
+    committed = {**lock_pins(LOCK.read_text()), **lock_pins(RAY_LOCK.read_text())}
+    reqs = [f"{name}=={version}" for name, version in committed.items()] + top_level(["llm"])
+    with tempfile.TemporaryDirectory() as wheels:
+        _base_torch_wheel(Path(wheels))
+        every = closure(reqs, find_links=Path(wheels))
+    return lock_text({n: v for n, v in every.items() if n not in committed})
+
+
+def _base_torch_wheel(into: Path) -> Path:
+    """A wheel named torch==<pin>+base with no requirements (a local label sorts above the plain version,
+    so pip takes it over PyPI's), standing for the base image's torch in a resolve."""
+    pin = next(r for r in requirements(load(REPO / "pyproject.toml"), ["train"]) if r.startswith("torch=="))
+    version = pin.split("==")[1] + "+base"
+    wheel = into / f"torch-{version}-py3-none-any.whl"
+    info = f"torch-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n"
+    tags = "Wheel-Version: 1.0\nGenerator: lock_requirements\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr(f"{info}/METADATA", metadata)
+        z.writestr(f"{info}/WHEEL", tags)
+        z.writestr(f"{info}/RECORD", "")
+    return wheel
 
 
 def torch_lock(index: str) -> Path:
@@ -252,7 +285,9 @@ def main(argv: list[str] | None = None) -> int:
         train_lock, ray_lock = lock_texts()
         LOCK.write_text(train_lock)
         RAY_LOCK.write_text(ray_lock)
-        print(f"wrote {LOCK.relative_to(REPO)} and {RAY_LOCK.relative_to(REPO)}")
+        LLM_LOCK.write_text(llm_lock_text())  # around the two just written
+        for path in (LOCK, RAY_LOCK, LLM_LOCK):
+            print(f"wrote {path.relative_to(REPO)}")
     if args.what in ("images", "torch", "all"):
         text = torch_lock_text(args.torch_index)
         torch_lock(args.torch_index).write_text(text)

@@ -336,6 +336,77 @@ def _require_creatable(path: str, key: str) -> None:
     )  # fmt: skip
 
 
+LLM_METHODS = {"lora", "full"}
+# Module names LoRA may target: "all-linear" (peft: every linear layer but the output head) or a
+# comma-separated list of module name suffixes such as q_proj,v_proj.
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+
+
+@dataclass(kw_only=True)
+class LlmConfig:
+    model: str = field(
+        default="",
+        metadata=_help(
+            "causal-LM fine-tuning (trainer/llm; needs the 'llm' extra): 'tiny' (a small model built "
+            "offline from a config, random weights: local runs and tests), 'hf:<repo>' (the Hub, e.g. "
+            "hf:Qwen/Qwen2.5-0.5B-Instruct), a local directory or s3://bucket/prefix holding a "
+            "save_pretrained model; empty: the text classifier of the model section"
+        ),
+    )
+    model_cache: str = field(
+        default="",
+        metadata=_help(
+            "where an hf: model is staged once (s3://bucket/prefix or a local directory): the first run "
+            "downloads it from the Hub and writes it here, restarts and later runs read it from here"
+        ),
+    )
+    method: str = field(default="lora", metadata=_help("'lora' (adapters only) or 'full' fine-tuning"))
+    lora_rank: int = field(default=8, metadata=_help("LoRA rank r"))
+    lora_alpha: int = field(default=16, metadata=_help("LoRA alpha (the update is scaled by alpha/r)"))
+    lora_dropout: float = field(default=0.05, metadata=_help("dropout on the LoRA input"))
+    lora_targets: str = field(
+        default="all-linear",
+        metadata=_help("'all-linear' or module names, comma-separated (e.g. q_proj,k_proj,v_proj,o_proj)"),
+    )
+    seq_len: int = field(default=512, metadata=_help("tokens per training sequence"))
+    packing: bool = field(
+        default=True,
+        metadata=_help("concatenate examples into full seq_len sequences (no padding); false: one per row"),
+    )
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            return
+        allowed = "'tiny', hf:<repo>, a local directory or s3://bucket/prefix"
+        if self.model.startswith("hf:"):
+            _require(len(self.model) > 3, "llm.model", self.model, "hf:<repo>, e.g. hf:Qwen/Qwen2.5-0.5B")
+        elif self.model.startswith("s3://"):
+            _require(bool(self.model[5:].split("/", 1)[0]), "llm.model", self.model, "s3://bucket/prefix")
+        elif self.model != "tiny":
+            _require(not _OTHER_SCHEME.match(self.model), "llm.model", self.model, allowed)
+            _require(Path(self.model).is_dir(), "llm.model", self.model, f"{allowed} (no such directory)")
+        if self.model_cache:
+            _require(self.model.startswith("hf:"), "llm.model_cache", self.model_cache,
+                     f"empty unless llm.model is hf:<repo> (got llm.model={self.model!r})")  # fmt: skip
+            _require_dir_uri(self.model_cache, "llm.model_cache")
+        _require(self.method in LLM_METHODS, "llm.method", self.method, " | ".join(sorted(LLM_METHODS)))
+        _require(self.lora_rank >= 1, "llm.lora_rank", self.lora_rank, ">= 1")
+        _require(self.lora_alpha > 0, "llm.lora_alpha", self.lora_alpha, "> 0")
+        _require(0 <= self.lora_dropout < 1, "llm.lora_dropout", self.lora_dropout, "0 <= x < 1")
+        targets = self.target_modules
+        _require(
+            targets == "all-linear" or (bool(targets) and all(_MODULE_NAME.match(t) for t in targets)),
+            "llm.lora_targets", self.lora_targets, "'all-linear' or module names, comma-separated",
+        )  # fmt: skip
+        _require(self.seq_len >= 8, "llm.seq_len", self.seq_len, ">= 8")
+
+    @property
+    def target_modules(self) -> str | list[str]:
+        if self.lora_targets.strip() == "all-linear":
+            return "all-linear"
+        return [t.strip() for t in self.lora_targets.split(",") if t.strip()]
+
+
 @dataclass(kw_only=True)
 class JobConfig:
     data: DataConfig = field(default_factory=DataConfig)
@@ -343,6 +414,15 @@ class JobConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    llm: LlmConfig = field(default_factory=LlmConfig)
+
+    def __post_init__(self) -> None:
+        if self.llm.model:  # the causal-LM task reads chat or instruction records (trainer/llm/data.py)
+            _require(
+                self.data.source.lower().endswith((".jsonl", ".json")), "data.source", self.data.source,
+                f"a .jsonl or .json file of chat or instruction records when llm.model is set "
+                f"(llm.model={self.llm.model!r})",
+            )  # fmt: skip
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return dataclasses.asdict(self)

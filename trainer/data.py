@@ -201,15 +201,19 @@ def load_columns(cfg: DataConfig, workdir: Path) -> Splits:
         if cfg.val_source:
             val = read_columns(fetch_to_local(cfg.val_source, workdir), cfg.text_field, cfg.label_field)
         else:
-            order = np.random.default_rng(cfg.seed).permutation(len(train))
-            n_val = max(1, int(len(order) * cfg.val_fraction))
-            if n_val >= len(order):
-                raise DataError(
-                    f"{cfg.source}: {len(order)} rows are too few to hold out "
-                    f"data.val_fraction={cfg.val_fraction}"
-                )
-            return Splits(train, order[n_val:], train, order[:n_val])
+            train_rows, val_rows = held_out(len(train), cfg, "rows")
+            return Splits(train, train_rows, train, val_rows)
     return Splits(train, np.arange(len(train)), val, np.arange(len(val)))
+
+
+def held_out(n: int, cfg: DataConfig, unit: str) -> tuple[np.ndarray, np.ndarray]:
+    """(training rows, validation rows) of n: data.val_fraction held out, in an order data.seed fixes."""
+    order = np.random.default_rng(cfg.seed).permutation(n)
+    n_val = max(1, int(n * cfg.val_fraction))
+    if n_val >= n:
+        fraction = f"data.val_fraction={cfg.val_fraction}"
+        raise DataError(f"{cfg.source}: {n} {unit} are too few to hold out {fraction}")
+    return order[n_val:], order[:n_val]
 
 
 def load_splits(cfg: DataConfig, workdir: Path) -> tuple[list[Example], list[Example]]:

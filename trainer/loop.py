@@ -44,6 +44,7 @@ from trainer.dist import (
     teardown,
 )
 from trainer.guards import NonFiniteGuard, StepWatchdog, fused_kernel
+from trainer.llm import task as llm_task
 from trainer.metrics import Exporter, Metrics
 from trainer.model import attention_shape, build_model, transformer_blocks
 from trainer.shards import is_disk_full
@@ -138,6 +139,11 @@ def _sync_context(model: nn.Module, sync: bool):
     return contextlib.nullcontext()
 
 
+def _classifier_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    logits = model(batch["input_ids"], batch["attention_mask"])
+    return nn.functional.cross_entropy(logits.float(), batch["labels"])
+
+
 def _filler_batch() -> dict[str, torch.Tensor]:
     """One one-token padding example, for a rank that has no validation batch of its own."""
     return {
@@ -178,6 +184,8 @@ def evaluate(model: nn.Module, loader, env: DistEnv, dtype: torch.dtype | None) 
 
 def run(cfg: JobConfig, *, s3_client: Any = None) -> int:
     started = time.time()
+    if cfg.llm.model:
+        llm_task.require_packages(cfg.llm)  # exit 2 naming the extra, before any process group exists
     # Installed first: a SIGTERM during set-up is honoured at the first step boundary.
     stop = StopFlag(timeout_s=cfg.train.dist_timeout_s)
     env = setup(cfg.train)
@@ -308,7 +316,7 @@ def _train(cfg: JobConfig, env: DistEnv, stop: StopFlag, started: float, s3_clie
         cleanup.callback(sinks[2].close)  # the metrics port is free for the next run
         watchdog = StepWatchdog(cfg.train.step_timeout_s)
         cleanup.callback(watchdog.close)
-        return _train_with(cfg, env, stop, started, workdir, launch, sinks, watchdog)
+        return _train_with(cfg, env, stop, started, workdir, launch, sinks, watchdog, s3_client)
 
 
 def _train_with(
@@ -320,6 +328,7 @@ def _train_with(
     launch: str,
     sinks,
     watchdog: StepWatchdog,
+    s3_client: Any = None,
 ) -> int:
     t = cfg.train
     output, local_out, metrics, ckpt = sinks
@@ -332,24 +341,41 @@ def _train_with(
             f"({ckpt.location(state['step'])}, step {state['step']}); allowed: >= {state['step']} to go on "
             "training, or --checkpoint.resume false (or another checkpoint.dir) for a new run"
         )
-    tokenizer = state and state["tokenizer"]
-    spec, encoder, loader, val = _prepare_data(cfg, env, workdir, launch, tokenizer, metrics, stop)
-
-    torch.manual_seed(t.seed)  # identical initial weights on every rank
-    max_positions = -(-cfg.data.max_len // cfg.data.pad_to_multiple) * cfg.data.pad_to_multiple
-    model = build_model(
-        cfg.model,
-        vocab_size=encoder.vocab_size,
-        max_positions=max_positions,
-        grad_checkpointing=t.grad_checkpointing,
-    ).to(env.device)
-    params = sum(p.numel() for p in model.parameters())
     prec = precision.choose(t.precision, env.device)
+    if cfg.llm.model:
+        fsdp = env.distributed and t.parallelism == "fsdp"
+        llm = llm_task.prepare(
+            cfg, env, workdir, launch, load_dtype=llm_task.load_dtype(cfg, prec.dtype, fsdp), say=metrics.say,
+            s3_client=s3_client,
+        )  # fmt: skip
+        model, loader, val, spec, seq_len = llm.model, llm.loader, llm.val, cfg.llm.model, cfg.llm.seq_len
+        loss_of, evaluate_with, llm_tokenizer = llm_task.loss, llm_task.evaluate, llm.tokenizer
+        metrics.say(
+            f"data {cfg.data.source}: {llm.train_sequences} train / {llm.val_sequences} val sequences of "
+            f"<= {seq_len} tokens ({'packed' if cfg.llm.packing else 'one example each'})"
+        )
+    else:
+        tokenizer = state and state["tokenizer"]
+        spec, encoder, loader, val = _prepare_data(cfg, env, workdir, launch, tokenizer, metrics, stop)
+        torch.manual_seed(t.seed)  # identical initial weights on every rank
+        seq_len = -(-cfg.data.max_len // cfg.data.pad_to_multiple) * cfg.data.pad_to_multiple
+        model = build_model(
+            cfg.model,
+            vocab_size=encoder.vocab_size,
+            max_positions=seq_len,
+            grad_checkpointing=t.grad_checkpointing,
+        ).to(env.device)
+        loss_of, evaluate_with, llm_tokenizer = _classifier_loss, evaluate, None
+    params = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     metrics.say(f"device {prec.gpu}: precision {prec.name} ({prec.reason})")
-    _enable_mfu(metrics, model, env, prec, seq_len=max_positions)
+    _enable_mfu(metrics, model, env, prec, seq_len=seq_len)
     model = _wrap(model, t, env, prec)
     optimizer = torch.optim.AdamW(
-        model.parameters(), lr=t.lr, weight_decay=t.weight_decay, fused=fused_kernel(env.device)
+        [p for p in model.parameters() if p.requires_grad],  # LoRA: the adapters only
+        lr=t.lr,
+        weight_decay=t.weight_decay,
+        fused=fused_kernel(env.device),
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(t))
     dtype = prec.dtype
@@ -367,7 +393,9 @@ def _train_with(
         step, epoch, samples = state["step"], state["epoch"], _samples_done(state)
         state = None  # free the CPU copy
     metrics.say(
-        f"model {cfg.model.name}: {params:,} parameters, precision {prec.name}, "
+        f"model {cfg.llm.model or cfg.model.name}: {params:,} parameters"
+        + (f" ({trainable:,} trainable)" if trainable != params else "")
+        + f", precision {prec.name}, "
         f"{t.parallelism if env.distributed else 'single process'}; steps {step}..{t.max_steps}"
     )
 
@@ -419,8 +447,7 @@ def _train_with(
                 _sync_context(model, micro == t.grad_accum_steps - 1),
                 _autocast(env.device, dtype),
             ):
-                logits = model(batch["input_ids"], batch["attention_mask"])
-                loss = nn.functional.cross_entropy(logits.float(), batch["labels"]) / t.grad_accum_steps
+                loss = loss_of(model, batch) / t.grad_accum_steps
             scaler.scale(loss).backward()
             step_loss += loss.detach()
             window.tokens += batch["attention_mask"].sum()
@@ -476,7 +503,7 @@ def _train_with(
                 metrics.close()
                 return faults.STOPPED
             if step % t.eval_every == 0 or step == t.max_steps:
-                last_eval = evaluate(model, val, env, dtype)
+                last_eval = evaluate_with(model, val, env, dtype)
                 metrics.record("eval", step, **last_eval)
             if step % cfg.checkpoint.every_steps == 0 or step == t.max_steps:
                 saved = save(step, blocking=step == t.max_steps or not cfg.checkpoint.async_save)
@@ -496,7 +523,7 @@ def _train_with(
 
     with watchdog.paused():
         if not last_eval:  # resumed at the last step: report the model as it stands
-            last_eval = evaluate(model, val, env, dtype)
+            last_eval = evaluate_with(model, val, env, dtype)
             metrics.record("eval", step, **last_eval)
         latest = ckpt.latest_name()
         throughput = window.total_steps * samples_per_step / window.total_s if window.total_s else None
@@ -508,7 +535,7 @@ def _train_with(
             "wall_s": round(time.time() - started, 1),
             "checkpoint": latest and f"{ckpt.storage.uri}/{latest}",
         }
-        _write_outputs(cfg, env, model, output, local_out, spec, metrics, summary)
+        _write_outputs(cfg, env, model, output, local_out, spec, metrics, summary, llm_tokenizer)
     return 0
 
 
@@ -551,29 +578,40 @@ def _write_outputs(
     spec: str,
     metrics: Metrics,
     summary: dict[str, Any],
+    llm_tokenizer: Any = None,
 ) -> None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    weights = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    exported: list[str] = []
+    if cfg.llm.model:  # the adapter (or the whole model) in Hugging Face's format, for peft/transformers
+        name = llm_task.export(cfg.llm, model, llm_tokenizer, env, local_out)
+        summary["model"] = f"{output.uri}/{name}"
+        exported = [p.relative_to(local_out).as_posix() for p in sorted((local_out / name).rglob("*"))
+                    if p.is_file()] if env.is_main else []  # fmt: skip
+    else:
+        full = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        weights = get_model_state_dict(model, options=full)
     if isinstance(model, DistributedDataParallel):  # replicas must agree; a desync would be a silent bug
         digests = gather_objects(env, _digest(model.module))
         summary["ranks_identical"] = len(set(digests)) == 1
     if env.is_main:
-        summary["model"] = f"{output.uri}/model.pt"
         local_out.mkdir(parents=True, exist_ok=True)
-        model_file = {
-            "model": weights,
-            "model_config": asdict(cfg.model),
-            "tokenizer": spec,
-            "max_len": cfg.data.max_len,
-        }
-        _write_output(local_out / "model.pt", lambda f: torch.save(model_file, f), summary["checkpoint"])
+        if not cfg.llm.model:
+            summary["model"] = f"{output.uri}/model.pt"
+            model_file = {
+                "model": weights,
+                "model_config": asdict(cfg.model),
+                "tokenizer": spec,
+                "max_len": cfg.data.max_len,
+            }
+            _write_output(local_out / "model.pt", lambda f: torch.save(model_file, f), summary["checkpoint"])
+            exported = ["model.pt"]
         for name, content in (("config.json", cfg.to_dict()), ("summary.json", summary)):  # summary last
             text = json.dumps(content, indent=1).encode()
             _write_output(local_out / name, lambda f, text=text: f.write(text), summary["checkpoint"])
         metrics.close()
         if not isinstance(output, LocalStorage):
-            for name in ("model.pt", "summary.json", "config.json"):
+            for name in (*exported, "summary.json", "config.json"):
                 output.put_file(name, local_out / name)
         metrics.upload(output)  # metrics.jsonl and the TensorBoard events
         metrics.say(

@@ -36,6 +36,7 @@ GAUGES = {
     ),
     "trainer_val_accuracy": ("val_accuracy", "validation accuracy at the last evaluation"),
     "trainer_val_loss": ("val_loss", "validation loss at the last evaluation"),
+    "trainer_val_perplexity": ("val_perplexity", "exp(validation loss per token): causal LMs (trainer/llm)"),
     "trainer_last_report_timestamp_seconds": ("time", "when the run last reported (stalled-job alerts)"),
 }
 

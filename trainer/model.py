@@ -96,8 +96,9 @@ def transformer_blocks(model: nn.Module) -> list[nn.Module]:
 
 def attention_shape(model: nn.Module) -> tuple[int, int, int]:
     """(layers, heads, head dimensions) of the model's self-attention: the shape MFU counts (trainer.mfu)."""
-    if isinstance(model, HuggingFaceClassifier):
-        config = model.inner.config
+    # A Hugging Face model (our classifier's `inner`, a causal LM, a peft model around one) has its config.
+    config = getattr(getattr(model, "inner", model), "config", None)
+    if config is not None and hasattr(config, "num_hidden_layers"):
         heads = config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
         return config.num_hidden_layers, heads, head_dim

@@ -23,7 +23,7 @@ from torch import nn
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 from torch.optim import Optimizer
 
 from trainer.dist import DistEnv
@@ -45,10 +45,18 @@ _DISK_FULL_WORDS = (
 )
 
 
+def _options(model: nn.Module) -> StateDictOptions:
+    """Frozen parameters (a LoRA fine-tune's base model) are left out: they never change, the run loads
+    them from the model's source, and they would make every checkpoint as big as the model. Loading then
+    fills only the trainable ones (strict=False); DCP's planner still refuses a checkpoint that lacks one."""
+    frozen = any(not p.requires_grad for p in model.parameters())
+    return StateDictOptions(ignore_frozen_params=frozen, strict=not frozen)
+
+
 def _state_dicts(model: nn.Module, optimizer: Optimizer) -> dict[str, Any]:
     """Sharded (DTensor) entries under FSDP, plain tensors otherwise; optimizer state keyed by parameter
     name, so it survives a change of wrapping or world size."""
-    model_state, optim_state = get_state_dict(model, optimizer)
+    model_state, optim_state = get_state_dict(model, optimizer, options=_options(model))
     return {"model": model_state, "optim": optim_state}
 
 
@@ -90,7 +98,13 @@ def read(env: DistEnv, model: nn.Module, optimizer: Optimizer, directory: Path) 
     """Load the shards in `directory` into the (already wrapped) model and optimizer (collective)."""
     state = _state_dicts(model, optimizer)
     dcp.load(state, storage_reader=FileSystemReader(directory), no_dist=not env.distributed)
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    set_state_dict(
+        model,
+        optimizer,
+        model_state_dict=state["model"],
+        optim_state_dict=state["optim"],
+        options=_options(model),
+    )
 
 
 def rng_state() -> dict[str, Any]:

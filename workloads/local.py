@@ -18,6 +18,9 @@ from workloads.render import trainer_config
 from workloads.spec import CONFIG_KEY, SpecError
 from workloads.stacks import REPO, WorkloadStack
 
+# The chat records an LLM job trains on in run-local (workloads/examples, written for it).
+LLM_SAMPLE = REPO / "workloads" / "examples" / "llm-chat.jsonl"
+
 
 def local_processes(wanted: int, requested: int | None) -> tuple[int, str]:
     """How many processes run here, and why."""
@@ -30,13 +33,33 @@ def local_processes(wanted: int, requested: int | None) -> tuple[int, str]:
     return n, f"the job runs {wanted}; this machine has {cores} CPU cores"
 
 
+def local_llm(config: dict, overrides: list[str]) -> list[str]:
+    """An LLM job runs here on the tiny model built offline and the sample chat data (no download, no
+    S3), unless --llm.model / --data.source say otherwise. Returns what was substituted, to print."""
+    llm = config.get("llm")
+    if not isinstance(llm, dict) or not llm.get("model"):
+        return []
+    notes = []
+    if "--llm.model" not in overrides:
+        notes.append(f"llm.model {llm['model']} -> tiny (built offline; --llm.model DIR for a local model)")
+        llm["model"] = "tiny"
+        llm.pop("model_cache", None)
+    if "--data.source" not in overrides:
+        source = config.setdefault("data", {}).get("source", "synthetic")
+        notes.append(f"data.source {source} -> {LLM_SAMPLE.relative_to(REPO)} (--data.source FILE for yours)")
+        config["data"]["source"] = str(LLM_SAMPLE)
+    return notes
+
+
 def local_trainer_config(stack: WorkloadStack, run_dir: Path, overrides: list[str]) -> dict:
     spec = stack.spec
     config = trainer_config(spec, bucket="local")
     config.setdefault("checkpoint", {})["dir"] = str(run_dir / "checkpoints")
     config.setdefault("output", {})["dir"] = str(run_dir / "output")
+    for note in local_llm(config, overrides):
+        print(f"run-local {stack.name}: {note}", flush=True)
     source = config.get("data", {}).get("source")
-    if spec.data is not None and "--data.source" not in overrides:
+    if spec.data is not None and "--data.source" not in overrides and source != str(LLM_SAMPLE):
         raise SpecError(
             f"{CONFIG_KEY}.data: {source} is not readable from this machine; run with "
             "`-- --data.source FILE` (a local .jsonl/.csv/.parquet) or `-- --data.source synthetic`"

@@ -41,6 +41,7 @@ AMD_DEVICE_GROUPS = (44, 109)
 # is slower than its shared-memory transport, so it is switched off (override through `env`).
 PCIE_ONLY = {"t4", "a10g", "l4"}
 ROLES = ("data", "checkpoint", "output")
+HUB_TOKEN_KEY = "token"  # the key of the job's Hub token Secret
 CONFIG_DIGEST_ANNOTATION = "mlops-eks.io/config-sha256"
 # On a pod, Karpenter's do-not-disrupt keeps its node from consolidation and drift (the GPU NodePools set no
 # terminationGracePeriod, which would override it), and Karpenter never evicts it when the node goes anyway
@@ -146,7 +147,7 @@ def nccl_env(placement: Placement) -> dict[str, str]:
     return env
 
 
-def env(spec: TrainingJobSpec, placement: Placement, region: str) -> list[dict[str, str]]:
+def env(spec: TrainingJobSpec, placement: Placement, region: str) -> list[dict[str, Any]]:
     values = {
         "PYTHONUNBUFFERED": "1",
         # The root filesystem is read-only: caches (torch, triton, HF) go to the /tmp emptyDir.
@@ -156,7 +157,15 @@ def env(spec: TrainingJobSpec, placement: Placement, region: str) -> list[dict[s
         **nccl_env(placement),
         **spec.env,  # the spec's own settings win: the documented way to override the derived NCCL ones
     }
-    return [{"name": k, "value": v} for k, v in values.items()]
+    variables: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in values.items()]
+    if spec.hub_token:  # from the Secret workloads.program makes of the stack's secret config
+        ref = {"name": hub_token_secret(spec), "key": HUB_TOKEN_KEY}
+        variables.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}})
+    return variables
+
+
+def hub_token_secret(spec: TrainingJobSpec) -> str:
+    return f"{spec.name}-hf-token"
 
 
 def resources(spec: TrainingJobSpec, placement: Placement) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from workloads import jobs, pod
 from workloads.identity import role_description, s3_policy
 from workloads.platform import PlatformFacts
 from workloads.render import render
-from workloads.spec import SpecError, TrainingJobSpec, parse_spec
+from workloads.spec import CONFIG_KEY, HUB_TOKEN_CONFIG, SpecError, TrainingJobSpec, parse_spec
 from workloads.stacks import platform_stack_ref, program_text
 
 TRAINING_DASHBOARD_UID = "mlops-eks-training"  # infra/addons/monitoring/dashboards.py, variable `job`
@@ -41,7 +41,7 @@ def job_options(kind: str) -> pulumi.ResourceOptions:
 
 
 def _k8s_resource(
-    spec: TrainingJobSpec, obj: dict[str, Any], opts: pulumi.ResourceOptions
+    spec: TrainingJobSpec, obj: dict[str, Any], opts: pulumi.ResourceOptions, hub_token: Any = None
 ) -> pulumi.CustomResource:
     """One rendered object as the typed pulumi-kubernetes resource (custom resources generically)."""
     kind, meta = obj["kind"], obj["metadata"]
@@ -61,6 +61,11 @@ def _k8s_resource(
         return k8s.core.v1.ConfigMap(name, metadata=meta, data=obj["data"], opts=opts)
     if kind == "NetworkPolicy":
         return k8s.networking.v1.NetworkPolicy(name, metadata=meta, spec=obj["spec"], opts=opts)
+    if kind == "Secret":  # the Hub token: the decrypted secret config, kept secret in Pulumi's state
+        if hub_token is None:
+            raise SpecError(f"{spec.name}: hubToken is true but the stack has no secret config hfToken")
+        data = {pod.HUB_TOKEN_KEY: hub_token}
+        return k8s.core.v1.Secret(name, metadata=meta, type=obj["type"], string_data=data, opts=opts)
     if kind == "PersistentVolumeClaim":
         return k8s.core.v1.PersistentVolumeClaim(name, metadata=meta, spec=obj["spec"], opts=opts)
     return k8s.apiextensions.CustomResource(
@@ -119,7 +124,7 @@ def _identity(
 
 
 def deploy(
-    spec: TrainingJobSpec, facts: PlatformFacts, kubeconfig: pulumi.Input[str]
+    spec: TrainingJobSpec, facts: PlatformFacts, kubeconfig: pulumi.Input[str], hub_token: Any = None
 ) -> list[pulumi.Resource]:
     """Create the workload stack's resources; the job goes last, after its identity exists."""
     objects = render(spec, facts, program_text=program_text(spec))
@@ -131,7 +136,7 @@ def deploy(
             identity = _identity(spec, facts, after=created)
         # In render's order: the namespace first, the job after everything it mounts or runs as.
         opts = pulumi.ResourceOptions(provider=provider, depends_on=list(created) + identity)
-        created.append(_k8s_resource(spec, obj, opts))
+        created.append(_k8s_resource(spec, obj, opts, hub_token))
     return created + identity
 
 
@@ -142,6 +147,27 @@ def logs_command(spec: TrainingJobSpec) -> str:
     )
 
 
+def hub_token(config: pulumi.Config, spec: TrainingJobSpec) -> pulumi.Output[str] | None:
+    """The stack's secret config `hfToken` for a job with `hubToken: true` (a secret Output: encrypted in
+    Pulumi's state, never printed); an unset or empty one fails the update before anything is made."""
+    if not spec.hub_token:
+        return None
+    missing = (
+        f"{CONFIG_KEY}.hubToken is true but the secret config {HUB_TOKEN_CONFIG} is not set; allowed: "
+        f"`pulumi config set --secret {HUB_TOKEN_CONFIG.split(':')[1]} <token>`, or hubToken false"
+    )
+    token = config.get_secret(HUB_TOKEN_CONFIG.split(":")[1])
+    if token is None:
+        raise pulumi.RunError(missing)
+
+    def present(value: str) -> str:
+        if not value:
+            raise pulumi.RunError(missing)
+        return value
+
+    return pulumi.Output.secret(token.apply(present))
+
+
 def program() -> None:
     config = pulumi.Config()  # the project's namespace: mlops-eks:<key>
     try:
@@ -150,11 +176,12 @@ def program() -> None:
     except SpecError as err:
         raise pulumi.RunError(str(err)) from None
     ref = pulumi.StackReference(platform_stack)
+    token = hub_token(config, spec)
 
     def facts_and_deploy(outputs: dict[str, Any]) -> int:
         try:
             facts = PlatformFacts.model_validate({k: v for k, v in outputs.items() if v is not None})
-            return len(deploy(spec, facts, ref.require_output("kubeconfig")))
+            return len(deploy(spec, facts, ref.require_output("kubeconfig"), token))
         except ValidationError as err:
             raise pulumi.RunError(
                 f"platform stack {platform_stack}: its exports are not a platform's: {err}"

@@ -22,6 +22,7 @@ from workloads.spec import CONFIG_KEY, SpecError, TrainingJobSpec, trainer_confi
 # Quota room for two gangs: a restarted gang's pods start while the previous ones still terminate
 # (up to their grace period); a namespace quota of exactly one gang would stall every restart.
 QUOTA_GANGS = 2
+MODEL_CACHE = "model-cache"  # under the job's S3 prefix: where an hf: model is staged once
 
 
 def _quantity(value: float) -> str:
@@ -40,6 +41,11 @@ def trainer_config(spec: TrainingJobSpec, bucket: str) -> dict[str, Any]:
         where = pod.location(spec, role, bucket)
         if where is not None:
             config.setdefault(role, {})[key] = where
+    llm = config.get("llm")
+    hub_model = isinstance(llm, dict) and str(llm.get("model", "")).startswith("hf:")
+    if isinstance(llm, dict) and hub_model and "model_cache" not in llm and spec.uses_s3:
+        # Staged once into the job's own prefix (trainer/llm/source.py says why S3, not a volume).
+        llm["model_cache"] = f"s3://{bucket}/{pod.s3_prefix(spec)}/{MODEL_CACHE}"
     return config
 
 
@@ -131,6 +137,25 @@ def config_maps(spec: TrainingJobSpec, bucket: str, program_text: str | None) ->
     return maps
 
 
+def hub_token_secret(spec: TrainingJobSpec) -> list[dict[str, Any]]:
+    """The Secret HF_TOKEN comes from. Its value is the stack's secret config `hfToken`, which only the
+    Pulumi engine decrypts: workloads.program sets it; what `render` prints holds a placeholder."""
+    if not spec.hub_token:
+        return []
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": pod.metadata(spec, pod.hub_token_secret(spec)),
+            "type": "Opaque",
+            "stringData": {pod.HUB_TOKEN_KEY: HUB_TOKEN_PLACEHOLDER},
+        }
+    ]
+
+
+HUB_TOKEN_PLACEHOLDER = "<the stack's secret config hfToken>"
+
+
 def volume_claims(spec: TrainingJobSpec) -> list[dict[str, Any]]:
     claims = []
     for role in pod.ROLES:
@@ -196,6 +221,7 @@ def render(
         service_account(spec),
         *network_policies(spec),
         *maps,
+        *hub_token_secret(spec),
         *volume_claims(spec),
         *local_queue(spec, platform),
     ]

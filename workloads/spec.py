@@ -27,8 +27,14 @@ from trainer.config import build as build_trainer_config
 from workloads.spec_rules import consistency_problems
 
 CONFIG_KEY = stack_files.JOB_KEY
+HUB_TOKEN_CONFIG = stack_files.HUB_TOKEN_KEY  # the secret config a job with hubToken: true reads
 # trainerConfig keys that may hold an s3:// URL, which the job's role must be able to reach.
-TRAINER_S3_KEYS = (("data", ("source", "val_source")), ("checkpoint", ("dir",)), ("output", ("dir",)))
+TRAINER_S3_KEYS = (
+    ("data", ("source", "val_source")),
+    ("checkpoint", ("dir",)),
+    ("output", ("dir",)),
+    ("llm", ("model", "model_cache")),
+)
 
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti)$"
@@ -165,6 +171,9 @@ class TrainingJobSpec(_Model):
     checkpoint: Storage | None = Storage(s3="checkpoints")
     output: Storage | None = Storage(s3="output")
     env: dict[str, str] = Field(default_factory=dict)  # wins over the NCCL settings derived here
+    # The pods get HF_TOKEN (gated Hub models) from a Kubernetes Secret made from the stack's secret config
+    # `hfToken` (`pulumi config set --secret hfToken ...`), never from a plain value.
+    hub_token: bool = False
     restart_budget: int = Field(default=3, ge=0)
     spot_tolerant: bool = True
     priority: DnsLabel | None = None  # a PriorityClass name
@@ -207,7 +216,7 @@ class TrainingJobSpec(_Model):
                 "trainerConfig: only the image's `trainer` module reads it; this job runs "
                 f"{self.program.file or self.program.module}"
             )
-        elif self.trainer_config and (error := trainer_config_error(self.trainer_config)):
+        elif self.trainer_config and (error := trainer_config_error(self._config_with_data())):
             problems.append(f"trainerConfig: {error}")
         if self.data and self.data.pvc and self.data.pvc.size:
             problems.append(
@@ -242,6 +251,15 @@ class TrainingJobSpec(_Model):
                     f"{self.elastic.max_nodes}]"
                 )
         return problems
+
+    def _config_with_data(self) -> dict[str, Any]:
+        """trainerConfig with the file `data` names as data.source (its format is checked; it is read in
+        the pod), as rendering fills it in."""
+        if self.data is None or not isinstance(self.trainer_config.get("data", {}), dict):
+            return self.trainer_config
+        path = self.data.s3 if self.data.s3 is not None else self.data.path
+        data = {**self.trainer_config.get("data", {}), "source": POD_FILESYSTEM + path.lstrip("/")}
+        return {**self.trainer_config, "data": data}
 
     def _namespace_problems(self) -> list[str]:
         reserved = KUBERNETES_NAMESPACES | PLATFORM_NAMESPACES
@@ -340,7 +358,7 @@ def _pod_stand_ins(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, st
     {stand-in: original}, to put the original back into a message."""
     values = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
     originals: dict[str, str] = {}
-    data, model, output = (values.get(k) for k in ("data", "model", "output"))
+    data, model, output, llm = (values.get(k) for k in ("data", "model", "output", "llm"))
     if isinstance(data, dict):
         for key in ("source", "val_source"):
             src = data.get(key)
@@ -360,6 +378,14 @@ def _pod_stand_ins(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, st
             originals[section["dir"]] = path
     if isinstance(model, dict) and isinstance(model.get("name"), str) and model["name"].startswith("hf:"):
         model["name"] = model["name"] if model["name"] == "hf:" else "transformer"
+    if isinstance(llm, dict):  # a model directory or a cache in the pod (an image path, a volume)
+        for key, stand_in in (("model", "tiny"), ("model_cache", None)):
+            path = llm.get(key)
+            if not isinstance(path, str) or path in ("", "tiny") or path.startswith("hf:"):
+                continue
+            if not _URL.match(path):
+                llm[key] = stand_in or POD_FILESYSTEM + path.lstrip("/")
+                originals[llm[key]] = path
     if isinstance(output, dict) and str(output.get("tensorboard")).lower() == "true":
         output["tensorboard"] = False
     return values, originals

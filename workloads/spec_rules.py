@@ -51,6 +51,10 @@ RESERVED_ENV = {
          "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"),
         "a credential in a stack file is in git; the job's IAM role reaches its pods through Pod Identity",
     ),  # fmt: skip
+    **dict.fromkeys(
+        ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"),
+        "a token in a stack file is in git; set `hubToken: true` and `pulumi config set --secret hfToken`",
+    ),  # fmt: skip
 }
 RESERVED_ENV_PREFIXES = {
     "PET_": "Kubeflow's torchrun settings (nodes, rank, rendezvous), set by the operator",

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from infra.config import stack_files
+from infra.config.secrets import is_secure, is_unset_secret
 from infra.config.stack_files import PROJECT, PROVIDER_NAMESPACES
-from workloads.spec import CONFIG_KEY, SpecError, TrainingJobSpec, parse_spec
+from workloads.spec import CONFIG_KEY, HUB_TOKEN_CONFIG, SpecError, TrainingJobSpec, parse_spec
 
 REPO = Path(__file__).resolve().parents[1]
 PLATFORM_KEY = stack_files.WORKLOAD_STACK_KEY
@@ -104,7 +105,22 @@ def load_stack(stack: str, root: Path = REPO) -> WorkloadStack:
             f"{path.name}: {PLATFORM_KEY} is missing; a workload stack names its platform stack, "
             "e.g. dev (this project's stack in the same organization) or acme/mlops-eks/dev"
         )
-    return WorkloadStack(stack, str(config[PLATFORM_KEY]), parse_spec(config.get(CONFIG_KEY)))
+    spec = parse_spec(config.get(CONFIG_KEY))
+    if problems := hub_token_problems(config, spec, path):
+        raise SpecError("\n".join(problems))
+    return WorkloadStack(stack, str(config[PLATFORM_KEY]), spec)
+
+
+def hub_token_problems(config: dict[str, Any], spec: TrainingJobSpec, path: Path) -> list[str]:
+    """The Hub token only ever encrypted in the stack file, and there when the job asks for it."""
+    token = config.get(HUB_TOKEN_CONFIG)
+    name = HUB_TOKEN_CONFIG.split(":", 1)[1]
+    how = f"`pulumi config set --secret {name} <token>` (the file then holds {{secure: ...}})"
+    if not is_unset_secret(token) and not is_secure(token):
+        return [f"{path.name}: {HUB_TOKEN_CONFIG}: a plaintext token in the stack file; allowed: {how}"]
+    if spec.hub_token and is_unset_secret(token):
+        return [f"{path.name}: {CONFIG_KEY}.hubToken is true but {HUB_TOKEN_CONFIG} is unset; allowed: {how}"]
+    return []
 
 
 def check_platform_stack(stack: WorkloadStack, root: Path = REPO) -> None:

@@ -23,7 +23,9 @@ REGION_KEY = "aws:region"
 # is a workload stack, every other one a platform stack.
 WORKLOAD_STACK_KEY = f"{PROJECT}:{PLATFORM_STACK_KEY}"
 JOB_KEY = f"{PROJECT}:job"
-WORKLOAD_KEYS = (WORKLOAD_STACK_KEY, JOB_KEY)
+# A workload stack's Hugging Face Hub token (gated models), set with `pulumi config set --secret hfToken`.
+HUB_TOKEN_KEY = f"{PROJECT}:hfToken"
+WORKLOAD_KEYS = (WORKLOAD_STACK_KEY, JOB_KEY, HUB_TOKEN_KEY)
 
 
 class StackFileError(ValueError):

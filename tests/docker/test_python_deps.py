@@ -170,7 +170,11 @@ exec {python} "$@"
 
 @pytest.mark.parametrize(
     ("image_extras", "locks"),
-    [(None, ["requirements.lock", "requirements-ray.lock"]), ("train", ["requirements.lock"])],
+    [
+        (None, ["requirements.lock", "requirements-ray.lock"]),
+        ("train", ["requirements.lock"]),
+        ("train ray llm", ["requirements.lock", "requirements-ray.lock", "requirements-llm.lock"]),
+    ],
 )
 def test_images_install_ray_from_its_lock_unless_left_out(tmp_path, image_extras, locks):
     spy = tmp_path / "bin"
@@ -185,9 +189,27 @@ def test_images_install_ray_from_its_lock_unless_left_out(tmp_path, image_extras
     args = ("0.1.0", "http://127.0.0.1:9/simple", "--", "--backend", "cpu")
     deps = _run("bash", INSTALL, REPO / "pyproject.toml", *args, env=env)
     assert deps.returncode == 0, deps.stdout + deps.stderr
-    assert ("ray[train]==2.60.0" in deps.stdout) is (image_extras is None)
+    assert ("ray[train]==2.60.0" in deps.stdout) is ("requirements-ray.lock" in locks)
     installed = (tmp_path / "locked.txt").read_text()
     assert installed == "".join((REPO / "docker" / lock).read_text() for lock in locks)
+
+
+def test_only_the_cuda_image_installs_the_llm_extra():
+    installs = {
+        flavor: [line for line in (REPO / "docker" / flavor / "Dockerfile").read_text().splitlines()
+                 if "install-python-deps.sh pyproject.toml" in line]
+        for flavor in ("cuda", "cpu", "rocm")
+    }  # fmt: skip
+    assert all(len(lines) == 1 for lines in installs.values()), installs
+    assert installs["cuda"][0].startswith('RUN IMAGE_EXTRAS="train ray llm" bash ')
+    assert "IMAGE_EXTRAS" not in installs["cpu"][0] + installs["rocm"][0]
+
+
+def test_the_llm_lock_without_the_ray_lock_it_completes_stops_the_build(tmp_path):
+    env = dict(os.environ, VENV=str(tmp_path / "venv"), IMAGE_EXTRAS="train llm")
+    result = _run("bash", INSTALL, REPO / "pyproject.toml", "0.1.0", "http://127.0.0.1:9/", "--", env=env)
+    assert result.returncode == 2 and "the llm lock completes the train and ray locks" in result.stderr
+    assert not (tmp_path / "venv").exists()
 
 
 def test_install_script_stops_at_the_first_failing_step(tmp_path):
@@ -219,7 +241,7 @@ def _closure(requirements: list[str]) -> set[str]:
 
 
 def test_every_module_the_trainer_imports_comes_with_the_pins_the_images_install():
-    extras = ["--extra", "train", "--extra", "ray"]
+    extras = ["--extra", "train", "--extra", "ray", "--extra", "llm"]  # the cuda image's
     reqs = _run(sys.executable, SCRIPT, REPO / "pyproject.toml", *extras).stdout.split()
     installed = _closure(reqs)
     provided = {

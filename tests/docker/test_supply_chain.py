@@ -122,6 +122,7 @@ def test_the_pinned_fingerprint_is_the_one_aws_publishes(dockerfiles):
 
 LOCK = Path(__file__).resolve().parents[2] / "docker" / "requirements.lock"
 RAY_LOCK = LOCK.parent / "requirements-ray.lock"
+LLM_LOCK = LOCK.parent / "requirements-llm.lock"
 SCRIPT = LOCK.parent / "pyproject_requirements.py"
 PYPROJECT = LOCK.parents[1] / "pyproject.toml"
 
@@ -131,7 +132,14 @@ def _pins(lock: Path) -> list[str]:
     return [line for line in logical if line and not line.startswith("#")]
 
 
-@pytest.mark.parametrize(("extras", "locks"), [(["train"], [LOCK]), (["train", "ray"], [LOCK, RAY_LOCK])])
+@pytest.mark.parametrize(
+    ("extras", "locks"),
+    [
+        (["train"], [LOCK]),
+        (["train", "ray"], [LOCK, RAY_LOCK]),
+        (["train", "ray", "llm"], [LOCK, RAY_LOCK, LLM_LOCK]),
+    ],
+)
 def test_the_locks_hold_every_image_pin_each_with_hashes(tmp_path, extras, locks):
     together = tmp_path / "requirements.lock"  # what install-python-deps.sh checks and installs
     together.write_text("".join(lock.read_text() for lock in locks))
@@ -150,6 +158,15 @@ def test_the_locks_hold_every_image_pin_each_with_hashes(tmp_path, extras, locks
 def test_the_ray_lock_adds_ray_and_repeats_nothing_of_the_train_lock():
     names = [[pin.split("==")[0] for pin in _pins(lock)] for lock in (LOCK, RAY_LOCK)]
     assert "ray" in names[1] and not set(names[0]) & set(names[1])
+
+
+def test_the_llm_lock_adds_transformers_and_peft_and_repeats_nothing_nor_torch():
+    train, ray, llm = ({pin.split("==")[0] for pin in _pins(lock)} for lock in (LOCK, RAY_LOCK, LLM_LOCK))
+    assert {"transformers", "peft", "accelerate", "safetensors"} <= llm
+    assert not llm & (train | ray)
+    # torch and what it requires come from the cuda image's base (the lock resolves around a stand-in)
+    assert not llm & {"torch", "sympy", "networkx", "triton"}
+    assert not any(n.startswith("nvidia-") for n in llm)
 
 
 def test_a_stale_lock_fails_the_build(tmp_path):

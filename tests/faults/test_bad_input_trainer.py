@@ -71,6 +71,19 @@ CASES = [
      "a divisor of model.dim=64"),
     ("hf-model-without-prefix", {"model": {"name": "bert-base-uncased"}}, "model.name",
      "'bert-base-uncased'", "'hf:<model>'"),
+    ("llm-model-hub-name-without-prefix", {"llm": {"model": "Qwen/Qwen2.5-0.5B"}}, "llm.model",
+     "'Qwen/Qwen2.5-0.5B'", "hf:<repo>"),
+    ("llm-method-qlora", {"llm": {"model": "tiny", "method": "qlora"}}, "llm.method", "'qlora'",
+     "full | lora"),
+    ("llm-lora-rank-zero", {"llm": {"model": "tiny", "lora_rank": 0}}, "llm.lora_rank", "0", ">= 1"),
+    ("llm-lora-dropout-as-percent", {"llm": {"model": "tiny", "lora_dropout": 5}}, "llm.lora_dropout", "5",
+     "0 <= x < 1"),
+    ("llm-lora-targets-with-spaces", {"llm": {"model": "tiny", "lora_targets": "q proj"}}, "llm.lora_targets",
+     "'q proj'", "comma-separated"),
+    ("llm-cache-without-hub-model", {"llm": {"model": "tiny", "model_cache": "s3://b/cache"}},
+     "llm.model_cache", "'s3://b/cache'", "empty unless llm.model is hf:<repo>"),
+    ("llm-on-synthetic-data", {"llm": {"model": "tiny"}}, "data.source", "'synthetic'",
+     "chat or instruction records"),
 ]  # fmt: skip
 
 

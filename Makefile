@@ -52,11 +52,11 @@ demo: $(RUN_STAMP)
 dev: $(DEV_STAMP)
 
 # One pytest worker per core (pytest-xdist): the tests are safe to run in parallel (ports the OS picks,
-# their own temporary directories); the fault figures are gathered from every worker. `loadgroup` keeps a
-# module whose fixture is costly (the rehearsal, the checkov scan) on one worker instead of computing it twice.
+# their own temporary directories); the fault figures are gathered from every worker. `loadfile` keeps each
+# test file on one worker, so a module's costly fixture (the rehearsal, the checkov scan) is computed once.
 test: $(DEV_STAMP)
 	$(PY) -m compileall -q infra workloads trainer policy
-	$(PY) -m pytest -n auto --dist loadgroup
+	$(PY) -m pytest -n auto --dist loadfile
 
 lint: $(DEV_STAMP)
 	$(PY) -m ruff check .
@@ -78,6 +78,7 @@ images:
 # PulumiPolicy.yaml) runs in .venv; a mandatory violation stops the update before any change. ARGS passes
 # more flags to pulumi (e.g. ARGS=--yes, ARGS=--diff).
 .PHONY: preview up
-preview up: $(DEV_STAMP)
+preview up:
 	@test -n "$(STACK)" || { echo "usage: make $@ STACK=<stack> [ARGS=...]" >&2; exit 2; }
+	@$(MAKE) --no-print-directory $(DEV_STAMP)  # after the usage check: a usage error installs nothing
 	pulumi $@ --stack $(STACK) --policy-pack policy $(ARGS)

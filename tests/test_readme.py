@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from infra.config.addons import AddonsConfig
 from infra.config.platform import PlatformConfig
+from infra.config.stack_files import HUB_TOKEN_KEY
 from workloads.spec import TrainingJobSpec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -214,8 +215,8 @@ def config_key_problems(text: str) -> list[str]:
     problems = []
     for key in sorted(keys):
         path = key_path(key)
-        if path[0] in ("job", "platformStack"):
-            ok = path[0] == "platformStack" or resolves(TrainingJobSpec, path[1:])
+        if path[0] in ("job", "platformStack", HUB_TOKEN_KEY.removeprefix("mlops-eks:")):
+            ok = path[0] != "job" or resolves(TrainingJobSpec, path[1:])
         else:
             ok = resolves(PlatformConfig, path)
         if not ok:

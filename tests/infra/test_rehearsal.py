@@ -27,9 +27,6 @@ from infra.tools.rehearse import (
 )
 from infra.tools.synth import PlatformMocks
 
-# The module's costly fixture is computed once, on one pytest-xdist worker (`make test`: --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("rehearsal")
-
 STACKS = ["dev", "prod", *stack_files.workload_stacks(REPO)]
 
 

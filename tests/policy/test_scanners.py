@@ -20,9 +20,6 @@ from policy.scan import (
     write_scan_tree,
 )
 
-# The module's costly fixture is computed once, on one pytest-xdist worker (`make test`: --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("checkov")
-
 # A deliberately bad pod scanned in the same run: proves checkov really evaluated the tree.
 CANARY = {
     "apiVersion": "v1",

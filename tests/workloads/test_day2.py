@@ -60,9 +60,6 @@ from workloads.scheduling import simulate
 from workloads.spec import SpecError, parse_spec
 from workloads.stacks import load_stack, program_text, read_config, stack_file, workload_stacks
 
-# The module's costly fixture is computed once, on one pytest-xdist worker (`make test`: --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("day2")
-
 STACKS = workload_stacks()
 RUNS = "keeps running"
 UNCOUNTED = "resumed from its last checkpoint, restart budget untouched"

@@ -152,7 +152,8 @@ def test_the_launcher_runs_the_trainer_under_a_real_mpirun(tmp_path):
         sys.executable, "-m", "trainer", *trainer_args(out, **TRAIN),
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    if proc.returncode == faults.PEER_LOST and "lost communication with a remote daemon" in proc.stdout + proc.stderr:
+    lost = "lost communication with a remote daemon" in proc.stdout + proc.stderr
+    if proc.returncode == faults.PEER_LOST and lost:
         # Open MPI's daemons connect back over TCP within a timeout, which a loaded test machine can miss:
         # the launcher's answer is 202 (retryable), and the restart the operator would make must succeed.
         proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

@@ -53,8 +53,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)  # --help answers here, before the Pulumi SDKs are imported
     if args.command == "rehearse":
-        with needs_dev_install("python -m infra rehearse"):
-            from infra.tools import rehearse as _loaded  # noqa: F401
         return rehearse(args)
     with needs_dev_install(f"python -m infra {args.command}"):
         from infra.config.platform import ConfigError
@@ -88,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def rehearse(args: argparse.Namespace) -> int:
-    from infra.tools.rehearse import USER_VALUES, Rehearsal, RehearsalError
+    with needs_dev_install("python -m infra rehearse"):
+        from infra.tools.rehearse import USER_VALUES, Rehearsal, RehearsalError
 
     try:
         values = {**USER_VALUES, **dict(_pair(v) for v in args.value)}

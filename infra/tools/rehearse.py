@@ -160,7 +160,15 @@ class Rehearsal:
 
     def stack_config(self, stack: str, path: Path | None = None) -> tuple[dict[str, Any], list[str]]:
         """The stack file after the documented config steps: (its `config:`, the commands applied)."""
-        document = stack_files.read_config(path or stack_files.stack_file(REPO, stack))
+        path = path or stack_files.stack_file(REPO, stack)
+        if not path.exists():
+            names = list(stack_files.stack_configs(REPO))
+            raise RehearsalError(f"no stack file {path}{stack_files.did_you_mean(stack, names)}; "
+                                 f"allowed: a stack here ({', '.join(names)})")  # fmt: skip
+        try:
+            document = stack_files.read_config(path)
+        except stack_files.StackFileError as err:
+            raise RehearsalError(str(err)) from None
         config = json.loads(json.dumps(document))
         applied = []
         steps = WORKLOAD_STEPS if stack_files.is_workload_stack(config) else STEPS

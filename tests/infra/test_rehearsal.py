@@ -246,3 +246,10 @@ def test_a_stack_deployed_before_the_creator_was_recorded_records_its_next_deplo
     result = preview(values, secret_keys, caller=admin, outputs=legacy)
     assert result.returncode == 0, result.errors
     assert any("no cluster_creator_arn recorded" in m for s, m in result.logs if s == "warning")
+
+
+def test_a_mistyped_stack_is_refused_with_the_stack_it_resembles():
+    with pytest.raises(
+        RehearsalError, match=r"Pulumi\.dev-zimbd\.yaml \(did you mean dev-zimdb\?\); allowed: a stack"
+    ):
+        Rehearsal().run("dev-zimbd")

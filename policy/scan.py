@@ -143,7 +143,10 @@ def job_pods(stack: str, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def write_scan_tree(root: Path, objects: dict[str, list[dict[str, Any]]]) -> None:
-    """root/k8s/<source>/NNN-<kind>-<name>.yaml for every object (plus template pods), root/docker/..."""
+    """root/k8s/<source>/NNN-<kind>-<name>.yaml for every object (plus template pods), root/docker/...
+    An object several sources render alike (most chart objects of dev and prod) is written once, under the
+    first: checkov's findings depend on the object alone, and the skips match its resource id."""
+    written: set[str] = set()
     for source, objs in objects.items():
         out = root / "k8s" / source
         out.mkdir(parents=True, exist_ok=True)
@@ -151,9 +154,10 @@ def write_scan_tree(root: Path, objects: dict[str, list[dict[str, Any]]]) -> Non
         docs = [d for obj in objs for d in (obj, *template_pods(obj))]
         docs += job_pods(stack, objs) if stack else []
         for i, doc in enumerate(docs):
-            (out / f"{i:03d}-{doc.get('kind', 'object').lower()}-{_name(doc)}.yaml").write_text(
-                yaml.safe_dump(doc)
-            )
+            text = yaml.dump(doc, Dumper=yaml.CSafeDumper)  # libyaml: hundreds of objects per scan
+            if text not in written:
+                written.add(text)
+                (out / f"{i:03d}-{doc.get('kind', 'object').lower()}-{_name(doc)}.yaml").write_text(text)
     for dockerfile in dockerfiles():
         target = root / dockerfile.relative_to(REPO)
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -8,10 +8,13 @@ in one pytest process. The platform program is evaluated offline once per stack 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import botocore.loaders
+import botocore.session
 import fault_ledger
 import pulumi
 import pytest
@@ -20,6 +23,10 @@ from recording_mocks import RecordingMocks
 from infra.config.platform import PlatformConfig
 from infra.tools.synth import RecordingMonitor, Registered, engine_config, install_mocks, stack_config, synth
 from policy import upstream
+
+# botocore parses its service models and endpoint rules (megabytes of JSON) once per Session, and moto's
+# mock_aws() gives every test a fresh Session: one loader for the process, as clients of one Session share it.
+botocore.session.create_loader = functools.cache(botocore.loaders.create_loader)
 
 
 def pytest_sessionfinish(session):

@@ -224,7 +224,9 @@ def prepare(
             )
         except Exception as err:
             failed = shared.parent / f"{shared.name}.{FAILED}"
-            failed.write_text(f"{_failure_code(err)}\n{err}")
+            partial = staging / FAILED  # written whole, then renamed: a waiting rank never reads half of it
+            partial.write_text(f"{_failure_code(err)}\n{err}")
+            partial.replace(failed)
             atexit.register(lambda: failed.unlink(missing_ok=True))
             raise
         shutil.rmtree(shared, ignore_errors=True)  # a previous launch's, were a name ever reused

@@ -86,14 +86,16 @@ def unknown_keys(config: dict[str, Any], path: Path) -> list[str]:
 
 def load_stack(stack: str, root: Path = REPO) -> WorkloadStack:
     path = stack_file(stack, root)
-    names = workload_stacks(root)
+    configs = stack_files.stack_configs(root)
+    names = [name for name, config in configs.items() if stack_files.is_workload_stack(config)]
     found = ", ".join(names) or "none"
     if not path.exists():
         hint = stack_files.did_you_mean(stack, names)
         allowed = f"allowed: a workload stack here ({found})"
         raise SpecError(f"stack {stack!r}: no {path.name} in {root}{hint}; {allowed}")
     config = read_config(path)
-    if stack in stack_files.platform_stacks(root) and not any(k.startswith(f"{PROJECT}:job") for k in config):
+    platform = stack in configs and stack not in names
+    if platform and not any(k.startswith(f"{PROJECT}:job") for k in config):
         raise SpecError(
             f"stack {stack!r} is a platform stack ({path.name} sets no {PLATFORM_KEY}); allowed: a workload "
             f"stack ({found}); a platform stack is checked with `python -m infra check --stack {stack}`"

@@ -5,7 +5,9 @@ The project file `Pulumi.yaml` has the same shape (its `config:` declares every 
 
 from __future__ import annotations
 
+import copy
 import difflib
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +35,17 @@ class StackFileError(ValueError):
     the line) and what is allowed."""
 
 
+@functools.lru_cache(maxsize=512)
+def _parse(text: str) -> Any:
+    """A stack file's text parsed once per process: every tool and test reads the same few files many
+    times (which stacks are workload stacks is asked on every load), and parsing dominates reading."""
+    return yaml.safe_load(text)
+
+
 def read_config(path: Path) -> dict[str, Any]:
-    """The `config:` mapping of a stack file (empty when it has none)."""
+    """The `config:` mapping of a stack file (empty when it has none); a copy the caller may change."""
     try:
-        document = yaml.safe_load(path.read_text())
+        document = copy.deepcopy(_parse(path.read_text()))
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

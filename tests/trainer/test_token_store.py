@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from trainer_runs import REPO, run_env
@@ -69,6 +70,31 @@ def test_data_error_on_rank_0_reaches_the_waiting_ranks(tmp_path):
         _prepare(cfg, tmp_path / "shared", 0, tmp_path)
     with pytest.raises(data.DataError, match="local rank 0 could not prepare the data: .*label 7"):
         _prepare(cfg, tmp_path / "shared", 1, tmp_path, wait_s=5)
+
+
+def test_a_waiting_rank_never_reads_half_a_failure_marker(tmp_path, monkeypatch):
+    """A peer polls while rank 0 writes why it failed: at any moment it finds no marker or all of it (a
+    marker read while empty made the peer exit 1 instead of rank 0's 2)."""
+    src = tmp_path / "bad.jsonl"
+    src.write_text('{"text": "ok", "label": 7}\n' * 20)
+    shared, polls = tmp_path / "shared", []
+    real_write_text = Path.write_text
+
+    def write_text(path, text, *args, **kwargs):
+        path.write_bytes(b"")  # open(path, "w") done, nothing written yet: a peer polls now
+        try:
+            token_store._wait(shared, 0, lambda: False)
+        except Exception as err:  # noqa: BLE001 (what the peer would raise is the point)
+            polls.append(type(err).__name__)
+        return real_write_text(path, text, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", write_text)
+    with pytest.raises(data.DataError):
+        _prepare(DataConfig(source=str(src)), shared, 0, tmp_path)
+    monkeypatch.undo()
+    assert polls and set(polls) <= {"PeerTimeout", "DataError"}, polls
+    with pytest.raises(data.DataError, match="local rank 0 could not prepare the data: .*label 7"):
+        _prepare(DataConfig(source=str(src)), shared, 1, tmp_path, wait_s=5)
 
 
 def test_an_s3_outage_on_rank_0_is_retryable_on_the_waiting_ranks_too(tmp_path, monkeypatch):

@@ -233,11 +233,39 @@ def kueue_gpu_flavor(accelerator: str) -> tuple[str, dict[str, Any]]:
     return f"{KUEUE_GPU_FLAVOR_PREFIX}{accelerator}", spec
 
 
-# Namespaces no job may use: Kubernetes' own and every one a platform add-on installs into (the Pod Security
-# levels of the latter are infra/addons/namespaces.py POD_SECURITY; a test keeps the two lists equal). A job
-# there would put its ResourceQuota, LocalQueue and default-deny NetworkPolicy on the platform's own pods.
+# The platform's namespaces (each add-on's NAMESPACE; a test keeps them equal) -> (the Pod Security level it
+# enforces, why not stricter). infra/addons/namespaces.py labels them so; the policy pack checks namespaces
+# against it in every preview (policy/k8s_access.py): it lives here, away from the Kubernetes SDK.
+POD_SECURITY: dict[str, tuple[str, str]] = {
+    "monitoring": (
+        "privileged",
+        "prometheus-node-exporter reads the host's /proc, /sys and / (hostPath) from the host's network "
+        "and PID namespaces: that is what node metrics are",
+    ),
+    "gpu-system": (
+        "privileged",
+        "device plugins register with the kubelet through its socket directory (hostPath "
+        "/var/lib/kubelet/device-plugins); the NVIDIA MPS control daemon runs privileged in the host's PID "
+        "namespace; DCGM reads the kubelet's pod-resources socket (hostPath) and needs SYS_ADMIN for its "
+        "profiling metrics",
+    ),
+    "kubecost": ("restricted", ""),
+    "kubeflow-system": ("restricted", ""),
+    "kuberay-system": ("restricted", ""),
+    "kueue-system": ("restricted", ""),
+    "volcano-system": (
+        "baseline",
+        "volcano's admission, controller and scheduler containers add Linux capabilities (chart defaults) "
+        "beyond the NET_BIND_SERVICE restricted allows",
+    ),
+    "kubeflow": (
+        "baseline",
+        "training-operator's Deployment sets neither runAsNonRoot, a seccomp profile nor drops capabilities "
+        "(kubeflow/trainer manifests/base/deployment.yaml at the pinned commit)",
+    ),
+}
+
+# Namespaces no job may use: Kubernetes' own and every one a platform add-on installs into. A job there
+# would put its ResourceQuota, LocalQueue and default-deny NetworkPolicy on the platform's own pods.
 KUBERNETES_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
-PLATFORM_NAMESPACES = frozenset(
-    {"monitoring", "gpu-system", "kubecost", "kubeflow-system", "kuberay-system", "kueue-system",
-     "volcano-system", "kubeflow"}
-)  # fmt: skip
+PLATFORM_NAMESPACES = frozenset(POD_SECURITY)

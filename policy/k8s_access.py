@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from infra.config.cluster_rules import MINIMUM_KUBERNETES_VERSION
+from infra.contract import POD_SECURITY
 from policy import pod_security
 from policy.core import Rule, as_list, dig
 
@@ -100,10 +101,7 @@ def check_webhooks(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
 
 @functools.cache
 def platform_levels() -> dict[str, str]:
-    """namespace -> the Pod Security level the platform gives it (infra/addons/namespaces.py). Imported
-    when first needed: the module brings the Kubernetes SDK along."""
-    from infra.addons.namespaces import POD_SECURITY
-
+    """namespace -> the Pod Security level the platform gives it (infra/contract.py POD_SECURITY)."""
     return {ns: level for ns, (level, _) in POD_SECURITY.items()}
 
 

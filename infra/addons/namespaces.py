@@ -21,39 +21,10 @@ from infra.addons.network_policies import KUBECOST_NAMESPACE, MONITORING_NAMESPA
 from infra.addons.training import KUEUE_NAMESPACE, TRAINER_NAMESPACE, VOLCANO_NAMESPACE
 from infra.component_args import ComponentArgs, child_options
 from infra.config.addons import AddonsConfig
+from infra.contract import POD_SECURITY  # namespace -> (level, why not stricter)
 
 # Training Operator v1's standalone overlay creates it (manifests/overlays/standalone/namespace.yaml).
 TRAINING_OPERATOR_V1_NAMESPACE = "kubeflow"
-
-# namespace -> (level, why not stricter)
-POD_SECURITY: dict[str, tuple[str, str]] = {
-    MONITORING_NAMESPACE: (
-        "privileged",
-        "prometheus-node-exporter reads the host's /proc, /sys and / (hostPath) from the host's network "
-        "and PID namespaces: that is what node metrics are",
-    ),
-    GPU_NAMESPACE: (
-        "privileged",
-        "device plugins register with the kubelet through its socket directory (hostPath "
-        "/var/lib/kubelet/device-plugins); the NVIDIA MPS control daemon runs privileged in the host's PID "
-        "namespace; DCGM reads the kubelet's pod-resources socket (hostPath) and needs SYS_ADMIN for its "
-        "profiling metrics",
-    ),
-    KUBECOST_NAMESPACE: ("restricted", ""),
-    TRAINER_NAMESPACE: ("restricted", ""),
-    KUBERAY_NAMESPACE: ("restricted", ""),
-    KUEUE_NAMESPACE: ("restricted", ""),
-    VOLCANO_NAMESPACE: (
-        "baseline",
-        "volcano's admission, controller and scheduler containers add Linux capabilities (chart defaults) "
-        "beyond the NET_BIND_SERVICE restricted allows",
-    ),
-    TRAINING_OPERATOR_V1_NAMESPACE: (
-        "baseline",
-        "training-operator's Deployment sets neither runAsNonRoot, a seccomp profile nor drops capabilities "
-        "(kubeflow/trainer manifests/base/deployment.yaml at the pinned commit)",
-    ),
-}
 
 
 def pod_security_labels(namespace: str, kubernetes_version: str) -> dict[str, str]:

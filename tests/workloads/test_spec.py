@@ -148,9 +148,14 @@ def test_image_from_the_platform_ecr_repository_of_the_vendor(dev_platform):
 
 
 def test_the_reserved_namespaces_are_every_platform_namespace_and_kubernetes_own():
-    from infra.addons.namespaces import POD_SECURITY
+    from infra.addons import namespaces
 
-    assert set(POD_SECURITY) == PLATFORM_NAMESPACES
+    installed_into = {
+        namespaces.MONITORING_NAMESPACE, namespaces.GPU_NAMESPACE, namespaces.KUBECOST_NAMESPACE,
+        namespaces.TRAINER_NAMESPACE, namespaces.KUBERAY_NAMESPACE, namespaces.KUEUE_NAMESPACE,
+        namespaces.VOLCANO_NAMESPACE, namespaces.TRAINING_OPERATOR_V1_NAMESPACE,
+    }  # fmt: skip
+    assert installed_into == PLATFORM_NAMESPACES == set(namespaces.POD_SECURITY)
     assert "kube-system" in KUBERNETES_NAMESPACES
     for namespace in sorted(PLATFORM_NAMESPACES | KUBERNETES_NAMESPACES):
         message = _error({**BASE, "namespace": namespace, "createNamespace": False})

@@ -1,5 +1,6 @@
 import json
 import re
+import subprocess
 import sys
 import types
 
@@ -219,3 +220,21 @@ def test_hf_dataset_without_train_or_validation_split_is_a_data_error_listing_sp
     expected = f"hf:imdb has splits {names}: the trainer needs a 'train' split"
     with pytest.raises(data.DataError, match=re.escape(expected)):
         data._hf_columns("imdb", "text", "label")
+
+
+def test_text_columns_are_what_pyarrow_makes_of_the_list_without_importing_pandas(tmp_path):
+    values = ["a wonderful film", None, "", "héllo ✓", "x" * 1000]
+    built = data._large_strings(values)
+    built.validate(full=True)
+    assert built.equals(pa.array(values, type=pa.large_string())) and built.null_count == 1
+    # Converting a list with pa.array imports pandas; a rank loading its data never needs it.
+    src = tmp_path / "rows.jsonl"
+    _write(src, ROWS, "jsonl")
+    probe = (
+        "import sys; from pathlib import Path; from trainer import data; "
+        f"data.read_columns(Path({str(src)!r}), 'text', 'label'); "
+        "data.load_columns(data.DataConfig(synthetic_train_size=20, synthetic_val_size=8), None); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pandas'))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr

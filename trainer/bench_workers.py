@@ -133,6 +133,11 @@ def _launch_id() -> str:
 
 def data_prep(source: str, out: Path) -> None:
     cfg = DataConfig(source=source)
+    # Growth is measured over the imports and the first collective (gloo sets up its buffers then), so it
+    # is what the data costs a rank: the tokenizing rank's grows with the source, a mapping rank's not.
+    import tokenizers  # noqa: F401  (imported by the first tokenizer a rank builds or loads)
+
+    shared = token_store.node_scratch_dir("bench-data", _launch_id())
     before = peak_rss_mib()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-") as workdir:  # only an s3:// source is copied there
@@ -142,7 +147,7 @@ def data_prep(source: str, out: Path) -> None:
             model_name="transformer",
             tokenizer_spec=None,
             workdir=Path(workdir),
-            shared=token_store.node_scratch_dir("bench-data", _launch_id()),
+            shared=shared,
             local_rank=int(os.environ.get("LOCAL_RANK", "0")),
         )
     touched = sum(len(prepared.train[i][0]) for i in range(0, len(prepared.train), 97))  # read the data

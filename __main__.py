@@ -1,13 +1,16 @@
 """Pulumi entry point. A stack whose config sets `mlops-eks:platformStack` deploys training jobs onto
 that platform (a workload stack); every other stack is a platform stack."""
 
-import pulumi
+from trainer.startup import imports_without_gc
 
-from infra.contract import PLATFORM_STACK_KEY
+with imports_without_gc():
+    import pulumi
 
-if pulumi.Config().get(PLATFORM_STACK_KEY):
-    from workloads.program import program
-else:
-    from infra.program import program
+    from infra.contract import PLATFORM_STACK_KEY
+
+    if pulumi.Config().get(PLATFORM_STACK_KEY):
+        from workloads.program import program
+    else:
+        from infra.program import program
 
 program()

@@ -10,6 +10,7 @@ import sys
 
 from trainer import faults
 from trainer.config import ConfigError, from_args
+from trainer.startup import imports_without_gc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,7 +24,11 @@ def main(argv: list[str] | None = None) -> int:
         # The loop imports torch: seconds of silence otherwise, a minute on a fresh install. One rank says so.
         if os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")) == "0":
             print("[trainer] configuration valid; importing torch", flush=True)
-        from trainer.loop import run  # imported after validation: --help and bad flags stay fast
+        with imports_without_gc():
+            # imported after validation: --help and bad flags stay fast
+            import torch._dynamo  # noqa: F401  (every run's optimizer imports it: here, without the collector)
+
+            from trainer.loop import run
 
         return run(cfg)
     except ConfigError as err:

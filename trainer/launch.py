@@ -56,11 +56,14 @@ if __name__ == "__main__" and asks_for_help(sys.argv[1:]):
 if __name__ == "__main__":  # importing torch takes seconds, the first time after an install much longer
     print(IMPORTING, file=sys.stderr, flush=True)
 
-from torch.distributed import DistError  # noqa: E402
-from torch.distributed import run as torchrun  # noqa: E402
-from torch.distributed.elastic.multiprocessing.api import SignalException  # noqa: E402
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError  # noqa: E402
-from torch.distributed.elastic.rendezvous.api import RendezvousError, RendezvousGracefulExitError  # noqa: E402
+from trainer.startup import imports_without_gc  # noqa: E402
+
+with imports_without_gc():
+    from torch.distributed import DistError
+    from torch.distributed import run as torchrun
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError, RendezvousGracefulExitError
 
 from trainer import attempts, faults  # noqa: E402
 

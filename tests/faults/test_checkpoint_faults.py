@@ -390,13 +390,6 @@ def job(max_steps: int, checkpoints: str, output: str, **more):
     return from_args(args(max_steps, checkpoints, output, **more))
 
 
-@pytest.fixture
-def keep_sigterm_handler():
-    handler = signal.getsignal(signal.SIGTERM)
-    yield
-    signal.signal(signal.SIGTERM, handler)
-
-
 def _latest(tmp_path) -> str:
     return (tmp_path / "ckpt" / POINTER).read_text().strip()
 

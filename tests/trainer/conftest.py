@@ -5,7 +5,6 @@ from __future__ import annotations
 import boto3
 import pytest
 from moto import mock_aws
-from trainer_runs import launch
 
 
 @pytest.fixture
@@ -15,12 +14,3 @@ def s3():
         client = boto3.client("s3", region_name="us-east-1")
         client.create_bucket(Bucket="mlops")
         yield client
-
-
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-    """One complete 2-process run, shared by the tests that compare against it."""
-    out = tmp_path_factory.mktemp("uninterrupted") / "out"
-    proc = launch(out)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return out, proc

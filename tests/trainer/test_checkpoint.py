@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer_runs import FlakyS3, launch, launch_cmd, run_env
+from trainer_runs import FlakyS3, launch, launch_cmd, run_env, trainer_args
 
 from trainer import shards
 from trainer.checkpoint import MANIFEST, POINTER, TRAIN_STATE, CheckpointManager, checkpoint_name
-from trainer.config import ConfigError
+from trainer.config import ConfigError, from_args
 from trainer.dist import DistEnv
+from trainer.loop import run as run_in_process
 from trainer.storage import LocalStorage, S3Storage
 
 ONE = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
@@ -426,11 +427,22 @@ def test_s3_outage_skips_the_checkpoint_and_latest_keeps_the_last_good_one(s3, t
     assert resume(_s3_manager(s3, tmp_path))[0]["step"] == 5
 
 
-def test_sharded_fsdp_checkpoint_resumes_at_another_world_size(tmp_path):
-    """Real torchrun runs (gloo): DCP reshards the model and optimizer on load, 2 ranks to 1, then 1 to 2."""
+def test_sharded_fsdp_checkpoint_resumes_at_another_world_size(
+    tmp_path, keep_sigterm_handler, capsys, caplog
+):
+    """DCP reshards the model and optimizer on load, 2 ranks to 1, then 1 to 2. The 2-process runs are real
+    torchrun runs (gloo); the 1-process ones run in this process: under torchrun one process makes no
+    process group either (trainer.dist.setup), so only the start-up differs."""
     same = {"train.parallelism": "fsdp", "checkpoint.dir": tmp_path / "ckpt", "checkpoint.every_steps": 10}
 
     def run(name: str, nproc: int, steps: int) -> str:
+        if nproc == 1:
+            caplog.clear()
+            args = trainer_args(tmp_path / name, **same, **{"train.max_steps": steps})
+            code = run_in_process(from_args(args))
+            captured = capsys.readouterr()
+            assert code == 0, captured.out + captured.err + caplog.text
+            return captured.out + captured.err + caplog.text
         done = launch(tmp_path / name, nproc=nproc, **same, **{"train.max_steps": steps})
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout + done.stderr
@@ -487,29 +499,33 @@ def s3_server():
     server.stop()
 
 
-def test_every_rank_uploads_its_shard_to_s3_and_a_single_process_resumes_it(tmp_path, s3_server):
+def test_every_rank_uploads_its_shard_to_s3_and_a_single_process_resumes_it(
+    tmp_path, s3_server, monkeypatch, keep_sigterm_handler, capsys
+):
+    """A real 2-process torchrun run writes; one process (in this process, as in the test above) resumes."""
     client, aws = s3_server
     same = {"train.parallelism": "fsdp", "checkpoint.dir": "s3://mlops/ckpt", "train.max_steps": 20}
-    runs = {}
-    for name, nproc in (("first", 2), ("second", 1)):
-        out = tmp_path / name
-        out.mkdir()
-        runs[name] = subprocess.run(
-            launch_cmd(out, nproc=nproc, **same, **{"checkpoint.every_steps": 10}),
-            cwd=tmp_path,
-            env={**run_env(), **aws},
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert runs[name].returncode == 0, runs[name].stdout + runs[name].stderr
+    (tmp_path / "first").mkdir()
+    first = subprocess.run(
+        launch_cmd(tmp_path / "first", nproc=2, **same, **{"checkpoint.every_steps": 10}),
+        cwd=tmp_path,
+        env={**run_env(), **aws},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert first.returncode == 0, first.stdout + first.stderr
+    for key, value in aws.items():
+        monkeypatch.setenv(key, value)
+    assert run_in_process(from_args(trainer_args(tmp_path / "second", **same))) == 0
+    second = capsys.readouterr().out
     latest = client.get_object(Bucket="mlops", Key="ckpt/latest")["Body"].read().decode()
     keys = {o["Key"] for o in client.list_objects_v2(Bucket="mlops", Prefix=f"ckpt/{latest}/")["Contents"]}
     files = {MANIFEST, TRAIN_STATE, shards.METADATA, "__0_0.distcp", "__1_0.distcp"}
     assert keys == {f"ckpt/{latest}/{f}" for f in files}  # rank 1's shard came from rank 1
     manifest = json.loads(client.get_object(Bucket="mlops", Key=f"ckpt/{latest}/{MANIFEST}")["Body"].read())
     assert set(manifest["files"]) == files - {MANIFEST} and manifest["world_size"] == 2
-    assert f"resuming from s3://mlops/ckpt/{latest} (step 20)" in runs["second"].stdout
+    assert f"resuming from s3://mlops/ckpt/{latest} (step 20)" in second
     written = torch.load(tmp_path / "first" / "model.pt", weights_only=True)["model"]
     loaded = torch.load(tmp_path / "second" / "model.pt", weights_only=True)["model"]
     assert all(torch.equal(written[k], loaded[k]) for k in written)

@@ -1,12 +1,20 @@
-"""Real 2-process gloo runs under torchrun (through trainer.launch), as a pod would start them."""
+"""Real 2-process gloo runs under torchrun (through trainer.launch), as a pod would start them.
+
+Starting a run is most of its cost (the launcher and each rank import torch), so several tests judge one
+run: the complete run, the run stopped by SIGTERM to its launcher, and the run whose rank 1 alone is
+stopped. The first two have a $TMPDIR of their own: a run leaves nothing there, whichever way it ends, as
+pods keep /tmp (an emptyDir) across restarts."""
 
 import json
 import os
 import signal
 import subprocess
+import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import torch
 from ports import reserved_port
 from trainer_runs import (
@@ -16,19 +24,121 @@ from trainer_runs import (
     launch_cmd,
     metrics,
     run_env,
+    scrape,
     start_and_wait_for_step,
 )
 
 from trainer import faults
 from trainer.launch import exit_code
 
+# DataLoader workers: torchrun signals each rank's whole process group, and workers that died with it
+# made the rank fail before its checkpoint. They change nothing in the batches or the weights.
+WORKERS = {"data.num_workers": 1}
+
 
 def _weights(out):
     return torch.load(out / "model.pt", weights_only=True)["model"]
 
 
+def _own_tmpdir(root: Path) -> dict[str, str]:
+    """Variables giving a run the $TMPDIR root/tmp (empty)."""
+    (root / "tmp").mkdir()
+    # torch's compile cache is kept between runs on purpose (one per user, not per run): not a leftover.
+    return {"TMPDIR": str(root / "tmp"), "TORCHINDUCTOR_CACHE_DIR": str(root / "torch-cache")}
+
+
+def _left_in(tmpdir: Path) -> list[str]:
+    return sorted(p.name for p in tmpdir.iterdir())
+
+
+@dataclass
+class Run:
+    out: Path
+    returncode: int
+    log: str
+    tmpdir: Path | None = None
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Run:
+    """One complete 2-process run, checkpointed every 100 steps with its metrics endpoint on (the Prometheus
+    exporter's node scratch is made too). Its $TMPDIR starts with what an attempt killed by SIGKILL leaves
+    (no cleanup ran): the next attempt removes it."""
+    root = tmp_path_factory.mktemp("uninterrupted")
+    env = _own_tmpdir(root)
+    pid_of = [sys.executable, "-c", "import os; print(os.getpid())"]
+    dead = subprocess.run(pid_of, capture_output=True, text=True, check=True).stdout.strip()
+    (root / "tmp" / "trainer-run-killed" / "stage-step-000000010").mkdir(parents=True)
+    (root / "tmp" / "trainer-run-killed.pid").write_text(dead)
+    steps = {"checkpoint.every_steps": 100, "output.metrics_port": reserved_port()}
+    proc = launch(root / "out", env=env, **steps)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return Run(root / "out", proc.returncode, proc.stdout, root / "tmp")
+
+
+@dataclass
+class Stopped(Run):
+    checkpoints: tuple[dict, ...] = ()
+    latest: str = ""
+    resume_point_complete: bool = False
+
+
+@pytest.fixture(scope="module")
+def stopped_by_sigterm(tmp_path_factory) -> Stopped:
+    """A Spot reclaim as the kubelet does it: SIGTERM to the container's main process (the launcher) once the
+    run logged step 10. What the run left is recorded at once: a test resumes it in place."""
+    root = tmp_path_factory.mktemp("stopped")
+    out = root / "out"
+    proc = start_and_wait_for_step(out, 10, env=_own_tmpdir(root), **WORKERS)
+    proc.send_signal(signal.SIGTERM)
+    log = proc.communicate(timeout=120)[0]
+    ckpt = out / "ckpt"
+    latest = (ckpt / "latest").read_text() if (ckpt / "latest").is_file() else ""
+    complete = bool(latest) and (ckpt / latest / "manifest.json").is_file()
+    saved = tuple(metrics(out, "checkpoint")) if (out / "metrics.jsonl").is_file() else ()
+    return Stopped(out, proc.returncode, log, root / "tmp", saved, latest, complete)
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+@dataclass
+class RankStopped(Run):
+    workers: tuple[int, ...] = ()
+    samples: dict | None = None
+
+
+@pytest.fixture(scope="module")
+def rank_1_stopped(tmp_path_factory) -> RankStopped:
+    """SIGTERM to rank 1's process alone, once rank 0's metrics endpoint shows both local ranks at step 10
+    or later (what it served then is kept). 3000 steps: the run is far from its end when stopped."""
+    out = tmp_path_factory.mktemp("rank1") / "out"
+    port = reserved_port()
+    cmd = launch_cmd(out, **{"output.metrics_port": port, "train.max_steps": 3000})
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    deadline, samples = time.monotonic() + 120, {}
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            samples = scrape(port)
+        except OSError:
+            samples = {}
+        if samples.get("trainer_step", 0) >= 10 and samples.get("trainer_local_ranks") == 2:
+            break
+        time.sleep(0.2)
+    workers = tuple(_children(proc.pid)) if proc.poll() is None else ()
+    if len(workers) == 2:
+        os.kill(workers[1], signal.SIGTERM)  # only rank 1's process hears about it
+    else:
+        proc.kill()
+    log = proc.communicate(timeout=120)[0]
+    return RankStopped(out, proc.returncode, log, workers=workers, samples=samples)
+
+
 def test_two_process_run_keeps_ranks_identical_and_lowers_the_loss(uninterrupted):
-    out, proc = uninterrupted
+    out = uninterrupted.out
     summary = json.loads((out / "summary.json").read_text())
     assert summary["ranks_identical"] is True and summary["world_size"] == 2
     losses = [row["loss"] for row in metrics(out, "train")]
@@ -36,52 +146,70 @@ def test_two_process_run_keeps_ranks_identical_and_lowers_the_loss(uninterrupted
     latest = (out / "ckpt" / "latest").read_text()  # run-<id>/step-…: checkpoints belong to a run
     assert latest.startswith("run-") and latest.endswith("/step-000000300")
     assert summary["checkpoint"] == f"{out / 'ckpt'}/{latest}"
-    assert "[trainer] done:" in proc.stdout
+    assert "[trainer] done:" in uninterrupted.log
 
 
-def test_resume_after_sigterm_continues_from_last_step_and_matches_uninterrupted_run(uninterrupted, tmp_path):
-    out = tmp_path / "out"
-    # DataLoader workers: torchrun signals each rank's whole process group, and workers that died with it
-    # made the rank fail before its checkpoint. They change nothing in the batches or the weights.
-    workers = {"data.num_workers": 1}
-    # A Spot reclaim as the kubelet does it: SIGTERM to the container's main process (the launcher).
-    first = start_and_wait_for_step(out, 10, **workers)
-    first.send_signal(signal.SIGTERM)
-    log = first.communicate(timeout=120)[0]
-    assert first.returncode == 143, log
-    saved = metrics(out, "checkpoint")
-    assert len(saved) == 1 and 10 <= saved[0]["step"] < 300, log
+def test_a_completed_run_leaves_nothing_in_tmpdir(uninterrupted):
+    assert [r["step"] for r in metrics(uninterrupted.out, "checkpoint")] == [100, 200, 300]
+    assert _left_in(uninterrupted.tmpdir) == []
+
+
+def test_a_run_stopped_by_sigterm_leaves_nothing_in_tmpdir_but_keeps_its_resume_point(stopped_by_sigterm):
+    first = stopped_by_sigterm
+    assert first.returncode == faults.STOPPED, first.log
+    assert _left_in(first.tmpdir) == []
+    (saved,) = [r["step"] for r in first.checkpoints]
+    assert first.latest.endswith(f"/step-{saved:09d}") and first.resume_point_complete
+
+
+def test_resume_after_sigterm_continues_from_last_step_and_matches_uninterrupted_run(
+    uninterrupted, stopped_by_sigterm
+):
+    first, out = stopped_by_sigterm, stopped_by_sigterm.out
+    assert first.returncode == 143, first.log
+    saved = first.checkpoints
+    assert len(saved) == 1 and 10 <= saved[0]["step"] < 300, first.log
     stopped_at = saved[0]["step"]
-    assert f"SIGTERM: checkpointing at step {stopped_at}" in log
-    latest = (out / "ckpt" / "latest").read_text()
-    assert latest.endswith(f"/step-{stopped_at:09d}")
+    assert f"SIGTERM: checkpointing at step {stopped_at}" in first.log
+    assert first.latest.endswith(f"/step-{stopped_at:09d}")
 
-    second = launch(out, **workers)
+    second = launch(out, **WORKERS)
     assert second.returncode == 0, second.stdout + second.stderr
-    assert f"resuming from {out / 'ckpt'}/{latest} (step {stopped_at})" in second.stdout
+    assert f"resuming from {out / 'ckpt'}/{first.latest} (step {stopped_at})" in second.stdout
     assert min(r["step"] for r in metrics(out, "train") if r["time"] > saved[0]["time"]) > stopped_at
 
-    reference, resumed = _weights(uninterrupted[0]), _weights(out)
+    reference, resumed = _weights(uninterrupted.out), _weights(out)
     assert reference.keys() == resumed.keys()
     for key in reference:
         assert torch.equal(reference[key], resumed[key]), key
 
 
-def _children(pid: int) -> list[int]:
-    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+def test_sigterm_to_one_rank_stops_every_rank_at_the_same_step_with_143(rank_1_stopped):
+    run = rank_1_stopped
+    assert len(run.workers) == 2, run.log
+    assert run.returncode == 143, run.log
+    saved = metrics(run.out, "checkpoint")
+    assert len(saved) == 1 and saved[0]["step"] < 3000
+    assert "failed first with exit code 143; exit 143" in run.log
 
 
-def test_sigterm_to_one_rank_stops_every_rank_at_the_same_step_with_143(tmp_path):
-    out = tmp_path / "out"
-    proc = start_and_wait_for_step(out, 10)
-    workers = _children(proc.pid)
-    assert len(workers) == 2
-    os.kill(workers[1], signal.SIGTERM)  # only rank 1's process hears about it
-    log = proc.communicate(timeout=120)[0]
-    assert proc.returncode == 143, log
-    saved = metrics(out, "checkpoint")
-    assert len(saved) == 1 and saved[0]["step"] < 300
-    assert "failed first with exit code 143; exit 143" in log
+def test_two_process_torchrun_serves_one_endpoint_over_loopback(rank_1_stopped):
+    samples = rank_1_stopped.samples or {}
+    assert samples.get("trainer_local_ranks") == 2, samples  # both ranks report through rank 0's endpoint
+    assert samples["trainer_total_steps"] == 3000
+    assert samples["trainer_step"] >= 10 and samples["trainer_loss"] > 0
+    assert samples["trainer_samples_per_second"] > 0 and samples["trainer_tokens_per_second"] > 0
+    assert 0 < samples["trainer_learning_rate"] <= 3e-3
+
+
+def test_a_run_that_fails_on_its_data_leaves_nothing_in_tmpdir(tmp_path):
+    """Exit 2 while rank 0 tokenizes (scratch, staging and failure marker all exist by then)."""
+    source = tmp_path / "data.jsonl"
+    source.write_text("".join(json.dumps({"text": f"row {i}", "label": 7}) + "\n" for i in range(64)))
+    proc = launch(tmp_path / "out", env=_own_tmpdir(tmp_path), **{"data.source": source})
+    assert proc.returncode == faults.INVALID, proc.stdout + proc.stderr
+    assert "label" in proc.stderr
+    assert _left_in(tmp_path / "tmp") == []
 
 
 def test_losing_a_peer_node_exits_202_on_the_surviving_node(tmp_path):

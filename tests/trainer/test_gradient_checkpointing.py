@@ -4,8 +4,6 @@ training, in the model and through a whole run from the trainer's config."""
 
 from __future__ import annotations
 
-import signal
-
 import pytest
 import torch
 from torch import nn
@@ -54,13 +52,6 @@ def test_evaluation_never_recomputes(layer_runs):
     model = build_model(CFG, vocab_size=50, max_positions=8, grad_checkpointing=True).eval()
     _step(model)
     assert len(layer_runs) == CFG.layers
-
-
-@pytest.fixture
-def keep_sigterm_handler():
-    handler = signal.getsignal(signal.SIGTERM)
-    yield
-    signal.signal(signal.SIGTERM, handler)
 
 
 def test_the_config_flag_reaches_the_model_a_run_trains(tmp_path, layer_runs, keep_sigterm_handler):

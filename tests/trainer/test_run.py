@@ -16,13 +16,6 @@ from trainer.config import from_args
 from trainer.loop import run
 
 
-@pytest.fixture
-def keep_sigterm_handler():
-    handler = signal.getsignal(signal.SIGTERM)
-    yield
-    signal.signal(signal.SIGTERM, handler)
-
-
 def _cfg(tmp_path, **overrides):
     args = trainer_args(
         tmp_path,

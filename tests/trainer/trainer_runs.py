@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 from botocore.exceptions import EndpointConnectionError
@@ -61,15 +62,27 @@ def run_env() -> dict[str, str]:
     return {**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
 
 
-def launch(out: Path, **overrides) -> subprocess.CompletedProcess:
+def launch(out: Path, env: dict[str, str] | None = None, **overrides) -> subprocess.CompletedProcess:
+    """`env`: variables set for this run on top of run_env()."""
     return subprocess.run(
         launch_cmd(out, **overrides),
         cwd=out.parent,
-        env=run_env(),
+        env={**run_env(), **(env or {})},
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+def scrape(port: int) -> dict[str, float]:
+    """The samples a run's Prometheus endpoint on 127.0.0.1:`port` serves now."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            samples[name] = float(value)
+    return samples
 
 
 def metrics(out: Path, event: str) -> list[dict]:
@@ -77,12 +90,14 @@ def metrics(out: Path, event: str) -> list[dict]:
     return [r for r in rows if r["event"] == event]
 
 
-def start_and_wait_for_step(out: Path, step: int, **overrides) -> subprocess.Popen:
+def start_and_wait_for_step(
+    out: Path, step: int, env: dict[str, str] | None = None, **overrides
+) -> subprocess.Popen:
     """Start a 2-process run in the background and return once it has logged `step` (or ended)."""
     proc = subprocess.Popen(
         launch_cmd(out, **overrides),
         cwd=out.parent,
-        env=run_env(),
+        env={**run_env(), **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -1,24 +1,72 @@
-"""`run-local`: the stack's trainer really trains, torchrun on CPU with 2 processes over gloo."""
+"""`run-local`: the stack's trainer really trains, torchrun on CPU with 2 processes over gloo, in an
+environment like `make demo`'s, which installs only the `train` extra: every Python process of the run (the
+CLI, the launcher, the trainer ranks) gets a sitecustomize that makes the Pulumi SDKs and the Kubernetes
+client fail to import, as in a `.venv` that never installed them. One run serves both claims."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from tests.workloads.local_runs import FEW_STEPS
-from workloads.__main__ import main
 from workloads.local import local_processes
 
+REPO = Path(__file__).resolve().parents[2]
+BLOCKER = """
+import sys
 
-def test_run_local_trains_the_stack_job_for_a_few_steps(tmp_path, capsys):
-    code = main(["run-local", "--stack", "dev-zimdb", "--nproc", "2", "--out", str(tmp_path), *FEW_STEPS])
-    assert code == 0
-    assert "run-local dev-zimdb: 2 processes on CPU, gloo" in capsys.readouterr().out
-    run_dir = tmp_path / "dev-zimdb"
+class _NotInstalled:
+    BLOCKED = ("pulumi", "pulumi_aws", "pulumi_eks", "pulumi_kubernetes", "pulumi_random", "kubernetes")
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in self.BLOCKED:
+            raise ModuleNotFoundError(f"No module named {name!r} (not in the train extra)", name=name)
+        return None
+
+sys.meta_path.insert(0, _NotInstalled())
+"""
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess, subprocess.CompletedProcess]:
+    """(the --out directory, `import pulumi` in a child interpreter, `workloads run-local` of dev-zimdb)."""
+    root = tmp_path_factory.mktemp("run-local")
+    (root / "site").mkdir()
+    (root / "site" / "sitecustomize.py").write_text(BLOCKER)
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(root / "site"), str(REPO)])}
+    probe = subprocess.run(
+        [sys.executable, "-c", "import pulumi"], env=env, capture_output=True, text=True, check=False
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "workloads", "run-local", "--stack", "dev-zimdb", "--nproc", "2",
+         "--out", str(root / "runs"), *FEW_STEPS],
+        env=env, capture_output=True, text=True, timeout=300, cwd=root, check=False,
+    )  # fmt: skip
+    return root / "runs", probe, run
+
+
+def test_run_local_trains_the_stack_job_for_a_few_steps(demo_run):
+    runs, _, run = demo_run
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert "run-local dev-zimdb: 2 processes on CPU, gloo" in run.stdout
+    run_dir = runs / "dev-zimdb"
     summary = json.loads((run_dir / "output" / "summary.json").read_text())
     assert summary["steps"] == 4 and summary["world_size"] == 2
     assert (run_dir / "checkpoints" / "latest").exists()
     # The stack's own trainer config reached the trainer (the flags only shortened the run).
     assert "max_steps: 300" in (run_dir / "config.yaml").read_text()
+
+
+def test_run_local_needs_neither_pulumi_nor_the_kubernetes_client(demo_run):
+    runs, probe, run = demo_run
+    assert "not in the train extra" in probe.stderr  # the blocker is active in child interpreters
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert (runs / "dev-zimdb" / "output" / "summary.json").is_file()
 
 
 def test_processes_are_capped_at_the_cpu_cores_and_say_why(monkeypatch):

@@ -427,22 +427,27 @@ def test_s3_outage_skips_the_checkpoint_and_latest_keeps_the_last_good_one(s3, t
     assert resume(_s3_manager(s3, tmp_path))[0]["step"] == 5
 
 
+def _one_process(out: Path, capsys, caplog, **overrides) -> str:
+    """A 1-process run in this process (under torchrun one process makes no process group either,
+    trainer.dist.setup, so only the start-up differs): what it printed and logged."""
+    caplog.clear()
+    code = run_in_process(from_args(trainer_args(out, **overrides)))
+    captured = capsys.readouterr()
+    said = captured.out + captured.err + caplog.text
+    assert code == 0, said
+    return said
+
+
 def test_sharded_fsdp_checkpoint_resumes_at_another_world_size(
     tmp_path, keep_sigterm_handler, capsys, caplog
 ):
     """DCP reshards the model and optimizer on load, 2 ranks to 1, then 1 to 2. The 2-process runs are real
-    torchrun runs (gloo); the 1-process ones run in this process: under torchrun one process makes no
-    process group either (trainer.dist.setup), so only the start-up differs."""
+    torchrun runs (gloo); the 1-process ones run in this process."""
     same = {"train.parallelism": "fsdp", "checkpoint.dir": tmp_path / "ckpt", "checkpoint.every_steps": 10}
 
     def run(name: str, nproc: int, steps: int) -> str:
         if nproc == 1:
-            caplog.clear()
-            args = trainer_args(tmp_path / name, **same, **{"train.max_steps": steps})
-            code = run_in_process(from_args(args))
-            captured = capsys.readouterr()
-            assert code == 0, captured.out + captured.err + caplog.text
-            return captured.out + captured.err + caplog.text
+            return _one_process(tmp_path / name, capsys, caplog, **same, **{"train.max_steps": steps})
         done = launch(tmp_path / name, nproc=nproc, **same, **{"train.max_steps": steps})
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout + done.stderr
@@ -500,9 +505,9 @@ def s3_server():
 
 
 def test_every_rank_uploads_its_shard_to_s3_and_a_single_process_resumes_it(
-    tmp_path, s3_server, monkeypatch, keep_sigterm_handler, capsys
+    tmp_path, s3_server, monkeypatch, keep_sigterm_handler, capsys, caplog
 ):
-    """A real 2-process torchrun run writes; one process (in this process, as in the test above) resumes."""
+    """A real 2-process torchrun run writes; one process (in this process) resumes."""
     client, aws = s3_server
     same = {"train.parallelism": "fsdp", "checkpoint.dir": "s3://mlops/ckpt", "train.max_steps": 20}
     (tmp_path / "first").mkdir()
@@ -517,8 +522,7 @@ def test_every_rank_uploads_its_shard_to_s3_and_a_single_process_resumes_it(
     assert first.returncode == 0, first.stdout + first.stderr
     for key, value in aws.items():
         monkeypatch.setenv(key, value)
-    assert run_in_process(from_args(trainer_args(tmp_path / "second", **same))) == 0
-    second = capsys.readouterr().out
+    second = _one_process(tmp_path / "second", capsys, caplog, **same)
     latest = client.get_object(Bucket="mlops", Key="ckpt/latest")["Body"].read().decode()
     keys = {o["Key"] for o in client.list_objects_v2(Bucket="mlops", Prefix=f"ckpt/{latest}/")["Contents"]}
     files = {MANIFEST, TRAIN_STATE, shards.METADATA, "__0_0.distcp", "__1_0.distcp"}

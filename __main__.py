@@ -1,7 +1,7 @@
 """Pulumi entry point. A stack whose config sets `mlops-eks:platformStack` deploys training jobs onto
 that platform (a workload stack); every other stack is a platform stack."""
 
-from trainer.startup import imports_without_gc
+from infra.startup import imports_without_gc
 
 with imports_without_gc():
     import pulumi

@@ -1,4 +1,4 @@
-"""`python -m infra synth|check|rehearse --stack S`: the platform program evaluated offline, no AWS account.
+"""`python -m infra` (synth, check, rehearse): the platform program evaluated offline, no AWS account.
 
 synth     runs the real program against Pulumi mocks with the stack's config file: every resource with its
           type, name, parent and inputs (secrets masked), the exports and the estimated idle cost per hour;

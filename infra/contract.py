@@ -16,7 +16,7 @@ imports this module.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Literal, Protocol
 
@@ -151,13 +151,6 @@ class DevicePlugin(_Frozen):
     node_affinity: dict[str, tuple[str, ...]] = {}
     tolerations: tuple[Toleration, ...] = ()
 
-    def serves(self, labels: Mapping[str, str], taints: Sequence[PoolTaint]) -> bool:
-        return (
-            all(labels.get(k) == v for k, v in self.node_selector.items())
-            and all(labels.get(k) in vs for k, vs in self.node_affinity.items())
-            and all(tolerated(self.tolerations, t) for t in taints if t.effect != "PreferNoSchedule")
-        )
-
 
 class QueueQuota(_Frozen):
     """A ClusterQueue (Kueue) or Queue (Volcano): the resources it covers and their nominal quota, as
@@ -178,24 +171,6 @@ class QueueQuota(_Frozen):
 
 def _gpu_resource(accelerator: str) -> str:
     return CATALOG[accelerator].resource_name
-
-
-def tolerated(tolerations: Sequence[Toleration], taint: PoolTaint) -> bool:
-    """Kubernetes' rule (k8s.io/api core/v1 Toleration.ToleratesTaint): the effect matches when the
-    toleration's is empty or equal; an empty key with Exists matches every key; Exists ignores the
-    value, Equal compares it."""
-    for tol in tolerations:
-        if tol.effect and tol.effect != taint.effect:
-            continue
-        if not tol.key:
-            if tol.operator == "Exists":
-                return True
-            continue
-        if tol.key != taint.key:
-            continue
-        if tol.operator == "Exists" or tol.value == taint.value:
-            return True
-    return False
 
 
 _QUANTITY = re.compile(r"^([0-9.]+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")

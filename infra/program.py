@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import date
+from typing import Literal
 
 import pulumi
 import pulumi_aws as aws
@@ -295,10 +296,11 @@ def export(platform: Platform) -> None:
         pulumi.export(name, value)
 
 
-def program() -> Platform:
-    """Entry point of a platform stack (dev, prod)."""
+def program(placeholders: Literal["refuse", "warn"] = "refuse") -> Platform:
+    """Entry point of a platform stack (dev, prod). `pulumi up` refuses the committed stack files'
+    documentation placeholders; offline commands pass `placeholders="warn"`."""
     try:
-        config = PlatformConfig.from_pulumi()
+        config = PlatformConfig.from_pulumi(placeholders)
         caller = aws.get_caller_identity().arn
         # The creator is cluster-admin through EKS itself; a later deployer needs an admin entry.
         previous = recorded()

@@ -12,7 +12,7 @@ if {"-h", "--help"} & set(sys.argv[1:]):
     sys.exit(0)
 
 from infra.extras import needs_dev_install  # noqa: E402
-from trainer.startup import imports_without_gc  # noqa: E402
+from infra.startup import imports_without_gc  # noqa: E402
 
 with needs_dev_install("the policy pack (pulumi preview --policy-pack policy)"), imports_without_gc():
     from pulumi_policy import EnforcementLevel, PolicyPack

@@ -1,5 +1,5 @@
 """The pack's Kubernetes rules over every object the platform's Helm releases install (rendered from the
-pinned charts by policy.helm_render), with the exceptions in policy/chart_exceptions.yaml. Each
+pinned charts by sim.helm_render), with the exceptions in policy/chart_exceptions.yaml. Each
 exception names one rule, one object (Kind/namespace/name) and the exact findings it accepts, with the
 reason: a chart upgrade that adds a privilege, or a values change that removes one, shows up as an
 unexplained finding or a stale entry."""

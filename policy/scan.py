@@ -1,12 +1,12 @@
 """Scanner gates: checkov over every Kubernetes object the stacks render (the platform's own objects, every
-object its Helm releases install, rendered from the pinned chart packages by policy/helm_render.py, and
+object its Helm releases install, rendered from the pinned chart packages by sim/helm_render.py, and
 the workload stacks) and over docker/, hadolint over
 the Dockerfiles, and the CrossGuard policies run offline over the same stacks. `python -m policy.scan`
 (what `make lint` runs) prints the findings and exits 1 on a mandatory policy violation, a hadolint
 finding, or a checkov failure that policy/checkov_skips.yaml does not explain.
 
 checkov's Kubernetes checks only know built-in kinds, so the pods each training job's operator creates
-(workloads/operator_pods.py: init containers and sidecars included) and the pod templates of other custom
+(sim/operators/pods.py: init containers and sidecars included) and the pod templates of other custom
 resources (TrainingRuntime, ClusterTrainingRuntime) are also written out as Pods named
 `<kind>-<name>-<n>`: the training pods get the same container checks.
 """
@@ -41,11 +41,12 @@ if __name__ == "__main__":
     parser().parse_args()  # no options: --help answers before the scanners and the Helm engine load
 
 with needs_dev_install("python -m policy.scan"):  # the policy pack, Helm's engine, kubernetes-validate
-    from policy import chart_exceptions, helm_render
+    from policy import chart_exceptions
     from policy.core import evaluate, from_synth, stack_is_prod
     from policy.k8s import from_manifests, pod_specs
     from policy.pack import RULES, STACK_RULES
-    from workloads.operator_pods import operator_pods
+    from sim import helm_render
+    from sim.operators.pods import operator_pods
     from workloads.platform import example_outputs_path, load_platform_outputs
     from workloads.stacks import load_stack
 
@@ -129,7 +130,7 @@ def template_pods(obj: dict[str, Any]) -> list[dict[str, Any]]:
 
 def job_pods(stack: str, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The pods the operators create for the jobs of workload stack `stack` on its platform's example
-    outputs, what `workloads render` renders against (workloads/operator_pods.py), named
+    outputs, what `workloads render` renders against (sim/operators/pods.py), named
     <kind>-<job>-<role>-<n>: init containers and sidecars included."""
     platform = load_platform_outputs(example_outputs_path(load_stack(stack).platform_stack))
     pods = []

@@ -1,7 +1,7 @@
 """Regenerate workloads/examples/platform-<stack>.json: the platform program's exports under Pulumi mocks.
 
 `render` and the workload tests read these files as the platform's outputs, so they are generated from
-the program, never written by hand (tests/workloads/test_scheduling.py fails when they are stale):
+the program, never written by hand (tests/sim/test_scheduling.py fails when they are stale):
     .venv/bin/python scripts/platform_examples.py
 """
 

@@ -3,7 +3,7 @@ upstream/sources.yaml says each file comes from, and check that the two agree.
 
     .venv/bin/python scripts/refresh_upstream.py check            # offline; tests/test_upstream.py runs it
     .venv/bin/python scripts/refresh_upstream.py fetch [FILE...]  # download every file (or FILE...)
-    .venv/bin/python scripts/refresh_upstream.py charts           # add and fetch what infra/charts.py pins
+    .venv/bin/python scripts/refresh_upstream.py charts           # add and fetch what infra/pins.py pins
 
 upstream/sources.yaml has one entry per file (its path relative to upstream/):
   project, version  the upstream project (GitHub owner/name) and the release the file comes from
@@ -14,7 +14,7 @@ upstream/sources.yaml has one entry per file (its path relative to upstream/):
   sha256            of the file as vendored: `check` fails on any difference, so an edit cannot go unnoticed
   note              how the vendored file differs from what `url` serves; `fetch` drops it
 `fetch` writes each file and records its sha256. To move a file to another release, edit its version and url
-and fetch it; after a chart pin changes in infra/charts.py, `charts` adds the new archive and values file
+and fetch it; after a chart pin changes in infra/pins.py, `charts` adds the new archive and values file
 (the old ones stay until removed by hand: some tests compare releases). Needs the network, except `check`.
 """
 
@@ -136,9 +136,9 @@ def fetch(root: Path, paths: list[str]) -> list[str]:
 
 
 def chart_entries(root: Path) -> list[str]:
-    """Add sources.yaml entries for every chart version infra/charts.py pins and upstream/ lacks."""
+    """Add sources.yaml entries for every chart version infra/pins.py pins and upstream/ lacks."""
     sys.path.insert(0, str(REPO))
-    from infra.charts import CHARTS
+    from infra.pins import CHARTS
 
     sources = load(root)
     added = []

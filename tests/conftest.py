@@ -8,6 +8,7 @@ in one pytest process. The platform program is evaluated offline once per stack 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import gc
 import json
@@ -23,8 +24,9 @@ import pytest
 from recording_mocks import RecordingMocks
 
 from infra.config.platform import PlatformConfig
-from infra.tools.synth import RecordingMonitor, Registered, engine_config, install_mocks, stack_config, synth
-from policy import upstream
+from infra.tools.synth import RecordingMonitor, Registered, install_mocks, stack_config, synth
+from sim import contracts
+from sim.pulumi.language_host import engine_values, handed_over
 
 # botocore parses its service models and endpoint rules (megabytes of JSON) once per Session, and moto's
 # mock_aws() gives every test a fresh Session: one loader for the process, as clients of one Session share it.
@@ -65,11 +67,11 @@ def keep_sigterm_handler():
 @pytest.fixture
 def crd_check():
     """check(objects) -> (returncode, output): the objects validated against upstream/crds
-    (policy/upstream.py, in-process; each CRD parsed once per process). The objects go through JSON first,
+    (sim/contracts.py, in-process; each CRD parsed once per process). The objects go through JSON first,
     as they would to the API server."""
 
     def check(objects: list[dict]) -> tuple[int, str]:
-        return upstream.check_objects(json.loads(json.dumps(objects)))
+        return contracts.check_objects(json.loads(json.dumps(objects)))
 
     return check
 
@@ -80,7 +82,7 @@ def values_check():
     the chart's upstream default values at that version (upstream/charts)."""
 
     def check(chart: str, version: str, values: dict) -> tuple[int, str]:
-        return upstream.check_values(chart, version, json.loads(json.dumps(values)))
+        return contracts.check_values(chart, version, json.loads(json.dumps(values)))
 
     return check
 
@@ -92,6 +94,8 @@ def pulumi_mocks():
     config. Call it again to start over within a test. Afterwards the config is empty and the event loop
     fresh, so no test sees another's."""
 
+    handing_over = contextlib.ExitStack()
+
     def install(
         mocks: pulumi.runtime.Mocks | None = None,
         *,
@@ -101,12 +105,13 @@ def pulumi_mocks():
         organization: str | None = None,
     ) -> Any:
         mocks = mocks if mocks is not None else RecordingMocks()
-        pulumi.runtime.set_all_config(engine_config(config or {}))
+        handing_over.close()
+        handing_over.enter_context(handed_over(*engine_values(config or {})))
         install_mocks(mocks, stack, monitor, organization=organization)
         return mocks
 
     yield install
-    pulumi.runtime.set_all_config({}, secret_keys=[])
+    handing_over.close()
     asyncio.set_event_loop(asyncio.new_event_loop())
 
 
@@ -177,8 +182,8 @@ def prod() -> Synth:
 @pytest.fixture(scope="session")
 def rendered(dev, prod):
     """Every Helm release of dev and prod rendered with its real chart and validated, once
-    (policy/helm_render.py)."""
-    from policy.helm_render import render_platform
+    (sim/helm_render.py)."""
+    from sim.helm_render import render_platform
 
     return {
         name: render_platform(synth.resources, synth.config.kubernetes_version)

@@ -41,8 +41,8 @@ COMMANDS = {
     },
     "policy": ([*PY, "policy", "--help"], "usage: pulumi preview|up --policy-pack policy"),
     "policy.scan": _module("policy.scan"),
-    "policy.upstream": _module("policy.upstream"),
-    **{f"policy.upstream {sub}": _module("policy.upstream", sub) for sub in ("crd", "values")},
+    "sim.contracts": _module("sim.contracts"),
+    **{f"sim.contracts {sub}": _module("sim.contracts", sub) for sub in ("crd", "values")},
     "trainer": _module("trainer"),
     "trainer.launch": _module("trainer.launch"),
     "trainer.bench": _module("trainer.bench"),
@@ -61,7 +61,8 @@ COMMANDS = {
     "scripts/platform_examples.py": _script("scripts/platform_examples.py"),
     "scripts/refresh_upstream.py": _script("scripts/refresh_upstream.py"),
     "scripts/refresh_managed_escalations.py": _script("scripts/refresh_managed_escalations.py"),
-    "scripts/vendor_operator_sources.py": _script("scripts/vendor_operator_sources.py"),
+    "scripts/vendor_model_sources.py": _script("scripts/vendor_model_sources.py"),
+    "scripts/code_layout.py": _script("scripts/code_layout.py"),
     **{
         f"scripts/refresh_upstream.py {sub}": _script("scripts/refresh_upstream.py", sub)
         for sub in ("check", "fetch", "charts")
@@ -74,10 +75,10 @@ COMMANDS = {
     ".ci/run": _script(".ci/run", usage="usage: .ci/run"),
 }
 # Not commands: the Pulumi program, which only the Pulumi engine runs (`pulumi up`), and the language
-# host's shim, which infra/tools/engine.py runs as the engine would, and a test's training program.
+# host's shim, which sim/pulumi/engine.py runs as the engine would, and a test's training program.
 NOT_COMMANDS = {
     "__main__.py",
-    "infra/tools/pulumi_language_python_exec.py",
+    "sim/pulumi/language_python_exec.py",
     "tests/trainer/poisoned_trainer.py",
 }
 # A usage line's subcommands: `{synth} ...`.

@@ -10,7 +10,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_LINES = 25
-VENDORED = {"infra/tools/pulumi_language_python_exec.py"}  # pulumi/pulumi's own file, unchanged
+VENDORED = {"sim/pulumi/language_python_exec.py"}  # pulumi/pulumi's own file, unchanged
 
 
 def docstring_lines(source: str) -> int:

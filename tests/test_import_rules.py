@@ -1,6 +1,8 @@
 """DESIGN.md's import rules, checked on the source: `trainer` imports nothing of ours (it runs alone in
-the job's image), `infra` never imports `workloads` or `trainer`, and `workloads` runs without the Pulumi
-SDKs except for its Pulumi program (`workloads/program.py`)."""
+the job's image), `infra` never imports `workloads` or `trainer`, `workloads` runs without the Pulumi
+SDKs except for its Pulumi program (`workloads/program.py`), and what is deployed (the Pulumi program, the
+policy pack, the job image) never imports the models of upstream behaviour (`sim/`): their import closures,
+every import statement of every module they reach (function-level ones included), are computed here."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-OURS = ("infra", "policy", "schemas", "scripts", "tests", "trainer", "workloads")
+OURS = ("infra", "policy", "schemas", "scripts", "sim", "tests", "trainer", "workloads")
 
 
 def _imported(package: str) -> dict[str, set[str]]:
@@ -109,7 +111,7 @@ WORKLOAD_MODULES = sorted(
 
 
 def test_the_workload_modules_are_found():
-    assert {"workloads.placement", "workloads.scheduling", "workloads.stacks"} <= set(WORKLOAD_MODULES)
+    assert {"workloads.placement", "workloads.plan", "workloads.stacks"} <= set(WORKLOAD_MODULES)
 
 
 @pytest.mark.parametrize("module", WORKLOAD_MODULES)
@@ -125,3 +127,86 @@ def test_workloads_module_imports_without_pulumi(module, tmp_path):
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=tmp_path, check=False
     )
     assert run.returncode == 0, run.stderr[-3000:]
+
+
+def _module_of(path: Path) -> str:
+    parts = list(
+        (path.relative_to(REPO) if path.is_relative_to(REPO) else Path(path.name)).with_suffix("").parts
+    )
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _our_imports(path: Path) -> set[str]:
+    """The modules of ours a file imports anywhere in it: `from a.b import c` is a.b.c when that is a module,
+    else a.b; a relative import is resolved against the file's package."""
+    package = _module_of(path).split(".") if path.name == "__init__.py" else _module_of(path).split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] in OURS)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            if module.split(".")[0] not in OURS:
+                continue
+            for a in node.names:
+                sub = f"{module}.{a.name}"
+                found.add(sub if _module_file(sub) else module)
+    return found
+
+
+def closure(*files: Path) -> set[str]:
+    """Every module of ours that running `files` can import (packages' __init__ included)."""
+    seen: set[str] = set()
+    todo = [f for f in files]
+    while todo:
+        for module in _our_imports(todo.pop()):
+            for executed in _executed_files(module):
+                name = _module_of(executed)
+                if name not in seen:
+                    seen.add(name)
+                    todo.append(executed)
+    return seen
+
+
+DEPLOYED = {
+    "the Pulumi program (what `pulumi up` runs)": [REPO / "__main__.py"],
+    "the policy pack (what the engine loads)": [REPO / "policy" / "__main__.py"],
+    "the job image (it copies trainer/)": sorted((REPO / "trainer").rglob("*.py")),
+}
+
+
+def test_the_closures_reach_what_each_entry_point_runs():
+    program, pack, image = (closure(*files) for files in DEPLOYED.values())
+    assert {"infra.program", "workloads.program", "infra.addons.install", "infra.platform.cluster"} <= program
+    assert {"policy.pack", "policy.iam", "policy.k8s"} <= pack
+    assert {"trainer.loop", "trainer.checkpoint"} <= image
+    # function-level imports count too: from_pulumi imports the config reader inside the method
+    assert "infra.config.pulumi_config" in program
+
+
+@pytest.mark.parametrize("what", DEPLOYED)
+def test_what_is_deployed_never_imports_a_model(what):
+    reached = closure(*DEPLOYED[what])
+    assert sorted(m for m in reached if m.split(".")[0] == "sim") == []
+
+
+def test_the_job_image_imports_only_the_trainer():
+    assert {m.split(".")[0] for m in closure(*DEPLOYED["the job image (it copies trainer/)"])} == {"trainer"}
+
+
+def test_the_program_and_the_pack_import_of_the_trainer_only_its_config_schema():
+    """A workload stack checks its job's `trainerConfig` with the trainer's own parser (workloads/spec.py),
+    so a spec `pulumi up` accepts is one the trainer accepts; nothing else of the trainer is imported by
+    what runs outside the job image (the start-up helper is infra/startup.py)."""
+    program = closure(*DEPLOYED["the Pulumi program (what `pulumi up` runs)"])
+    pack = closure(*DEPLOYED["the policy pack (what the engine loads)"])
+    assert sorted(m for m in program if m.split(".")[0] == "trainer") == ["trainer", "trainer.config"]
+    assert sorted(m for m in pack if m.split(".")[0] == "trainer") == []
+
+
+def test_the_closure_follows_a_function_level_import_into_sim(tmp_path):
+    """The check can fail: a module that imports sim inside a function puts sim in the closure."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f():\n    from infra.tools import check\n")
+    assert {"infra.tools.check", "sim.pulumi.eks_rules"} <= closure(probe)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.charts import CHARTS
+from infra.pins import CHARTS
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "refresh_upstream.py"
@@ -186,7 +186,7 @@ def test_nothing_in_the_repository_reaches_outside_it():
     [
         ("tests/conftest.py", 'SHARED = REPO.parent / "shared"'),
         ("tests/infra/test_x.py", 'CRD = Path(__file__).resolve().parents[3] / "crds"'),
-        ("policy/helm_render.py", 'ROOT = Path(__file__).resolve().parents[1].parent'),
+        ("sim/helm_render.py", 'ROOT = Path(__file__).resolve().parents[1].parent'),
         ("Makefile", "UPSTREAM := ../shared/upstream"),
         ("scripts/x.sh", 'cd "$(dirname "$0")/../.."'),
     ],
@@ -198,7 +198,7 @@ def test_each_way_out_is_found(path, line):
 
 
 def test_the_command_line_checks_objects_and_values_files(tmp_path):
-    """`python -m policy.upstream`, the command for files: exit 1 and the offending field or key."""
+    """`python -m sim.contracts`, the command for files: exit 1 and the offending field or key."""
     node_class = {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
     template = {"spec": {"nodeClassRef": node_class, "requirements": []}}
     pool = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "gpu"},
@@ -207,7 +207,7 @@ def test_the_command_line_checks_objects_and_values_files(tmp_path):
     objects.write_text(yaml.safe_dump_all([pool, {"apiVersion": "v1", "kind": "ConfigMap"}]))
     values = tmp_path / "values.yaml"
     values.write_text("controllerManager:\n  replicass: 2\n")
-    run = [sys.executable, "-m", "policy.upstream"]
+    run = [sys.executable, "-m", "sim.contracts"]
     crd = subprocess.run([*run, "crd", str(objects)], capture_output=True, text=True, cwd=REPO)
     assert crd.returncode == 1, crd.stderr
     assert "INVALID NodePool/gpu" in crd.stdout and "spec.disruptionn: unknown field" in crd.stdout

@@ -1,5 +1,4 @@
-"""`python -m workloads plan|render|run-local|status|logs --stack STACK`: a workload stack without the Pulumi
-CLI.
+"""`python -m workloads` (plan, render, run-local, status, logs): a workload stack without the Pulumi CLI.
 
 plan       before deploying: will the job run, on which pool, how many nodes Karpenter launches and how
            soon, the hourly cost, whether its queue admits it, Pod Security and quota; exit 0 it runs, 2 it

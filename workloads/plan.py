@@ -3,7 +3,7 @@ at what cost.
 
 Every answer comes from the checks `render` and the tests already run, not from a second model: the spec
 against the platform (placement), the objects (render), the pods as their operators create them and the
-nodes, queues and namespace quota they need (scheduling, on workloads/operator_pods.py), the Pod Security
+nodes, queues and namespace quota they need (scheduling, on sim/operators/pods.py), the Pod Security
 level of the job's namespace (pod_security). Node counts follow Karpenter's choice of the cheapest instance
 type that holds the pods; prices are the accelerator catalog's, Spot prices those of a
 `aws ec2 describe-spot-price-history` file when one is given.
@@ -20,12 +20,7 @@ from typing import Any
 
 from infra.accelerators import CATALOG, PRICE_REGION, PRICES_READ
 from infra.contract import AcceleratorPool, quantity
-from workloads.operator_pods import operator_pods
-from workloads.placement import place
-from workloads.platform import PlatformFacts
-from workloads.pod_security import baseline_violations, restricted_violations
-from workloads.render import render
-from workloads.scheduling import (
+from sim.kubernetes.scheduling import (
     PodTemplate,
     Verdict,
     matches_expression,
@@ -35,6 +30,11 @@ from workloads.scheduling import (
     simulate,
     unschedulable,
 )
+from sim.operators.pods import operator_pods
+from workloads.placement import place
+from workloads.platform import PlatformFacts
+from workloads.pod_security import baseline_violations, restricted_violations
+from workloads.render import render
 from workloads.spec import SpecError
 from workloads.stacks import WorkloadStack, program_text
 

@@ -62,7 +62,7 @@ RESERVED_ENV_PREFIXES = {
     "MLOPS_EKS_": "the platform's restart ledger",
 }
 
-# Ports the operator's pods already listen on (workloads/operator_pods.py models them; a test keeps the two
+# Ports the operator's pods already listen on (sim/operators/pods.py models them; a test keeps the two
 # equal): the trainer's metrics server may not take one.
 OPERATOR_PORTS: dict[str, dict[int, str]] = {
     "trainjob": {29500: "torchrun's rendezvous (Kubeflow Trainer's PET_MASTER_PORT)"},

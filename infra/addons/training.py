@@ -19,7 +19,7 @@ import yaml
 from infra.accelerators import CATALOG
 from infra.addons import kuberay, training_operator_v1
 from infra.addons.manifests import custom_resource
-from infra.charts import JOBSET_IMAGE, TRAINER_TORCH_RUNTIME_IMAGE, release
+from infra.charts import release
 from infra.component_args import ComponentArgs, child_options
 from infra.config.addons import TeamQueue, TrainingConfig
 from infra.contract import (
@@ -33,10 +33,11 @@ from infra.contract import (
     kueue_gpu_flavor,
     quantity,
 )
+from infra.pins import JOBSET_IMAGE, TRAINER_TORCH_RUNTIME_IMAGE
 
 TRAINER_NAMESPACE = "kubeflow-system"
 TORCH_RUNTIME = "torch-distributed"
-# The upstream runtime's default image (pinned in infra/charts.py); every TrainJob sets its own.
+# The upstream runtime's default image (pinned in infra/pins.py); every TrainJob sets its own.
 TORCH_RUNTIME_IMAGE = TRAINER_TORCH_RUNTIME_IMAGE
 CPU_FLAVOR = KUEUE_CPU_FLAVOR
 # EFA interfaces are not tied to an accelerator's nodes (the GPU flavor pins the node): a flavor of its own.

@@ -1,7 +1,7 @@
 """Training Operator v1 (PyTorchJob, MPIJob) as the platform configures it: which kustomize overlay installs
 it, and what its Deployment then runs with (flags, and the files its ConfigMaps put in the container).
 
-Pure: infra/addons/training.py installs the overlay; workloads/operator_pods.py reads the same overlay
+Pure: infra/addons/training.py installs the overlay; sim/operators/pods.py reads the same overlay
 files to know what the operator adds to the pods it creates (the PyTorchJob Worker's init container comes
 from the template file the operator reads). The overlays live in infra/addons/kustomize/; this module
 applies their configMapGenerator and JSON patches to the operator's Deployment the way kustomize would,

@@ -470,12 +470,13 @@ class PlatformConfig(ConfigModel):
             raise ConfigError([_quote_hint(p, as_text) for p in problems]) from None
 
     @classmethod
-    def from_pulumi(cls) -> PlatformConfig:
-        """Build from the running stack's config (what `pulumi up` or `infra synth` hands the program)."""
+    def from_pulumi(cls, placeholders: Literal["refuse", "warn"] = "refuse") -> PlatformConfig:
+        """Build from the running stack's config (what `pulumi up` or `infra synth` hands the program);
+        `placeholders="warn"` for offline commands (infra/config/pulumi_config.py)."""
         # Imported here: the reader imports pulumi, and the model serves tools that never do (schemas).
         from infra.config.pulumi_config import read_platform_config
 
-        return read_platform_config()
+        return read_platform_config(placeholders)
 
 
 def _quote_hint(problem: str, as_text: set[str]) -> str:

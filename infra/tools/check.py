@@ -2,7 +2,7 @@
 
 The stack's config as PlatformConfig reads it, whether `pulumi up` can reach the cluster it creates from
 here, the documentation placeholders a real deploy refuses, and the input rules pulumi-eks applies inside
-its provider (infra/platform/pulumi_eks_rules.py) to what the program passes `eks.Cluster` and
+its provider (sim/pulumi/eks_rules.py) to what the program passes `eks.Cluster` and
 `eks.ManagedNodeGroup`: the program runs offline under Pulumi mocks (infra/tools/synth.py), which never
 run those rules themselves.
 """
@@ -14,9 +14,9 @@ from typing import Any
 
 from infra.config.placeholders import placeholder_problems
 from infra.config.platform import PROJECT, ConfigError, PlatformConfig
-from infra.platform.pulumi_eks_rules import CLUSTER, NODE_GROUP, RULES, violations
 from infra.tools.idle_cost import idle_cost_report
 from infra.tools.synth import synth
+from sim.pulumi.eks_rules import CLUSTER, NODE_GROUP, RULES, violations
 
 
 @dataclass

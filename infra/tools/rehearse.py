@@ -1,11 +1,11 @@
 """`python -m infra rehearse --stack S`: the steps of docs/deploy.md "Deploy to AWS", run against the real
-program, the real policy pack and the real config path, without AWS (infra/tools/engine.py stands in for
+program, the real policy pack and the real config path, without AWS (sim/pulumi/engine.py stands in for
 the engine and the cloud). What it rehearses, step by step (`STEPS`, that page's commands in its order):
 
 1. `pulumi config set --path ...`: the stack file's example values replaced by the user's (`--value
    account=...`, defaults: `USER_VALUES`), as `pulumi config set --path` writes them;
 2. the config the CLI hands the program: the file merged with Pulumi.yaml's defaults
-   (infra/config/project_config.py, a port of the CLI's mergeConfig), secrets decrypted and listed apart;
+   (sim/pulumi/merge_config.py, a port of the CLI's mergeConfig), secrets decrypted and listed apart;
 3. `make preview` then `make up`: the program under its engine branch, the policy pack at its own levels over
    every registration (any mandatory finding, any error logged, a non-zero exit fails the rehearsal);
 4. an update by a second identity (`adminPrincipalArns[0]`, as CI would run it): it must pass too, the
@@ -29,9 +29,9 @@ from typing import Any, Literal
 import yaml
 
 from infra.config import stack_files
-from infra.config.project_config import ProjectConfigError, merge_config
-from infra.tools.engine import ORGANIZATION, RunResult, run_program
 from infra.tools.synth import PlatformMocks
+from sim.pulumi.engine import ORGANIZATION, RunResult, run_program
+from sim.pulumi.merge_config import ProjectConfigError, merge_config
 
 REPO = Path(__file__).resolve().parents[2]
 USER_ACCOUNT = "210987654321"
@@ -236,13 +236,13 @@ def second_identity(values: Mapping[str, str]) -> str:
 
 
 def _plain(outputs: Mapping[str, Any]) -> dict[str, Any]:
-    from infra.tools.engine import _unwrap
+    from sim.pulumi.engine import _unwrap
 
     return {k: _unwrap(v) for k, v in outputs.items()}
 
 
 def _inputs(result: RunResult, type_: str) -> list[dict[str, Any]]:
-    from infra.tools.engine import _unwrap
+    from sim.pulumi.engine import _unwrap
 
     return [_unwrap(r.inputs) for r in result.registrations if r.type == type_]
 

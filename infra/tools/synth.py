@@ -19,10 +19,12 @@ import pulumi
 from google.protobuf import json_format
 from pulumi.runtime import mocks as runtime_mocks
 from pulumi.runtime import rpc
+from pulumi.runtime import settings as runtime_settings
 
 from infra.config import stack_files
 from infra.config.platform import ConfigError, PlatformConfig
 from infra.config.stack_files import PROJECT
+from sim.pulumi.language_host import engine_values, handed_over
 
 ACCOUNT_ID = "123456789012"
 REPO = Path(__file__).resolve().parents[2]
@@ -44,7 +46,7 @@ class PlatformMocks(pulumi.runtime.Mocks):
     `pulumi up` (the rehearsal passes a user's; synth keeps the documentation account)."""
 
     # Outputs a provider returns as secrets (pulumi-eks's kubeconfig): the mock and the rehearsal's
-    # monitor (infra/tools/engine.py) mark them alike, so what reads them sees them masked.
+    # monitor (sim/pulumi/engine.py) mark them alike, so what reads them sees them masked.
     SECRET_OUTPUTS = frozenset({"kubeconfigJson"})
 
     def __init__(
@@ -136,10 +138,12 @@ def install_mocks(
     monitor: runtime_mocks.MockMonitor | None = None,
     organization: str | None = None,
 ) -> None:
-    """set_mocks on a fresh event loop whose executor runs RPCs inline."""
+    """set_mocks on a fresh event loop whose executor runs RPCs inline, with a root Stack of its own: one
+    left from an earlier install would hold futures of that install's loop."""
     loop = asyncio.new_event_loop()
     loop.set_default_executor(ImmediateExecutor())
     asyncio.set_event_loop(loop)
+    runtime_settings.ROOT.set(None)
     pulumi.runtime.set_mocks(
         mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor, organization=organization
     )
@@ -223,11 +227,6 @@ def available_stacks() -> list[str]:
     return sorted(stack_files.platform_stacks(REPO))
 
 
-def engine_config(values: Mapping[str, Any]) -> dict[str, str]:
-    """Stack config as the engine hands it to a program: structured values as JSON strings."""
-    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
-
-
 def synth(
     stack: str,
     values: dict[str, Any],
@@ -244,7 +243,6 @@ def synth(
     config.check_deployable()
     mocks = PlatformMocks(config.region, previous_outputs=previous_outputs)
     monitor = (monitor_type or RecordingMonitor)(mocks)
-    pulumi.runtime.set_all_config(engine_config(values))
     install_mocks(mocks, stack, monitor)
     exports: dict[str, Any] = {}
 
@@ -254,13 +252,14 @@ def synth(
 
     @pulumi.runtime.test
     def run():
-        platform = program()
+        # The committed stack files' documentation placeholders are warned about here, refused by a deploy.
+        platform = program(placeholders="warn")
         outputs = {k: pulumi.Output.from_input(v) for k, v in platform.exports.items()}
         return asyncio.ensure_future(resolve(outputs))
 
     try:
-        run()
+        with handed_over(*engine_values(values)):
+            run()
     finally:
-        pulumi.runtime.set_all_config({})
         asyncio.set_event_loop(asyncio.new_event_loop())
     return config, monitor.registered, exports

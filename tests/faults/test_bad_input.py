@@ -124,12 +124,13 @@ def test_an_encrypted_grafana_password_synthesizes_offline_as_a_placeholder_with
 
 ENGINE = """
 import json, sys
-import pulumi.runtime
 from infra.config.platform import ConfigError, PlatformConfig
+from sim.pulumi.language_host import handed_over
 values = {"aws:region": "us-east-1", "mlops-eks:environment": "dev",
           "mlops-eks:endpointPublicAccess": "true", "mlops-eks:publicAccessCidrs": json.dumps(["8.8.8.0/24"]),
           "mlops-eks:grafanaAdminPassword": "12345"}
-pulumi.runtime.set_all_config(values, secret_keys=sys.argv[1:])
+handing_over = handed_over(values, secret_keys=sys.argv[1:])
+handing_over.__enter__()  # kept referenced: the hand-over lasts while the generator lives
 try:
     config = PlatformConfig.from_pulumi()
     print("accepted", config.endpoint_public_access, repr(config.grafana_admin_password.get_secret_value()))

@@ -93,7 +93,7 @@ def run_program(pulumi_mocks, program_error, values: dict) -> tuple[str | None, 
     mocks = PlatformMocks("us-east-1")
     monitor = RecordingMonitor(mocks)
     pulumi_mocks(mocks, config=values, monitor=monitor)
-    error = program_error(program)
+    error = program_error(lambda: program(placeholders="warn"))  # offline, as `infra synth`
     # The root stack is registered once per process by whichever program ran first: not a resource.
     return error, sum(r.type != "pulumi:pulumi:Stack" for r in monitor.registered)
 

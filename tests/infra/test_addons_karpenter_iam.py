@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from infra.addons.karpenter.iam import INTERRUPTION_EVENTS, controller_policies, interruption_queue_policy
-from policy.upstream import UPSTREAM
+from sim.contracts import UPSTREAM
 
 REFERENCE = UPSTREAM / "karpenter-1.14-cloudformation.yaml"
 FACTS = {

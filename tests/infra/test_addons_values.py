@@ -27,10 +27,10 @@ from infra.addons.training import (
     volcano_queues,
     volcano_values,
 )
-from infra.charts import CHARTS, TRAINER_TORCH_RUNTIME_IMAGE
 from infra.config.addons import AddonsConfig
 from infra.config.platform import GpuPoolConfig
-from policy.upstream import HELM_PACKAGES, UPSTREAM, values_file
+from infra.pins import CHARTS, TRAINER_TORCH_RUNTIME_IMAGE
+from sim.contracts import HELM_PACKAGES, UPSTREAM, values_file
 
 GPU_POOLS = [
     GpuPoolConfig.model_validate(p)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from netpol import selects
 
 from infra.addons.training import KUEUE_FRAMEWORKS
 from infra.contract import (
@@ -17,7 +16,9 @@ from infra.contract import (
     PoolTaint,
     Toleration,
 )
-from policy import helm_render
+from sim import helm_render
+from sim.kubernetes.netpol import selects
+from sim.kubernetes.scheduling import serves
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 STACKS = ["dev", "prod"]
@@ -41,7 +42,7 @@ def _render(platform: dict, release: str) -> list[dict]:
 
 def _serves(plugin: DevicePlugin, pool: AcceleratorPool) -> bool:
     return any(
-        plugin.serves(pool.node_labels_for(t, c), pool.taints)
+        serves(plugin, pool.node_labels_for(t, c), pool.taints)
         for t in pool.instance_types
         for c in pool.capacity_types
     )
@@ -151,4 +152,4 @@ def test_device_plugins_ignore_prefer_no_schedule_taints_and_need_the_rest_toler
     plugin = DevicePlugin(name="p", resource="nvidia.com/gpu", tolerations=())
     soft = PoolTaint(key="nvidia.com/gpu", value="true", effect="PreferNoSchedule")
     hard = PoolTaint(key="nvidia.com/gpu", value="true", effect="NoSchedule")
-    assert plugin.serves({}, [soft]) and not plugin.serves({}, [hard])
+    assert serves(plugin, {}, [soft]) and not serves(plugin, {}, [hard])

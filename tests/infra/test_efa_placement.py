@@ -14,7 +14,8 @@ import copy
 import json
 
 import yaml
-from cel_rules import CrdRules
+
+from sim.kubernetes.cel import CrdRules
 
 NODE_CLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
 NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"

@@ -16,7 +16,8 @@ from infra.accelerators import CATALOG
 from infra.addons import gpu_node_check as check
 from infra.addons import gpu_node_check_script as script
 from infra.config.cluster_rules import DEFAULT_KUBERNETES_VERSION
-from infra.contract import taint_spec, tolerated
+from infra.contract import taint_spec
+from sim.kubernetes.scheduling import tolerated
 from workloads.pod_security import restricted_violations
 
 NAMESPACE = "gpu-system"

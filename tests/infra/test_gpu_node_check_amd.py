@@ -10,7 +10,8 @@ import pytest
 from infra.accelerators import CATALOG
 from infra.addons import gpu_node_check as check
 from infra.addons import gpu_node_check_script as script
-from infra.contract import PoolTaint, Toleration, taint_spec, tolerated
+from infra.contract import PoolTaint, Toleration, taint_spec
+from sim.kubernetes.scheduling import tolerated
 
 AMD = CATALOG["amd-v520"]
 OBJECTS = check.objects("gpu-system", ["g4dn.xlarge", "g4ad.xlarge", "g4ad.2xlarge", "g4ad.16xlarge"])

@@ -1,5 +1,5 @@
 """The KubeRay operator release (infra/addons/kuberay.py) rendered with its real chart at the pinned version
-(policy/helm_render.py) and checked: values keys the chart has, built-in objects valid at the cluster's
+(sim/helm_render.py) and checked: values keys the chart has, built-in objects valid at the cluster's
 Kubernetes version, the ServiceMonitor against its CRD, Pod Security `restricted`, and the operator's
 scope."""
 
@@ -9,9 +9,9 @@ import kubernetes_validate
 import pytest
 
 from infra.addons import kuberay
-from infra.charts import CHARTS
-from policy import helm_render, upstream
-from policy.helm_render import HelmRelease
+from infra.pins import CHARTS
+from sim import contracts, helm_render
+from sim.helm_render import HelmRelease
 from workloads.pod_security import pod_spec, restricted_violations
 
 KUBE_VERSION = "1.35"
@@ -82,7 +82,7 @@ def test_the_service_monitor_follows_prometheus_and_matches_its_crd():
         ("monitoring.coreos.com/v1", "ServiceMonitor")
     ]
     errors: list[str] = []
-    upstream.validate(monitor["spec"], schema["properties"]["spec"], "spec", errors)
+    contracts.validate(monitor["spec"], schema["properties"]["spec"], "spec", errors)
     assert errors == []
 
 

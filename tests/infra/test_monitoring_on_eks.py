@@ -1,4 +1,4 @@
-"""kube-prometheus-stack on EKS, checked on what the real chart renders (policy/helm_render.py): no rule
+"""kube-prometheus-stack on EKS, checked on what the real chart renders (sim/helm_render.py): no rule
 or scrape target for what EKS does not expose, Alertmanager routes to the configured receiver, and every
 volume goes with its release, which `pulumi destroy` removes before the EBS CSI driver and the nodes."""
 
@@ -15,8 +15,8 @@ import yaml
 from infra.__main__ import main
 from infra.addons.monitoring.kube_prometheus import RECEIVER_SECRET_FILE, kube_prometheus_stack_values
 from infra.config.addons import ObservabilityConfig
-from policy import helm_render
-from policy.helm_render import HelmRelease
+from sim import helm_render
+from sim.helm_render import HelmRelease
 
 STACKS = ["dev", "prod"]
 RELEASE = helm_render.RELEASE_TYPE

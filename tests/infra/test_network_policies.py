@@ -1,6 +1,6 @@
 """The flow matrix: which connections the platform's and the jobs' NetworkPolicies let through, evaluated
-with Kubernetes semantics (tests/netpol.py) over the policies the platform program registers and the
-workload stacks render, between pods labeled as the pinned charts render them (policy/helm_render.py)
+with Kubernetes semantics (sim/kubernetes/netpol.py) over the policies the platform program registers and the
+workload stacks render, between pods labeled as the pinned charts render them (sim/helm_render.py)
 and the jobs' pods as workloads.render makes them."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import itertools
 
 import kubernetes_validate
 import pytest
-from netpol import Endpoint, allowed
 
 from infra.addons.network_policies import NAME_LABEL, POD_IDENTITY_AGENT, job_policies, platform_policies
 from infra.addons.training import volcano_values
 from infra.contract import JOB_LABEL
-from policy.helm_render import HelmRelease, installed, objects, render, validation_version
+from sim.helm_render import HelmRelease, installed, objects, render, validation_version
+from sim.kubernetes.netpol import Endpoint, allowed
 from tests.infra.workload_pods import job_world, pod_endpoints, service_targets
 
 NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"

@@ -23,8 +23,8 @@ from infra.config.addons import ObservabilityConfig
 from infra.config.platform import ConfigError, PlatformConfig
 from infra.platform.node_repair import NODE_GROUP_TYPE, node_repair_transform, with_node_repair
 from infra.tools.synth import stack_config
-from policy import helm_render
-from policy.helm_render import HelmRelease
+from sim import helm_render
+from sim.helm_render import HelmRelease
 
 # A NodeGroup's inputs as pulumi-eks registers them (wire names), the way the engine hands them to a
 # transform.
@@ -176,7 +176,8 @@ def test_the_checks_namespace_comes_with_every_checked_nvidia_pool(stack):
 
 def test_the_agents_dcgm_host_engine_runs_on_every_nvidia_node_checked_or_not():
     from infra.accelerators import CATALOG
-    from infra.contract import PoolTaint, Toleration, tolerated
+    from infra.contract import PoolTaint, Toleration
+    from sim.kubernetes.scheduling import tolerated
 
     config = node_health.monitoring_agent_configuration()
     tolerations = [Toleration.model_validate(t) for t in config["dcgmAgent"]["tolerations"]]

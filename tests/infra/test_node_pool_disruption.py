@@ -1,6 +1,6 @@
 """When Karpenter may take a node away, read from the NodePools the program registers, with the defaults
 Karpenter's NodePool CRD (upstream/crds) applies to what the program leaves out, and what that does to a
-running training pod (tests/infra/karpenter_disruption.py, ported from Karpenter's source).
+running training pod (sim/karpenter_disruption.py, ported from Karpenter's source).
 
 A training job loses every step since its last checkpoint and restarts its whole gang when one of its
 nodes goes, so GPU nodes are removed only when empty, one at a time; drift and expiry wait until the job
@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from infra.addons.karpenter.node_pools import CRITICAL_POD_SHUTDOWN_SECONDS
-from policy.upstream import CRDS
-from tests.infra.karpenter_disruption import (
+from sim.contracts import CRDS
+from sim.karpenter_disruption import (
     KEEPS_RUNNING,
     SHUTDOWN,
     is_candidate,

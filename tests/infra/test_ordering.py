@@ -11,7 +11,7 @@ from functools import cache
 
 import pytest
 
-from policy.upstream import HELM_PACKAGES
+from sim.contracts import HELM_PACKAGES
 from tests.infra.dependency_graph import Node, build_graph, depends_on
 
 CLUSTER = "eks:index:Cluster"

@@ -9,7 +9,7 @@ import pytest
 
 from infra.addons.namespaces import POD_SECURITY, VOLCANO_NAMESPACE, pod_security_labels
 from infra.addons.training import volcano_values
-from policy.helm_render import HelmRelease, objects, render
+from sim.helm_render import HelmRelease, objects, render
 from workloads.pod_security import (
     LEVELS,
     baseline_violations,

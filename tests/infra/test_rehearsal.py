@@ -1,4 +1,4 @@
-"""The rehearsal of a user's first deploy (infra/tools/rehearse.py, infra/tools/engine.py): the steps of
+"""The rehearsal of a user's first deploy (infra/tools/rehearse.py, sim/pulumi/engine.py): the steps of
 docs/deploy.md for dev, prod and every committed workload stack, the program over a gRPC monitor with config
 as the CLI hands it over, the policy pack through its analyzer at the pack's own levels, and an update by a
 second identity. One rehearsal per session (a platform stack is rehearsed once; its workload stacks read its
@@ -15,7 +15,6 @@ from pulumi.runtime import rpc
 
 from infra.config import stack_files
 from infra.contract import ACCELERATOR_LABEL
-from infra.tools.engine import Analyzer, Registration, RunResult, run_program
 from infra.tools.rehearse import (
     FIRST_DEPLOYER,
     REPO,
@@ -26,6 +25,7 @@ from infra.tools.rehearse import (
     check_identities,
 )
 from infra.tools.synth import PlatformMocks
+from sim.pulumi.engine import Analyzer, Registration, RunResult, run_program
 
 STACKS = ["dev", "prod", *stack_files.workload_stacks(REPO)]
 

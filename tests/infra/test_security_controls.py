@@ -230,7 +230,7 @@ def _kustomize_remote(url: str) -> tuple[str, str, str]:
 
 
 def test_training_operator_manifests_are_fetched_at_a_commit_kustomize_understands():
-    from infra.charts import TRAINING_OPERATOR_V1_COMMIT, TRAINING_OPERATOR_V1_KUSTOMIZE
+    from infra.pins import TRAINING_OPERATOR_V1_COMMIT, TRAINING_OPERATOR_V1_KUSTOMIZE
 
     repo, path, ref = _kustomize_remote(TRAINING_OPERATOR_V1_KUSTOMIZE)
     assert (repo, path) == ("kubeflow/trainer", "manifests/overlays/standalone")

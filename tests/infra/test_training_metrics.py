@@ -12,9 +12,9 @@ import yaml
 from infra.addons.gpu import JOB_METRIC_LABEL
 from infra.addons.monitoring import training_metrics
 from infra.addons.monitoring.dashboards import training_dashboard
-from infra.charts import CHARTS
-from policy import upstream
-from policy.upstream import HELM_PACKAGES
+from infra.pins import CHARTS
+from sim import contracts
+from sim.contracts import HELM_PACKAGES
 from trainer import metrics
 from trainer.config import OutputConfig
 from workloads.platform import example_outputs_path, load_platform_outputs
@@ -34,7 +34,7 @@ def _podmonitor_schema() -> dict:
 
 def _validate(obj: dict, schema: dict) -> list[str]:
     errors: list[str] = []
-    upstream.validate(obj, schema, obj["kind"], errors)
+    contracts.validate(obj, schema, obj["kind"], errors)
     return errors
 
 

@@ -3,7 +3,7 @@ Deployment reads the restricted init-container template for PyTorchJob workers, 
 with --gang-scheduler-name=volcano so that it creates the PodGroup that gangs a job's pods.
 
 The overlays are applied (infra/addons/training_operator_v1.py, kustomize's `add` semantics) to the upstream
-Deployment at the pinned commit (tests/fixtures/operators, scripts/vendor_operator_sources.py)."""
+Deployment at the pinned commit (sim/vendored, scripts/vendor_model_sources.py)."""
 
 from __future__ import annotations
 
@@ -18,15 +18,15 @@ import yaml
 
 from infra.addons import training_operator_v1
 from infra.addons.training import Training, TrainingArgs
-from infra.charts import TRAINING_OPERATOR_V1_KUSTOMIZE
 from infra.config.addons import AddonsConfig
 from infra.image_refs import image_problem
+from infra.pins import TRAINING_OPERATOR_V1_KUSTOMIZE
 from infra.tools.synth import stack_config
 from tests.conftest import synth_with_edges
 from tests.infra.dependency_graph import build_graph, depends_on
 
 REPO = Path(__file__).resolve().parents[2]
-UPSTREAM = REPO / "tests" / "fixtures" / "operators" / "kubeflow" / "trainer" / "v1.9.2"
+UPSTREAM = REPO / "sim" / "vendored" / "kubeflow" / "trainer" / "v1.9.2"
 UPSTREAM_DEPLOYMENT = yaml.safe_load((UPSTREAM / "manifests/base/deployment.yaml").read_text())
 TEMPLATE_FLAG = "pytorch-init-container-template-file"
 

@@ -9,11 +9,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from netpol import Endpoint, selects
-
 from infra.contract import JOB_LABEL
+from sim.kubernetes.netpol import Endpoint, selects
+from sim.operators.pods import operator_pods
 from workloads.__main__ import platform_facts
-from workloads.operator_pods import operator_pods
 from workloads.pod_security import pod_spec
 from workloads.render import render
 from workloads.stacks import load_stack, program_text, workload_stacks
@@ -107,7 +106,7 @@ class Jobs:
 
 def job_world(platform_stack: str, ips: Iterator[str]) -> Jobs:
     """Every workload stack on `platform_stack`, rendered: its policies, namespace and the pods its operator
-    creates (workloads/operator_pods.py), with their own labels and named ports."""
+    creates (sim/operators/pods.py), with their own labels and named ports."""
     jobs = Jobs()
     for stack in workload_stacks():
         loaded = load_stack(stack)

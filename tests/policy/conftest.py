@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from policy import helm_render
 from policy.scan import PLATFORM_STACKS, rendered_objects, workload_stacks
+from sim import helm_render
 
 
 @pytest.fixture(scope="session")

@@ -140,9 +140,9 @@ def test_job_spec_refuses_the_images_the_policy_refuses(change, key):
 def test_a_real_engine_refuses_the_committed_placeholders():
     for stack in ("dev", "prod"):
         with pytest.raises(ConfigError) as err:
-            check_placeholders(stack_config(stack), offline=False)
+            check_placeholders(stack_config(stack), "refuse")
         assert "123456789012" in str(err.value)
-    message = str(pytest.raises(ConfigError, check_placeholders, stack_config("dev"), offline=False).value)
+    message = str(pytest.raises(ConfigError, check_placeholders, stack_config("dev"), "refuse").value)
     for placeholder in ("adminPrincipalArns[0]", "203.0.113.0/24", "ami-0123456789abcdef0"):
         assert placeholder in message
 
@@ -150,20 +150,21 @@ def test_a_real_engine_refuses_the_committed_placeholders():
 def test_offline_synth_of_the_placeholders_only_warns(monkeypatch):
     warnings: list[str] = []
     monkeypatch.setattr("pulumi.log.warn", lambda message, *a, **k: warnings.append(message))
-    check_placeholders(stack_config("prod"), offline=True)
+    check_placeholders(stack_config("prod"), "warn")
     assert any("198.51.100.7/32" in w and "accepted offline only" in w for w in warnings)
 
 
-def test_placeholders_are_detected_under_an_engine_not_under_mocks(monkeypatch):
-    from pulumi.runtime import settings
-    from pulumi.runtime.mocks import MockMonitor
-
-    from infra.config.pulumi_config import under_mocks
-
-    monkeypatch.setattr(settings.SETTINGS, "monitor", MockMonitor(None))
-    assert under_mocks()
-    monkeypatch.setattr(settings.SETTINGS, "monitor", object())  # the engine's gRPC stub
-    assert not under_mocks()
+def test_the_program_refuses_placeholders_unless_the_offline_command_says_warn(pulumi_mocks, monkeypatch):
+    """Whoever runs it, the program refuses the committed files' placeholders by default (what `pulumi up`
+    runs through __main__.py); only an offline command that says so explicitly gets warnings."""
+    warnings: list[str] = []
+    monkeypatch.setattr("pulumi.log.warn", lambda message, *a, **k: warnings.append(message))
+    pulumi_mocks(config=stack_config("dev"))
+    with pytest.raises(ConfigError, match=r"adminPrincipalArns\[0\].*this one is an example"):
+        PlatformConfig.from_pulumi()
+    assert warnings == []
+    assert PlatformConfig.from_pulumi("warn") == PlatformConfig.from_mapping(stack_config("dev"))
+    assert any("adminPrincipalArns[0]" in w and "accepted offline only" in w for w in warnings)
 
 
 def test_the_placeholder_policy_is_mandatory_under_the_engine_and_a_warning_offline():

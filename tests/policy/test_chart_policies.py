@@ -10,9 +10,9 @@ import dataclasses
 import pytest
 
 from infra.addons.monitoring.kube_prometheus import GRAFANA_SIDECAR_ROLE, GRAFANA_SIDECAR_RULES
-from policy import helm_render
 from policy.chart_exceptions import findings, load_exceptions, object_id, stale, unexplained
 from policy.pack import RULES
+from sim import helm_render
 
 
 @pytest.fixture(scope="module")

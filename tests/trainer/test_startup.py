@@ -1,5 +1,6 @@
 """Entry points import with the cycle collector off, then freeze what they imported out of later
-collections (trainer/startup.py: the trainer's entry points, the Pulumi program, the policy pack)."""
+collections: trainer/startup.py for the trainer's entry points, infra/startup.py for the Pulumi program and
+the policy pack (nothing outside the job image imports the trainer)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,16 @@ import sys
 import pytest
 from trainer_runs import REPO, run_env
 
-from trainer.startup import imports_without_gc
+from infra import startup as infra_startup
+from trainer import startup as trainer_startup
+
+BOTH = pytest.mark.parametrize(
+    "imports_without_gc", [trainer_startup.imports_without_gc, infra_startup.imports_without_gc]
+)
 
 
-def test_the_collector_is_off_inside_and_on_after_with_what_was_made_frozen():
+@BOTH
+def test_the_collector_is_off_inside_and_on_after_with_what_was_made_frozen(imports_without_gc):
     frozen = gc.get_freeze_count()
     with imports_without_gc():
         assert not gc.isenabled()
@@ -21,7 +28,8 @@ def test_the_collector_is_off_inside_and_on_after_with_what_was_made_frozen():
     assert gc.isenabled() and gc.get_freeze_count() >= frozen + len(made)
 
 
-def test_a_collector_that_was_off_stays_off():
+@BOTH
+def test_a_collector_that_was_off_stays_off(imports_without_gc):
     gc.disable()
     try:
         with imports_without_gc():

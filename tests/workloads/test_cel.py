@@ -11,12 +11,12 @@ from dataclasses import dataclass
 import pulumi
 import pytest
 import yaml
-from cel_rules import CRD_DIR, CrdRules, RuleError
 from google.protobuf import json_format
 from pulumi.runtime import mocks as runtime_mocks
 from recording_mocks import RecordingMocks
 
 from policy.scan import PLATFORM_STACKS as PLATFORM_STACK_NAMES
+from sim.kubernetes.cel import CRD_DIR, CrdRules, RuleError
 from workloads import jobs
 from workloads.__main__ import platform_facts
 from workloads.render import render

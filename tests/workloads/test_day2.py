@@ -5,8 +5,8 @@ ends: still running, resumed from its last checkpoint (with or without spending 
 clear failure.
 
 Each row is one event; its end state is computed for each stack from the objects `render` makes, the pods
-the operators create (workloads/operator_pods.py) and the controller logic ported from source, which the
-row cites: tests/infra/karpenter_disruption.py (Karpenter 1.14), tests/workloads/operator_outcomes.py
+the operators create (sim/operators/pods.py) and the controller logic ported from source, which the
+row cites: sim/karpenter_disruption.py (Karpenter 1.14), sim/operators/outcomes.py
 (Kubernetes Job, JobSet, Training Operator v1.9.2, KubeRay 1.7.0), trainer/attempts.py (the launcher's
 restart budget), Kueue 0.19.2's queue-name rule, Pulumi's replaceOnChanges. A row only says which end
 states are acceptable for the event.
@@ -21,13 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from netpol import selects
 
 from infra.addons.gpu_node_check import STARTUP_TAINT
 from infra.addons.training import kueue_manager_config
 from infra.config.stack_files import PROJECT
-from infra.contract import CAPACITY_TYPE_LABEL, Toleration, tolerated
-from tests.infra.karpenter_disruption import (
+from infra.contract import CAPACITY_TYPE_LABEL, Toleration
+from sim.karpenter_disruption import (
     DELETED,
     FORCED,
     KEEPS_RUNNING,
@@ -35,7 +34,9 @@ from tests.infra.karpenter_disruption import (
     SHUTDOWN,
     training_pod_fate,
 )
-from tests.workloads.operator_outcomes import (
+from sim.kubernetes.netpol import selects
+from sim.kubernetes.scheduling import simulate, tolerated
+from sim.operators.outcomes import (
     FAILED,
     FRESH_CLUSTER,
     IGNORED,
@@ -49,14 +50,13 @@ from tests.workloads.operator_outcomes import (
     ray_job_outcome,
     train_job_outcome,
 )
+from sim.operators.pods import KUEUE_KINDS, operator_pods
 from trainer import attempts, faults
 from trainer.storage import LocalStorage
 from workloads import jobs
-from workloads.operator_pods import KUEUE_KINDS, operator_pods
 from workloads.platform import PlatformFacts, example_outputs_path, load_platform_outputs
 from workloads.pod import LAUNCHER_SHUTDOWN_SECONDS, TERMINATION_GRACE_SECONDS
 from workloads.render import render
-from workloads.scheduling import simulate
 from workloads.spec import SpecError, parse_spec
 from workloads.stacks import load_stack, program_text, read_config, stack_file, workload_stacks
 
@@ -79,7 +79,7 @@ class Facts:
 
     spec: Any
     platform: PlatformFacts
-    pool: str  # the accelerator pool the job's pods land on (workloads.scheduling)
+    pool: str  # the accelerator pool the job's pods land on (sim.kubernetes.scheduling)
 
 
 @functools.cache

@@ -8,19 +8,19 @@ from typing import Any
 
 import pytest
 import yaml
-from cel_rules import CrdRules
-from netpol import Endpoint, allowed
 
 from infra.contract import JOB_LABEL, QueueQuota
+from sim.kubernetes.cel import CrdRules
+from sim.kubernetes.netpol import Endpoint, allowed
+from sim.kubernetes.scheduling import simulate, unschedulable
+from sim.operators.pods import operator_pods
 from trainer import attempts
 from workloads import jobs, mpijob
 from workloads.__main__ import platform_facts
-from workloads.operator_pods import operator_pods
 from workloads.placement import place
 from workloads.platform import PlatformFacts
 from workloads.pod_security import baseline_violations, restricted_violations
 from workloads.render import render
-from workloads.scheduling import simulate, unschedulable
 from workloads.spec import SpecError, TrainingJobSpec, parse_spec
 from workloads.stacks import load_stack
 
@@ -146,7 +146,7 @@ def test_our_templates_are_restricted_the_operators_launcher_pod_only_baseline(d
     replicas = _replicas(_kind(objects, "MPIJob"))
     for role in ("Launcher", "Worker"):
         assert restricted_violations(replicas[role]["template"]["spec"]) == [], role
-    # The launcher as mpijob_controller.go newLauncher creates it (workloads/operator_pods.py).
+    # The launcher as mpijob_controller.go newLauncher creates it (sim/operators/pods.py).
     launcher_pod = next(p for p in operator_pods(objects, dev) if p.role == "Launcher").spec
     assert sorted(restricted_violations(launcher_pod)) == [
         "allowPrivilegeEscalation: container 'kubectl-delivery' does not set allowPrivilegeEscalation: false",

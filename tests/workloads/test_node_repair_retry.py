@@ -1,6 +1,6 @@
 """A job whose node is repaired retries; it never fails for it. Checked on every committed workload
 stack's rendered objects, with the failure handling of the controllers that run them, ported from their source
-(tests/workloads/operator_outcomes.py).
+(sim/operators/outcomes.py).
 
 What a repaired node does to its pods (node repair drains and replaces it: infra/addons/node_health.py):
 an eviction through the Eviction API marks the pod DisruptionTarget before its SIGTERM; Karpenter's forced
@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 from infra.config.stack_files import PROJECT
-from tests.workloads.operator_outcomes import (
+from sim.operators.outcomes import (
     FAILED,
     FRESH_CLUSTER,
     IGNORED,

@@ -11,10 +11,10 @@ import pytest
 from moto import mock_aws
 
 from infra.accelerators import CATALOG
+from sim.kubernetes.scheduling import simulate
 from workloads.__main__ import main
 from workloads.platform import example_outputs_path, load_platform_outputs
 from workloads.render import render
-from workloads.scheduling import simulate
 from workloads.stacks import load_stack, program_text, workload_stacks
 
 STACKS = workload_stacks()
@@ -138,7 +138,7 @@ def test_plan_on_a_platform_stack_runs_the_platform_checks(capfd):
 def test_an_operator_whose_init_container_pod_security_refuses_will_not_run_the_job(plan_of, monkeypatch):
     """Training Operator v1 with its built-in init container template (no securityContext), as it runs
     unless the platform gives it its own: `restricted` refuses every Worker pod it creates."""
-    from workloads import operator_pods
+    from sim.operators import pods as operator_pods
 
     ours = operator_pods.operator_settings
     builtin = operator_pods.PYTORCH_INIT_TEMPLATE_BUILTIN

@@ -9,17 +9,17 @@ import shlex
 
 import pytest
 import yaml
-from cel_rules import CrdRules
-from kuberay_validation import rayjob_problems
 
+from sim.kubernetes.cel import CrdRules
+from sim.kubernetes.scheduling import simulate, unschedulable
+from sim.operators.kuberay_validation import rayjob_problems
+from sim.operators.pods import operator_pods
 from trainer import ray_train
 from workloads import pod, rayjob
-from workloads.operator_pods import operator_pods
 from workloads.placement import place
 from workloads.platform import example_outputs_path, load_platform_outputs
 from workloads.pod_security import restricted_violations
 from workloads.render import render
-from workloads.scheduling import simulate, unschedulable
 from workloads.spec import CONFIG_KEY, SpecError, parse_spec
 from workloads.stacks import REPO, stack_file
 
@@ -123,7 +123,7 @@ def test_every_pod_of_the_rayjob_is_restricted(variant):
 def test_the_init_container_kuberay_adds_to_workers_is_restricted_too():
     """KubeRay injects `wait-gcs-ready` into worker pods with the Ray container's securityContext
     (common/pod.go DefaultWorkerPodTemplate): restricted if the Ray container is. The worker pod as
-    KubeRay creates it comes from workloads/operator_pods.py."""
+    KubeRay creates it comes from sim/operators/pods.py."""
     job = _job(nodes=2, gpusPerNode=2)
     (worker,) = [p for p in operator_pods([job], _platform()) if p.role == rayjob.WORKER_GROUP]
     assert [c["name"] for c in worker.spec["initContainers"]] == ["wait-gcs-ready"]

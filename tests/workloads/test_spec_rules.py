@@ -1,6 +1,6 @@
 """The facts workloads/spec_rules.py judges a job by are the ones the rest of the project acts on: the
 catalog's native precision is the trainer's choice, the ports and environment it reserves are what the
-operators' pods (workloads/operator_pods.py) really use, and a PriorityClass the platform stack defines is
+operators' pods (sim/operators/pods.py) really use, and a PriorityClass the platform stack defines is
 created and exported for jobs to name."""
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from infra.accelerators import CATALOG
+from sim.operators import pods as operator_pods
+from sim.operators.pods import operator_pods as pods_of
 from trainer import mpi_env, precision
-from workloads import operator_pods, rayjob
-from workloads.operator_pods import operator_pods as pods_of
+from workloads import rayjob
 from workloads.platform import example_outputs_path, load_platform_outputs
 from workloads.render import render
 from workloads.spec_rules import OPERATOR_PORTS, RESERVED_ENV, RESERVED_ENV_PREFIXES

@@ -7,10 +7,9 @@ from __future__ import annotations
 import pytest
 
 from infra.addons.gpu_node_check import STARTUP_TAINT
-from infra.contract import tolerated
+from sim.kubernetes.scheduling import pod_templates, simulate, tolerated, unschedulable
 from workloads.platform import example_outputs_path, load_platform_outputs
 from workloads.render import render
-from workloads.scheduling import pod_templates, simulate, unschedulable
 from workloads.stacks import load_stack, program_text, workload_stacks
 
 STACKS = workload_stacks()

@@ -1,4 +1,4 @@
-"""pulumi-eks's own input checks (infra/platform/pulumi_eks_rules.py) on what dev and prod pass to it:
+"""pulumi-eks's own input checks (sim/pulumi/eks_rules.py) on what dev and prod pass to it:
 under mocks the component registers only itself, so these rules are the only offline evidence that the
 provider accepts our eks.Cluster and eks.ManagedNodeGroup inputs."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pulumi
 import pytest
 
-from infra.platform import pulumi_eks_rules as rules
 from infra.tools.synth import PlatformMocks, RecordingMonitor, stack_config, synth
+from sim.pulumi import eks_rules as rules
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = "[resource cluster-node]"
@@ -200,7 +200,7 @@ def test_deploying_as_an_admin_principal_fails_before_the_cluster_is_registered(
 
     @pulumi.runtime.test
     def run():
-        program()
+        program(placeholders="warn")
 
     with pytest.raises(Exception, match=r"adminPrincipalArns\[0\].*cluster's creator"):
         run()

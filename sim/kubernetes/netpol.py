@@ -1,5 +1,6 @@
-"""Kubernetes NetworkPolicy semantics (networking.k8s.io/v1, kubernetes.io/docs/concepts/services-
-networking/network-policies/), evaluated over policy objects: may `src` open a connection to `dst`?
+"""Kubernetes NetworkPolicy semantics (networking.k8s.io/v1 as k8s.io/api networking/v1/types.go defines
+it, kubernetes.io/docs/concepts/services-networking/network-policies/), evaluated over policy objects:
+may `src` open a connection to `dst`?
 
 - A pod is isolated for a direction iff some policy in its namespace selects it (podSelector) and lists
   that direction in policyTypes (unset: Ingress, plus Egress when the policy has egress rules).

@@ -3,7 +3,7 @@
 What runs is what `pulumi preview|up --policy-pack policy` runs, minus the cloud:
 - the program, started the way pulumi-language-python starts it (sdk/python/cmd/pulumi-language-python
   main.go, `constructArguments`, `constructConfig`): the exec shim
-  (infra/tools/pulumi_language_python_exec.py)
+  (sim/pulumi/language_python_exec.py)
   with `--monitor`, `--engine`, `--project`, `--stack`, `--dry_run`, ... and the stack's config in
   PULUMI_CONFIG / PULUMI_CONFIG_SECRET_KEYS. It talks gRPC to `Monitor` below, a real resource monitor
   server (not the SDK's MockMonitor), so the program takes its engine branch;
@@ -48,7 +48,7 @@ from infra.config.stack_files import PROJECT
 from infra.tools.synth import PlatformMocks
 
 REPO = Path(__file__).resolve().parents[2]
-EXEC_SHIM = Path(__file__).with_name("pulumi_language_python_exec.py")
+EXEC_SHIM = Path(__file__).with_name("language_python_exec.py")
 POLICY_PACK = REPO / "policy"
 ORGANIZATION = "organization"  # what a DIY backend calls every stack's organization
 STACK_REFERENCE = "pulumi:pulumi:StackReference"

@@ -1,4 +1,4 @@
-"""infra/config/project_config.py against the upstream cases it ports: pulumi/pulumi
+"""sim/pulumi/merge_config.py against the upstream cases it ports: pulumi/pulumi
 pkg/workspace/config_project_test.go (commit 1b59498), one test per upstream test, same YAML, same
 expectations. TestEnvironmentMerge (ESC environments) is not ported: merge_config refuses `environment:`."""
 
@@ -9,7 +9,7 @@ import base64
 import pytest
 import yaml
 
-from infra.config.project_config import ProjectConfigError, merge_config
+from sim.pulumi.merge_config import ProjectConfigError, merge_config
 
 
 def merged(project_yaml: str, stack_yaml: str, decrypt=None) -> dict[str, str]:

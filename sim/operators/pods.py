@@ -8,8 +8,8 @@ version the platform pins (Training Operator v1.9.2, Kubeflow Trainer 2.3.0 with
 1.7.0, Kueue 0.19.2 for the kinds the platform lets it manage).
 
 Names the controllers make random (a RayCluster's suffix, a Job's controller-uid, a generateName's tail)
-are written `xxxxx`. tests/workloads/test_operator_pods.py checks the constants against the upstream
-source (tests/fixtures/operators).
+are written `xxxxx`. tests/sim/test_operator_pods.py checks the constants against the upstream
+source (sim/vendored).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ V1_LABELS = {
     "role": "training.kubeflow.org/job-role",
 }
 VOLCANO_GROUP_ANNOTATION, VOLCANO_TASK_ANNOTATION = "scheduling.k8s.io/group-name", "volcano.sh/task-spec"
-# Kubeflow Trainer 2.3.0 (pkg/constants/constants.go) and JobSet 0.12.0 (api/jobset/v1alpha2).
+# Kubeflow Trainer 2.3.0 (pkg/constants/constants.go) and JobSet 0.12.0 (api/jobset/v1alpha2/jobset_types.go).
 TRAINER_CONTAINER, TRAINER_PORT = "node", 29500
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 JOBSET_LABELS = {

@@ -12,7 +12,7 @@ rendered objects through.
 - PyTorchJob: the Training Operator v1.9 restarts a failed pod when its replica's restartPolicy is
   ExitCode and the `pytorch` container's exit code is 128 or more; a pod without a terminated container
   counts as the magic code 0xbeef, retryable as well (pkg/controller.v1/common/pod.go, ReconcilePods).
-- MPIJob: the same operator's mpijob_controller.go at v1.9.2 (the commit infra/charts.py pins) has its own
+- MPIJob: the same operator's mpijob_controller.go at v1.9.2 (the commit infra/pins.py pins) has its own
   ReconcilePods, which never deletes a failed pod and creates only the workers that do not exist. A
   launcher in phase Failed fails the job whatever its restartPolicy (updateMPIJobStatus, L430-447; reason
   "Evicted" only renames the condition MPIJobEvicted), a worker with status.reason "Evicted" as well

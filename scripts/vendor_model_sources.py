@@ -1,13 +1,13 @@
-"""Copy the controller source that workloads/operator_pods.py models into tests/fixtures/operators/.
+"""Copy the controller source that sim/operators/pods.py models into sim/vendored/.
 
-    .venv/bin/python scripts/vendor_operator_sources.py                   # raw.githubusercontent.com
-    .venv/bin/python scripts/vendor_operator_sources.py --git-dir-root D  # bare clones D/<owner>+<name>/repo
+    .venv/bin/python scripts/vendor_model_sources.py                   # raw.githubusercontent.com
+    .venv/bin/python scripts/vendor_model_sources.py --git-dir-root D  # bare clones D/<owner>+<name>/repo
 
 Each file is the upstream text at the pinned tag, whole or the listed line range, under
-tests/fixtures/operators/<owner>/<name>/<tag>/<path>; PROVENANCE.txt lists repository, tag, path and lines.
-tests/workloads/test_operator_pods.py reads the constants the model copies (label keys, ports, default
+sim/vendored/<owner>/<name>/<tag>/<path>; PROVENANCE.txt lists repository, tag, path and lines.
+tests/sim/test_operator_pods.py reads the constants the model copies (label keys, ports, default
 images, the init-container template) from these files, so a model that drifts from its source fails there.
-Change a tag here when its operator's pin changes (infra/charts.py), rerun, and fix what the tests report.
+Change a tag here when its operator's pin changes (infra/pins.py), rerun, and fix what the tests report.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-OUT = REPO / "tests" / "fixtures" / "operators"
+OUT = REPO / "sim" / "vendored"
 
 # (repository, tag, path, (first, last) line or None for the whole file)
 SOURCES: list[tuple[str, str, str, tuple[int, int] | None]] = [
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         shown = f"lines {lines[0]}-{lines[1]}" if lines else "whole file"
         provenance.append(f"https://github.com/{repo}/blob/{tag}/{path} ({shown})")
         print(f"{repo}@{tag} {path}: {shown}")
-    (OUT / "PROVENANCE.txt").write_text("Copied by scripts/vendor_operator_sources.py from:\n" +
+    (OUT / "PROVENANCE.txt").write_text("Copied by scripts/vendor_model_sources.py from:\n" +
                                         "\n".join(provenance) + "\n")  # fmt: skip
     return 0
 

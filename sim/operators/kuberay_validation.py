@@ -2,7 +2,7 @@
 ray-operator/controllers/ray/utils/validation.go at v1.7.0 (ValidateRayJobSpec, ValidateRayClusterSpec,
 validateDeletionConfiguration) that the fields our renderer sets, or could set, reach. A RayJob that fails
 them gets JobDeploymentStatus Failed with reason ValidationFailed and never runs; the CRD's schema and CEL
-rules (tests/cel_rules.py) do not include them, so the API server would accept such a RayJob."""
+rules (sim/kubernetes/cel.py) do not include them, so the API server would accept such a RayJob."""
 
 from __future__ import annotations
 

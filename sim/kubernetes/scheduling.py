@@ -1,6 +1,6 @@
 """Would the pods of a rendered workload ever run? A scheduling simulation against the platform's contract.
 
-For every pod the rendered job leads to, as its operator creates it (workloads/operator_pods.py: the
+For every pod the rendered job leads to, as its operator creates it (sim/operators/pods.py: the
 TrainJob's JobSet pods with Kueue's flavors written in, a PyTorchJob's Master and Workers with their init
 container, a RayJob's head, workers and submitter, an MPIJob's launcher and workers), it looks for a node
 source (infra.contract.AcceleratorPool) that can host the pods: the node selector and required node
@@ -21,8 +21,8 @@ from decimal import Decimal
 from typing import Any
 
 from infra.accelerators import CATALOG
-from infra.contract import EFA_RESOURCE, AcceleratorPool, Toleration, quantity, tolerated
-from workloads.operator_pods import (
+from infra.contract import EFA_RESOURCE, AcceleratorPool, DevicePlugin, PoolTaint, Toleration, quantity
+from sim.operators.pods import (
     KUEUE_QUEUE_LABEL,
     OperatorPod,
     OperatorSettings,
@@ -38,6 +38,33 @@ _BASIC = {"cpu", "memory", "ephemeral-storage", "pods"}
 MIN_NODE_DISK = Decimal(20 * 2**30)
 # Training Operator v1 kinds: where each keeps its replicas (Master/Worker, Launcher/Worker).
 REPLICA_SPECS = {"PyTorchJob": "pytorchReplicaSpecs", "MPIJob": "mpiReplicaSpecs"}
+
+
+def tolerated(tolerations: Sequence[Toleration], taint: PoolTaint) -> bool:
+    """Kubernetes' rule (k8s.io/api core/v1/toleration.go ToleratesTaint): the effect matches when the
+    toleration's is empty or equal; an empty key with Exists matches every key; Exists ignores the
+    value, Equal compares it."""
+    for tol in tolerations:
+        if tol.effect and tol.effect != taint.effect:
+            continue
+        if not tol.key:
+            if tol.operator == "Exists":
+                return True
+            continue
+        if tol.key != taint.key:
+            continue
+        if tol.operator == "Exists" or tol.value == taint.value:
+            return True
+    return False
+
+
+def serves(plugin: DevicePlugin, labels: Mapping[str, str], taints: Sequence[PoolTaint]) -> bool:
+    """Whether a device plugin's DaemonSet runs on a node with these labels and taints."""
+    return (
+        all(labels.get(k) == v for k, v in plugin.node_selector.items())
+        and all(labels.get(k) in vs for k, vs in plugin.node_affinity.items())
+        and all(tolerated(plugin.tolerations, t) for t in taints if t.effect != "PreferNoSchedule")
+    )
 
 
 @dataclass(frozen=True)
@@ -66,7 +93,7 @@ class Verdict:
 
 def pod_templates(objects: Sequence[Mapping[str, Any]], platform: PlatformFacts) -> list[PodTemplate]:
     """One template per role of every job among `objects`: its pods as the operators create them on
-    `platform` (workloads/operator_pods.py), their count and one pod's effective requests."""
+    `platform` (sim/operators/pods.py), their count and one pod's effective requests."""
     local_queues = {
         o["metadata"]["name"]: o["spec"]["clusterQueue"] for o in objects if o["kind"] == "LocalQueue"
     }
@@ -105,7 +132,8 @@ def _template(name: str, count: int, pod: OperatorPod, queue: str | None) -> Pod
 
 
 def matches_expression(labels: Mapping[str, str], expr: Mapping[str, Any]) -> bool:
-    """One node selector requirement (core/v1 NodeSelectorRequirement)."""
+    """One node selector requirement (core/v1 NodeSelectorRequirement), matched as k8s.io/component-helpers
+    scheduling/corev1/nodeaffinity/nodeaffinity.go does (nodeSelectorRequirementsAsSelector)."""
     key, op, values = expr["key"], expr["operator"], expr.get("values", [])
     if op == "In":
         return labels.get(key) in values
@@ -155,7 +183,7 @@ def _node_problems(t: PodTemplate, pool: AcceleratorPool, platform: PlatformFact
             for resource, amount in t.requests.items():
                 wanted = quantity(amount)
                 if resource not in _BASIC and wanted > 0 and not any(
-                    p.resource == resource and p.serves(labels, pool.taints) for p in platform.device_plugins
+                    p.resource == resource and serves(p, labels, pool.taints) for p in platform.device_plugins
                 ):
                     found.append(f"no device plugin serves {resource} on {it}")
                 have = capacity.get(resource, Decimal(0))

@@ -1,7 +1,7 @@
 # Vendored unchanged below this header: pulumi/pulumi sdk/python/cmd/pulumi-language-python-exec at commit
 # 1b5949891b3cefcb9974752b24a5ecef0acc86c8 (Apache License 2.0). The Python language host (pulumi-language-python)
 # runs this shim with --monitor/--engine/... and PULUMI_CONFIG(_SECRET_KEYS) in the environment; the Python SDK
-# does not ship it, so infra/tools/engine.py runs this copy the same way. Refresh: copy it from a newer commit.
+# does not ship it, so sim/pulumi/engine.py runs this copy the same way. Refresh: copy it from a newer commit.
 # Copyright 2016, Pulumi Corporation.  All rights reserved.
 
 import argparse

@@ -1,5 +1,5 @@
-"""The pods the operators create (workloads/operator_pods.py): the model's constants against the upstream
-source it copies (tests/fixtures/operators, scripts/vendor_operator_sources.py), what each operator adds,
+"""The pods the operators create (sim/operators/pods.py): the model's constants against the upstream
+source it copies (sim/vendored, scripts/vendor_model_sources.py), what each operator adds,
 and that every pod of every committed workload stack passes its namespace's Pod Security level and the
 namespace's ResourceQuota."""
 
@@ -14,15 +14,15 @@ import pytest
 from infra.accelerators import CATALOG
 from infra.addons.training import kueue_objects
 from infra.config.addons import TeamQueue
-from infra.contract import ACCELERATOR_LABEL, Toleration, tolerated
-from workloads import operator_pods as model
+from infra.contract import ACCELERATOR_LABEL, Toleration
+from sim.kubernetes.scheduling import quota_problems, simulate, tolerated, unschedulable
+from sim.operators import pods as model
 from workloads.platform import PlatformFacts, example_outputs_path, load_platform_outputs
 from workloads.pod_security import baseline_violations, restricted_violations
 from workloads.render import render
-from workloads.scheduling import quota_problems, simulate, unschedulable
 from workloads.stacks import load_stack, program_text, workload_stacks
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "operators"
+FIXTURES = Path(__file__).resolve().parents[2] / "sim" / "vendored"
 V1 = FIXTURES / "kubeflow/trainer/v1.9.2"
 TRAINER = FIXTURES / "kubeflow/trainer/v2.3.0"
 JOBSET = FIXTURES / "kubernetes-sigs/jobset/v0.12.0"

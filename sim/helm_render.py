@@ -3,9 +3,9 @@
 The releases are the `kubernetes:helm.sh/v3:Release` resources the platform program registers under
 mocks (`infra synth`): chart, pinned version, namespace and values exactly as Pulumi would send them.
 Each is rendered from its package in upstream/helm/<chart>-<version>.tgz with helm-python-sdk
-(Helm v4's engine in a shared library), at the cluster's Kubernetes version and with the API groups
-the platform installs (Prometheus Operator's), so `.Capabilities` checks take the branch a live
-cluster would take.
+(Helm v4's engine, pkg/engine/engine.go, in a shared library), at the cluster's Kubernetes version and
+with the API groups the platform installs (Prometheus Operator's), so `.Capabilities` checks take the
+branch a live cluster would take.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import helm_python
 import kubernetes_validate
 from helm_python import _native
 
-from policy import upstream
-from policy.upstream import HELM_PACKAGES
+from sim import contracts
+from sim.contracts import HELM_PACKAGES
 
 RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
 # kubernetes-validate 1.37.0 reads and parses a schema file on every validate() call, its 1 MB
@@ -112,7 +112,7 @@ def objects(manifests: dict[str, str]) -> list[dict[str, Any]]:
     for path, text in sorted(manifests.items()):
         if not path.endswith((".yaml", ".yml", ".tpl", ".json")) or path.endswith("NOTES.txt"):
             continue
-        for doc in upstream.load_all(text):
+        for doc in contracts.load_all(text):
             if not isinstance(doc, dict) or not doc.get("kind"):
                 continue
             hooks = ((doc.get("metadata") or {}).get("annotations") or {}).get("helm.sh/hook", "")
@@ -164,7 +164,7 @@ def _package_crds(package: Path) -> tuple[dict[str, Any], ...]:
     return tuple(
         doc
         for crd in load_chart(package).crds
-        for doc in upstream.load_all(crd["data"])
+        for doc in contracts.load_all(crd["data"])
         if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition"
     )
 
@@ -172,7 +172,7 @@ def _package_crds(package: Path) -> tuple[dict[str, Any], ...]:
 def crd_schemas(crds: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
     """(apiVersion, kind) -> openAPIV3Schema for every served version: upstream/crds (the pinned
     upstream copies) first, then `crds` (those the rendered charts install)."""
-    return {**upstream.served_schemas(crds), **upstream.crd_schemas()}
+    return {**contracts.served_schemas(crds), **contracts.crd_schemas()}
 
 
 def validation_version(kube_version: str) -> str:

@@ -1,5 +1,5 @@
 """Every Helm release the platform declares (dev and prod), rendered with its real chart at the pinned
-version, as `helm install` would (policy/helm_render.py), then validated: built-in objects with
+version, as `helm install` would (sim/helm_render.py), then validated: built-in objects with
 kubernetes-validate (strict) at the cluster's Kubernetes version, custom resources against their CRDs
 (upstream/crds, else the CRDs the charts themselves install)."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 import helm_python
 import pytest
 
-from policy import helm_render, upstream
-from policy.helm_render import HelmRelease, MissingPackage
+from sim import contracts, helm_render
+from sim.helm_render import HelmRelease, MissingPackage
 
 STACKS = ["dev", "prod"]
 
@@ -45,7 +45,7 @@ def test_rendered_custom_resources_match_their_crds(rendered, stack):
         errors: list[str] = []
         for key, value in obj.items():
             if key not in ("apiVersion", "kind", "metadata", "status"):
-                upstream.validate(value, schema.get("properties", {}).get(key, {}), key, errors)
+                contracts.validate(value, schema.get("properties", {}).get(key, {}), key, errors)
         problems += [f"{name}: {obj['kind']}/{obj['metadata']['name']}: {e}" for e in errors]
     assert not problems, "\n".join(problems)
     kinds = {o["kind"] for _, o in rendered[stack].custom}

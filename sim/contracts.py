@@ -1,10 +1,10 @@
 """The upstream contracts vendored in upstream/ (CRDs, chart default values), checked in-process.
 
-    python -m policy.upstream crd FILE...                 # objects (YAML, multi-document, or JSON)
-    python -m policy.upstream values CHART VERSION FILE   # a Helm values file
+    python -m sim.contracts crd FILE...                 # objects (YAML, multi-document, or JSON)
+    python -m sim.contracts values CHART VERSION FILE   # a Helm values file
 
 `crd`: every object whose apiVersion/kind has a CRD in upstream/crds is validated against that CRD's
-openAPIV3Schema, structure only (CEL rules: tests/cel_rules.py). Unknown fields are errors: the API server
+openAPIV3Schema, structure only (CEL rules: sim/kubernetes/cel.py). Unknown fields are errors: the API server
 would prune them, so the setting would silently do nothing. Objects without a CRD here are counted.
 `values`: every key path of the values must exist in the chart's default values
 (upstream/charts/CHART-VERSION-values.yaml); below a default that is an empty map, null or a list, any key
@@ -95,7 +95,8 @@ TYPES: dict[str, type | tuple[type, ...]] = {
 
 def validate(value: Any, schema: dict[str, Any], path: str, errors: list[str]) -> None:
     """Append to `errors` every way `value` breaks the structural `schema` (a CRD's openAPIV3Schema
-    node) as the API server's structural validation and pruning would see it."""
+    node) as the API server's structural validation and pruning would see it (apiextensions-apiserver
+    pkg/apiserver/schema/pruning/algorithm.go: a field the schema does not declare is dropped)."""
     if value is None:
         if not schema.get("nullable"):
             errors.append(f"{path}: null is not allowed")
@@ -270,7 +271,7 @@ def _load_objects(path: Path) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m policy.upstream",
+        prog="python -m sim.contracts",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

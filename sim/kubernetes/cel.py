@@ -31,9 +31,9 @@ import re2
 from celpy import celtypes
 from celpy.evaluation import CELEvalError, base_functions
 
-from policy import upstream
+from sim import contracts
 
-CRD_DIR = upstream.CRDS
+CRD_DIR = contracts.CRDS
 MISSING: Any = object()
 MACROS = {"has", "all", "exists", "exists_one", "map", "filter"}
 VARIABLES = {"self", "oldSelf"}
@@ -188,7 +188,7 @@ class CrdRules:
         self.rules: list[Rule] = []
         self._by_node: dict[int, list[Rule]] = {}
         self.evaluations: list[Evaluation] = []
-        for file, crd in upstream.crd_documents(crd_dir):  # parsed once per process, shared read-only
+        for file, crd in contracts.crd_documents(crd_dir):  # parsed once per process, shared read-only
             self._load(file, crd)
 
     def _load(self, file: str, crd: dict) -> None:

@@ -13,11 +13,11 @@ import json
 
 import pytest
 
-from infra.contract import AcceleratorPool, PoolTaint, Toleration, tolerated
+from infra.contract import AcceleratorPool, PoolTaint, Toleration
+from sim.kubernetes.scheduling import matches_expression, simulate, tolerated, unschedulable
 from workloads.placement import place
 from workloads.platform import PlatformFacts, example_outputs_path, load_platform_outputs
 from workloads.render import render
-from workloads.scheduling import matches_expression, simulate, unschedulable
 from workloads.spec import SpecError
 from workloads.stacks import load_stack, program_text, workload_stacks
 

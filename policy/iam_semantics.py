@@ -43,11 +43,20 @@ WEB_IDENTITY = "sts:assumerolewithwebidentity"
 PRINCIPAL_PINS = frozenset(
     k.lower()
     for k in (
-        "aws:PrincipalAccount", "aws:PrincipalOrgID", "aws:PrincipalOrgPaths", "aws:PrincipalArn",
-        "aws:SourceAccount", "aws:SourceArn", "aws:SourceOrgID", "aws:SourceOrgPaths", "aws:SourceVpce",
-        "aws:SourceVpc", "aws:userid", "kms:CallerAccount",
+        "aws:PrincipalAccount",
+        "aws:PrincipalOrgID",
+        "aws:PrincipalOrgPaths",
+        "aws:PrincipalArn",
+        "aws:SourceAccount",
+        "aws:SourceArn",
+        "aws:SourceOrgID",
+        "aws:SourceOrgPaths",
+        "aws:SourceVpce",
+        "aws:SourceVpc",
+        "aws:userid",
+        "kms:CallerAccount",
     )
-)  # fmt: skip
+)
 # Operators that restrict by matching (a negated or IfExists operator admits whoever lacks the key).
 MATCHING_OPERATORS = ("StringEquals", "StringLike", "StringEqualsIgnoreCase", "ArnEquals", "ArnLike")
 QUALIFIERS = ("", "ForAnyValue:", "ForAllValues:")
@@ -97,8 +106,12 @@ def expand(pattern: str) -> frozenset[str]:
     regex = glob(pattern, case_sensitive=False)
     services = _by_service()
     if "*" in service or "?" in service:
-        candidates = [a for prefix, actions in services.items() if glob(service, False).fullmatch(prefix)
-                      or ":" not in pattern for a in actions]  # fmt: skip
+        candidates = [
+            a
+            for prefix, actions in services.items()
+            if glob(service, False).fullmatch(prefix) or ":" not in pattern
+            for a in actions
+        ]
     else:
         candidates = list(services.get(service.lower(), ()))
     hits = frozenset(a for a in candidates if regex.fullmatch(a))
@@ -220,10 +233,6 @@ def conditions(statement: Mapping[str, Any]) -> dict[str, dict[str, list[str]]]:
             for key, values in keys.items():
                 entry.setdefault(str(key).lower(), []).extend(str(v) for v in as_list(values))
     return found
-
-
-def condition_values(statement: Mapping[str, Any], operator: str, key: str) -> list[str] | None:
-    return conditions(statement).get(operator, {}).get(key.lower())
 
 
 def _pins(value: str) -> bool:

@@ -16,10 +16,26 @@ KUBERNETES = "kubernetes:"
 # Kinds whose pods run training code: they get the stricter pod rules (restricted's capabilities,
 # non-root). Any other pod-bearing kind (Deployment, StatefulSet, DaemonSet, CronJob, ...) is held to
 # baseline and may not run as UID 0 either.
-TRAINING_KINDS = frozenset({
-    "Pod", "Job", "TrainJob", "TrainingRuntime", "ClusterTrainingRuntime", "PyTorchJob", "MPIJob", "JobSet",
-    "TFJob", "XGBoostJob", "PaddleJob", "JAXJob", "MXJob", "RayJob", "RayCluster", "RayService",
-})  # fmt: skip
+TRAINING_KINDS = frozenset(
+    {
+        "Pod",
+        "Job",
+        "TrainJob",
+        "TrainingRuntime",
+        "ClusterTrainingRuntime",
+        "PyTorchJob",
+        "MPIJob",
+        "JobSet",
+        "TFJob",
+        "XGBoostJob",
+        "PaddleJob",
+        "JAXJob",
+        "MXJob",
+        "RayJob",
+        "RayCluster",
+        "RayService",
+    }
+)
 GPU_TAINTS = {a.taint.key: a.taint for a in CATALOG.values()}
 HOST_NAMESPACES = ("hostNetwork", "hostPID", "hostIPC")
 PERSISTENT_VOLUME = "PersistentVolume"
@@ -27,9 +43,20 @@ PERSISTENT_VOLUME = "PersistentVolume"
 # kubelet credentials and pods' secrets, the container runtime's sockets, kernel interfaces. A local
 # PersistentVolume on one of them is a hostPath by another name.
 SENSITIVE_HOST_PATHS = (
-    "/etc", "/root", "/home", "/boot", "/proc", "/sys", "/dev", "/var/lib/kubelet", "/var/lib/containerd",
-    "/var/lib/docker", "/var/run", "/run", "/var/log",
-)  # fmt: skip
+    "/etc",
+    "/root",
+    "/home",
+    "/boot",
+    "/proc",
+    "/sys",
+    "/dev",
+    "/var/lib/kubelet",
+    "/var/lib/containerd",
+    "/var/lib/docker",
+    "/var/run",
+    "/run",
+    "/var/log",
+)
 HOST_ROOTS = ("/", "/var", "/var/lib", "/usr")
 
 

@@ -34,9 +34,18 @@ TCP = ("tcp", "6")
 # unique-local and link-local.
 PRIVATE = tuple(
     ipaddress.ip_network(n)
-    for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16",
-              "127.0.0.0/8", "fc00::/7", "fe80::/10", "::1/128")
-)  # fmt: skip
+    for n in (
+        "10.0.0.0/8",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "100.64.0.0/10",
+        "169.254.0.0/16",
+        "127.0.0.0/8",
+        "fc00::/7",
+        "fe80::/10",
+        "::1/128",
+    )
+)
 # The most public addresses a group may admit to an admin port: one office block, as for the EKS API.
 WIDEST_PUBLIC = PUBLIC_CIDR_MIN_PREFIX["dev"]
 
@@ -90,10 +99,12 @@ def _ingress(type_: str, inputs: Mapping[str, Any]) -> list[tuple[tuple[int, int
     if type_ == SECURITY_GROUP:
         rules = [r for r in as_list(dig(inputs, "ingress")) if isinstance(r, Mapping)]
         opened = [
-            (_ports(dig(r, "protocol"), dig(r, "fromPort"), dig(r, "toPort")),
-             [str(c) for key in ("cidrBlocks", "ipv6CidrBlocks") for c in as_list(dig(r, key))])
+            (
+                _ports(dig(r, "protocol"), dig(r, "fromPort"), dig(r, "toPort")),
+                [str(c) for key in ("cidrBlocks", "ipv6CidrBlocks") for c in as_list(dig(r, key))],
+            )
             for r in rules
-        ]  # fmt: skip
+        ]
     elif type_ == SECURITY_GROUP_RULE:
         if str(dig(inputs, "type", default="")).lower() != "ingress":
             return []

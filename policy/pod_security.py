@@ -19,25 +19,60 @@ Version = tuple[int, int]
 LATEST: Version = (1, 10_000)
 
 # check_capabilities_baseline.go capabilities_allowed_1_0
-BASELINE_CAPABILITIES = frozenset({
-    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
-    "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
-})  # fmt: skip
+BASELINE_CAPABILITIES = frozenset(
+    {
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    }
+)
 RESTRICTED_CAPABILITIES = frozenset({"NET_BIND_SERVICE"})  # check_capabilities_restricted.go
 # check_sysctls.go, by the version that added them.
 SYSCTLS: dict[Version, frozenset[str]] = {
-    (1, 0): frozenset({"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.tcp_syncookies",
-                       "net.ipv4.ping_group_range", "net.ipv4.ip_unprivileged_port_start"}),
+    (1, 0): frozenset(
+        {
+            "kernel.shm_rmid_forced",
+            "net.ipv4.ip_local_port_range",
+            "net.ipv4.tcp_syncookies",
+            "net.ipv4.ping_group_range",
+            "net.ipv4.ip_unprivileged_port_start",
+        }
+    ),
     (1, 27): frozenset({"net.ipv4.ip_local_reserved_ports"}),
-    (1, 29): frozenset({"net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout",
-                        "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes"}),
+    (1, 29): frozenset(
+        {
+            "net.ipv4.tcp_keepalive_time",
+            "net.ipv4.tcp_fin_timeout",
+            "net.ipv4.tcp_keepalive_intvl",
+            "net.ipv4.tcp_keepalive_probes",
+        }
+    ),
     (1, 32): frozenset({"net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"}),
-}  # fmt: skip
+}
 # check_restrictedVolumes.go: the volume sources restricted allows.
-RESTRICTED_VOLUMES = frozenset({
-    "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "image", "persistentVolumeClaim", "projected",
-    "secret",
-})  # fmt: skip
+RESTRICTED_VOLUMES = frozenset(
+    {
+        "configMap",
+        "csi",
+        "downwardAPI",
+        "emptyDir",
+        "ephemeral",
+        "image",
+        "persistentVolumeClaim",
+        "projected",
+        "secret",
+    }
+)
 SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t"})  # 1.31 adds one
 SECCOMP_ANNOTATION_POD = "seccomp.security.alpha.kubernetes.io/pod"
 SECCOMP_ANNOTATION_CONTAINER = "container.seccomp.security.alpha.kubernetes.io/"

@@ -76,10 +76,6 @@ def insecure_transport_gaps(policy: Any) -> list[str]:
     return ["its objects (<bucket>/*)"] if buckets else ["the bucket ARN itself"]
 
 
-def denies_insecure_transport(policy: Any) -> bool:
-    return not insecure_transport_gaps(policy)
-
-
 def check_tls_only(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
     for gap in insecure_transport_gaps(dig(inputs, "policy")):
         yield (

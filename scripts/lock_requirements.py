@@ -69,12 +69,32 @@ def resolve(reqs: list[str], python: str, find_links: Path | None = None) -> dic
         platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
         report = subprocess.run(
             # --isolated: PyPI only, whatever this machine's pip configuration (mirrors, constraints).
-            [sys.executable, "-m", "pip", "--isolated", "install", "--dry-run", "--quiet", "--report", "-",
-             "--ignore-installed", "--only-binary=:all:", *platforms, "--python-version", python,
-             "--implementation", "cp", "--target", target,
-             *(["--find-links", str(find_links)] if find_links else []), *reqs],
-            check=True, capture_output=True, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "--isolated",
+                "install",
+                "--dry-run",
+                "--quiet",
+                "--report",
+                "-",
+                "--ignore-installed",
+                "--only-binary=:all:",
+                *platforms,
+                "--python-version",
+                python,
+                "--implementation",
+                "cp",
+                "--target",
+                target,
+                *(["--find-links", str(find_links)] if find_links else []),
+                *reqs,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
     return {
         canonical_name(item["metadata"]["name"]): item["metadata"]["version"]
         for item in json.loads(report.stdout)["install"]
@@ -254,10 +274,24 @@ def dev_lock_text() -> str:
         reqs = [*requirements(load(REPO / "pyproject.toml"), list(DEV_EXTRAS)), *INSTALLERS]
         report = subprocess.run(
             # Not --isolated: the host's pip configuration may name where its torch build comes from.
-            [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--report", "-",
-             "--ignore-installed", "--constraint", str(image_pins), *reqs],
-            check=True, capture_output=True, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--dry-run",
+                "--quiet",
+                "--report",
+                "-",
+                "--ignore-installed",
+                "--constraint",
+                str(image_pins),
+                *reqs,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
     pins = {
         canonical_name(item["metadata"]["name"]): Version(item["metadata"]["version"]).public
         for item in json.loads(report.stdout)["install"]

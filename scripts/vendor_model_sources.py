@@ -70,8 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         shown = f"lines {lines[0]}-{lines[1]}" if lines else "whole file"
         provenance.append(f"https://github.com/{repo}/blob/{tag}/{path} ({shown})")
         print(f"{repo}@{tag} {path}: {shown}")
-    (OUT / "PROVENANCE.txt").write_text("Copied by scripts/vendor_model_sources.py from:\n" +
-                                        "\n".join(provenance) + "\n")  # fmt: skip
+    (OUT / "PROVENANCE.txt").write_text(
+        "Copied by scripts/vendor_model_sources.py from:\n" + "\n".join(provenance) + "\n"
+    )
     return 0
 
 

@@ -125,12 +125,23 @@ def objects(manifests: dict[str, str]) -> list[dict[str, Any]]:
 # Built-in kinds without a namespace; everything else a chart leaves unnamespaced lands in the release's.
 CLUSTER_SCOPED = frozenset(
     {
-        "APIService", "CSIDriver", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
-        "IngressClass", "MutatingWebhookConfiguration", "Namespace", "PersistentVolume", "PriorityClass",
-        "RuntimeClass", "StorageClass", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+        "APIService",
+        "CSIDriver",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "CustomResourceDefinition",
+        "IngressClass",
+        "MutatingWebhookConfiguration",
+        "Namespace",
+        "PersistentVolume",
+        "PriorityClass",
+        "RuntimeClass",
+        "StorageClass",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
         "ValidatingWebhookConfiguration",
     }
-)  # fmt: skip
+)
 
 
 def installed(
@@ -178,9 +189,7 @@ def crd_schemas(crds: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, A
 def validation_version(kube_version: str) -> str:
     """The newest Kubernetes version kubernetes-validate has schemas for, not newer than the cluster's."""
     wanted = tuple(int(x) for x in kube_version.split(".")[:2])
-    known = sorted(
-        tuple(int(x) for x in v.split(".")[:2]) for v in kubernetes_validate.utils.all_versions()
-    )
+    known = sorted(tuple(int(x) for x in v.split(".")[:2]) for v in kubernetes_validate.utils.all_versions())
     usable = [v for v in known if v <= wanted]
     if not usable:
         raise LookupError(f"kubernetes-validate knows no version <= {kube_version}: {known}")

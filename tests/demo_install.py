@@ -16,8 +16,18 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 # Installed with torch from its wheel index, not from docker/requirements.lock (torch's own requirements).
-TORCH_CLOSURE = {"torch", "sympy", "mpmath", "networkx", "jinja2", "markupsafe", "filelock", "fsspec",
-                 "typing-extensions", "setuptools"}  # fmt: skip
+TORCH_CLOSURE = {
+    "torch",
+    "sympy",
+    "mpmath",
+    "networkx",
+    "jinja2",
+    "markupsafe",
+    "filelock",
+    "fsspec",
+    "typing-extensions",
+    "setuptools",
+}
 INSTALLERS = {"pip", "mlops-eks"}
 
 BLOCKER = """

@@ -89,8 +89,9 @@ CACHES = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".egg-in
 
 def _tree() -> dict[str, tuple[int, int]]:
     """(mtime, size) of every file in the working tree but the .venv and caches."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO,
-                            capture_output=True, text=True, check=True).stdout.splitlines()  # fmt: skip
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     found = {}
     for path in listed:
         if not any(c in path for c in CACHES) and (REPO / path).is_file():
@@ -121,8 +122,10 @@ def test_help_exits_0_at_once_with_usage_and_no_side_effects(name, tmp_path):
     for d in (cwd, home, tmp):
         d.mkdir(parents=True)
     env = demo_env(tmp_path, hide=("torch",)) | {
-        "HOME": str(home), "TMPDIR": str(tmp), "PYTHONDONTWRITEBYTECODE": "1"
-    }  # fmt: skip
+        "HOME": str(home),
+        "TMPDIR": str(tmp),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
     before = _tree()
     code, stdout, stderr, cpu = run_measured(command, cwd, env)
     assert code == 0, stderr[-3000:]
@@ -140,8 +143,9 @@ def test_help_exits_0_at_once_with_usage_and_no_side_effects(name, tmp_path):
 def _entry_points() -> set[str]:
     """Every file that runs as a command: a module or script with a __main__ block, a package's
     __main__.py, a shell script."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO,
-                            capture_output=True, text=True, check=True).stdout.splitlines()  # fmt: skip
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     found = set()
     for path in listed:
         if path.startswith("upstream/") or not (REPO / path).is_file():

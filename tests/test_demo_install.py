@@ -16,7 +16,7 @@ NEEDS_DEV = {
     "python -m infra synth": ([*PY, "infra", "synth", "--stack", "dev"], "pulumi"),
     "python -m workloads status": ([*PY, "workloads", "status", "--stack", "dev-zimdb"], "kubernetes"),
     "python -m workloads logs": ([*PY, "workloads", "logs", "--stack", "dev-zimdb"], "kubernetes"),
-    "python -m policy.scan": ([*PY, "policy.scan"], "helm_python"),
+    "python -m policy.scan": ([*PY, "policy.scan"], "pulumi"),
     "the policy pack (pulumi preview --policy-pack policy)": ([*PY, "policy"], "pulumi_policy"),
     "scripts/platform_examples.py": (
         [sys.executable, str(REPO / "scripts" / "platform_examples.py")],
@@ -28,8 +28,9 @@ NEEDS_DEV = {
 @pytest.mark.parametrize("name", NEEDS_DEV)
 def test_a_command_that_needs_make_dev_says_so_after_make_demo(name, tmp_path):
     command, package = NEEDS_DEV[name]
-    proc = subprocess.run(command, env=demo_env(tmp_path), cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        command, env=demo_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stderr == (
         f"error: {name} needs the Python package {package!r}, which is not installed here "

@@ -19,14 +19,20 @@ def docstring_lines(source: str) -> int:
 
 
 def long_docstrings(files: dict[str, str], limit: int = MAX_LINES) -> list[str]:
-    return [f"{name}: module docstring of {n} lines (at most {limit})"
-            for name, source in sorted(files.items()) if (n := docstring_lines(source)) > limit]  # fmt: skip
+    return [
+        f"{name}: module docstring of {n} lines (at most {limit})"
+        for name, source in sorted(files.items())
+        if (n := docstring_lines(source)) > limit
+    ]
 
 
 def test_no_module_docstring_is_an_essay():
     listed = subprocess.run(["git", "ls-files", "*.py"], cwd=REPO, capture_output=True, text=True, check=True)
-    files = {name: (REPO / name).read_text() for name in listed.stdout.split()
-             if name not in VENDORED and not name.startswith("upstream/")}  # fmt: skip
+    files = {
+        name: (REPO / name).read_text()
+        for name in listed.stdout.split()
+        if name not in VENDORED and not name.startswith("upstream/")
+    }
     assert len(files) > 100  # the whole tree, not an empty listing
     assert long_docstrings(files) == []
 

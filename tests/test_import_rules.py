@@ -77,10 +77,11 @@ def test_workloads_use_only_infra_modules_that_never_import_pulumi():
     used = set().union(*(_infra_modules(p) for p in (REPO / "workloads").glob("*.py") if p.stem != "program"))
     assert {"infra.accelerators", "infra.contract", "infra.config.stack_files"} <= used
     impure = {
-        m for m in used
+        m
+        for m in used
         for f in _executed_files(m)
         if any(n == "pulumi" or n.startswith("pulumi_") for n in _imported_names(f))
-    }  # fmt: skip
+    }
     assert impure == set()
 
 

@@ -14,10 +14,25 @@ REPO = Path(__file__).resolve().parents[1]
 def test_the_fault_figures_count_every_workers_entries(tmp_path):
     cases = "az-count-wrong-type or az-count-zero"  # one on each worker
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-q", f"--basetemp={tmp_path}",
-         "tests/faults/test_config_faults.py", "-k", cases],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-n",
+            "2",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            f"--basetemp={tmp_path}",
+            "tests/faults/test_config_faults.py",
+            "-k",
+            cases,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     ran = int(re.search(r"(\d+) passed", proc.stdout)[1])
     assert ran == 2, proc.stdout[-2000:]

@@ -46,8 +46,11 @@ README_MAX_LINES = 200
 
 # The launchers take their own flags, then a program (`-m MODULE` or a script) whose flags follow it.
 LAUNCHERS = {"torchrun", "torch.distributed.run", "trainer.launch"}
-PROGRAMS = {"trainer": "trainer", "trainer.gpu_check": "trainer.gpu_check",
-            "trainer/gpu_check.py": "trainer.gpu_check"}  # fmt: skip
+PROGRAMS = {
+    "trainer": "trainer",
+    "trainer.gpu_check": "trainer.gpu_check",
+    "trainer/gpu_check.py": "trainer.gpu_check",
+}
 SUBCOMMANDS = {"infra", "workloads"}
 # Stack outputs of a workload stack (workloads/program.py); a platform stack's are its example outputs.
 WORKLOAD_EXPORTS = {"job_name", "namespace", "logs_command", "grafana_dashboard_path"}
@@ -187,8 +190,11 @@ def stacks_named(text: str) -> set[str]:
 
 
 def stack_problems(text: str) -> list[str]:
-    return [f"stack {s!r}: no Pulumi.{s}.yaml" for s in sorted(stacks_named(text))
-            if not (REPO / f"Pulumi.{s}.yaml").is_file()]  # fmt: skip
+    return [
+        f"stack {s!r}: no Pulumi.{s}.yaml"
+        for s in sorted(stacks_named(text))
+        if not (REPO / f"Pulumi.{s}.yaml").is_file()
+    ]
 
 
 def _models_in(annotation: object) -> list[type[BaseModel]]:
@@ -270,8 +276,11 @@ def output_problems(text: str) -> list[str]:
     for tokens in commands(text):
         if tokens[:3] == ["pulumi", "stack", "output"]:
             names = [t for t in tokens[3:] if not t.startswith("-") and t not in stacks_named(text)]
-            problems += [f"`{' '.join(tokens)}`: no stack output {n!r}" for n in names
-                         if n not in platform | WORKLOAD_EXPORTS]  # fmt: skip
+            problems += [
+                f"`{' '.join(tokens)}`: no stack output {n!r}"
+                for n in names
+                if n not in platform | WORKLOAD_EXPORTS
+            ]
     return problems
 
 
@@ -287,8 +296,15 @@ def path_problems(text: str) -> list[str]:
     return problems
 
 
-CHECKS = [cli_problems, make_problems, stack_problems, config_key_problems, dotted_key_problems,
-          output_problems, path_problems]  # fmt: skip
+CHECKS = [
+    cli_problems,
+    make_problems,
+    stack_problems,
+    config_key_problems,
+    dotted_key_problems,
+    output_problems,
+    path_problems,
+]
 
 
 def page_id(path: Path) -> str:
@@ -372,9 +388,14 @@ def layout_problems(layout: str, files: list[str]) -> list[str]:
     named = set(re.findall(r"`([^`\s]+)`[:,]", items))
     folders = tuple(n for n in named if n.endswith("/"))
     patterns = [re.compile(re.sub(r"<[^>]+>", "[^/]+", re.escape(n))) for n in named if "<" in n]
-    return [f"{f}: not in the code layout (docs/development.md)" for f in files
-            if not LAYOUT_SKIP.search(f) and f not in named and not f.startswith(folders)
-            and not any(p.fullmatch(f) for p in patterns)]  # fmt: skip
+    return [
+        f"{f}: not in the code layout (docs/development.md)"
+        for f in files
+        if not LAYOUT_SKIP.search(f)
+        and f not in named
+        and not f.startswith(folders)
+        and not any(p.fullmatch(f) for p in patterns)
+    ]
 
 
 def test_the_code_layout_names_every_file():
@@ -446,30 +467,53 @@ def test_section_references_name_existing_headings():
 def test_readme_commands_are_found():
     """The parser sees the pages' commands, so an empty problem list means they were checked."""
     found = {" ".join(k) for t in commands(DOCS) if (m := python_module(t)) for k, _ in split_program(*m)}
-    assert {"infra synth", "infra rehearse", "infra check", "workloads plan", "workloads render",
-            "workloads run-local", "workloads status", "workloads logs", "trainer", "trainer.launch",
-            "trainer.bench", "policy.scan", "trainer.gpu_check",
-            "scripts/build-images.sh"} <= found  # fmt: skip
+    assert {
+        "infra synth",
+        "infra rehearse",
+        "infra check",
+        "workloads plan",
+        "workloads render",
+        "workloads run-local",
+        "workloads status",
+        "workloads logs",
+        "trainer",
+        "trainer.launch",
+        "trainer.bench",
+        "policy.scan",
+        "trainer.gpu_check",
+        "scripts/build-images.sh",
+    } <= found
     assert {"dev", "prod", "dev-zimdb", "dev-gpu-check"} <= stacks_named(DOCS)
 
 
 WRONG = {
-    cli_problems: ["```bash\nscripts/build-images.sh --stack dev --dry\n```",
-                   "```bash\npython -m workloads render --stack dev-zimdb --platform-output dev.json\n```",
-                   "Run `python -m workloads deploy --stack dev-zimdb`.",
-                   "```bash\npython -m workloads run-local --stack dev-zimdb -- --train.max_step 20\n```",
-                   "`python -m trainer.launch --shutdown-timeout=160 -m trainer --checkpoint.every 5`"],
+    cli_problems: [
+        "```bash\nscripts/build-images.sh --stack dev --dry\n```",
+        "```bash\npython -m workloads render --stack dev-zimdb --platform-output dev.json\n```",
+        "Run `python -m workloads deploy --stack dev-zimdb`.",
+        "```bash\npython -m workloads run-local --stack dev-zimdb -- --train.max_step 20\n```",
+        "`python -m trainer.launch --shutdown-timeout=160 -m trainer --checkpoint.every 5`",
+    ],
     make_problems: ["```bash\nmake deploy STACK=dev\n```", "`make demo TORCH_INDEX=https://x`"],
     stack_problems: ["```bash\npython -m infra synth --stack staging\n```", "`make up STACK=dev-imdb`"],
-    config_key_problems: ["`mlops-eks:natGateway`",
-                          "```bash\npulumi config set --path 'mlops-eks:job.imageTags' abc\n```",
-                          "```bash\npulumi config set --secret grafanaPassword x\n```"],
-    dotted_key_problems: ["(`training.gangSchedulers`)", "`addons.karpenter.amiAliases: x`",
-                          "`train.warmup_step` defaults to a tenth", "`checkpoint.s4`"],
+    config_key_problems: [
+        "`mlops-eks:natGateway`",
+        "```bash\npulumi config set --path 'mlops-eks:job.imageTags' abc\n```",
+        "```bash\npulumi config set --secret grafanaPassword x\n```",
+    ],
+    dotted_key_problems: [
+        "(`training.gangSchedulers`)",
+        "`addons.karpenter.amiAliases: x`",
+        "`train.warmup_step` defaults to a tenth",
+        "`checkpoint.s4`",
+    ],
     output_problems: ["```bash\npulumi stack output cluster --stack dev\n```"],
-    path_problems: ["see `infra/clusters.py`", "the table in trainer/fault.py",
-                    "`tests/infra/\ntest_nope.py`"],
-}  # fmt: skip
+    path_problems: [
+        "see `infra/clusters.py`",
+        "the table in trainer/fault.py",
+        "`tests/infra/\ntest_nope.py`",
+    ],
+}
 
 
 @pytest.mark.parametrize("check", WRONG, ids=lambda c: c.__name__)

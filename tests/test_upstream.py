@@ -39,8 +39,11 @@ def _small_upstream(root: Path) -> Path:
     """A copy of two vendored files (a CRD, a chart archive and its values) with their entries."""
     real = refresh_upstream.UPSTREAM
     sources = refresh_upstream.load(real)
-    keep = ["crds/kueue.x-k8s.io_localqueues.yaml", "helm/metrics-server-3.13.1.tgz",
-            "charts/metrics-server-3.13.1-values.yaml"]  # fmt: skip
+    keep = [
+        "crds/kueue.x-k8s.io_localqueues.yaml",
+        "helm/metrics-server-3.13.1.tgz",
+        "charts/metrics-server-3.13.1-values.yaml",
+    ]
     for path in keep:
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(real / path, root / path)
@@ -111,8 +114,11 @@ def test_fetch_downloads_files_and_pulls_charts_recording_their_hashes(tmp_path,
     env = os.environ | {"HOME": str(home), "XDG_CACHE_HOME": str(home / "cache")}
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--root", str(root), "fetch"],
-        capture_output=True, text=True, env=env, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (root / crd).read_text() == "kind: CustomResourceDefinition  # a newer release\n"
     published = (directory / "metrics-server-3.13.1.tgz").read_bytes()
@@ -167,8 +173,9 @@ def outside_references(path: str, text: str) -> list[str]:
 
 
 def test_nothing_in_the_repository_reaches_outside_it():
-    tracked = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO,
-                             capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    tracked = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
     problems = []
     for path in tracked:
         if path.startswith("upstream/") or path == THIS_FILE or not (REPO / path).is_file():
@@ -186,7 +193,7 @@ def test_nothing_in_the_repository_reaches_outside_it():
     [
         ("tests/conftest.py", 'SHARED = REPO.parent / "shared"'),
         ("tests/infra/test_x.py", 'CRD = Path(__file__).resolve().parents[3] / "crds"'),
-        ("sim/helm_render.py", 'ROOT = Path(__file__).resolve().parents[1].parent'),
+        ("sim/helm_render.py", "ROOT = Path(__file__).resolve().parents[1].parent"),
         ("Makefile", "UPSTREAM := ../shared/upstream"),
         ("scripts/x.sh", 'cd "$(dirname "$0")/../.."'),
     ],
@@ -201,8 +208,12 @@ def test_the_command_line_checks_objects_and_values_files(tmp_path):
     """`python -m sim.contracts`, the command for files: exit 1 and the offending field or key."""
     node_class = {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
     template = {"spec": {"nodeClassRef": node_class, "requirements": []}}
-    pool = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "gpu"},
-            "spec": {"template": template, "disruptionn": {}}}  # fmt: skip
+    pool = {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "gpu"},
+        "spec": {"template": template, "disruptionn": {}},
+    }
     objects = tmp_path / "objects.yaml"
     objects.write_text(yaml.safe_dump_all([pool, {"apiVersion": "v1", "kind": "ConfigMap"}]))
     values = tmp_path / "values.yaml"

@@ -166,10 +166,6 @@ def read_columns(path: Path, text_field: str, label_field: str) -> Columns:
     return _columns(chunks, path)
 
 
-def _read_rows(path: Path, text_field: str, label_field: str) -> list[Example]:
-    return read_columns(path, text_field, label_field).examples()
-
-
 def _hf_columns(name: str, text_field: str, label_field: str) -> tuple[Columns, Columns]:
     import datasets  # checked by DataConfig: the option fails early with a pip hint when missing
 

@@ -138,10 +138,11 @@ def _cluster_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stack", required=True, help="workload stack, e.g. dev-zimdb")
     p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
     p.add_argument(
-        "--platform-outputs", type=Path,
+        "--platform-outputs",
+        type=Path,
         help="`pulumi stack output --json --show-secrets` of the platform stack: its `kubeconfig` is used "
         "when neither --kubeconfig nor $KUBECONFIG is given",
-    )  # fmt: skip
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,10 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     render_p.add_argument("--platform-outputs", type=Path, help="platform stack outputs as JSON")
     render_p.add_argument(
-        "--kubernetes-only", action="store_true",
+        "--kubernetes-only",
+        action="store_true",
         help="only the Kubernetes objects (for kubectl or scanners), not the job's AWS IAM role, policy and "
         "Pod Identity association",
-    )  # fmt: skip
+    )
     render_p.set_defaults(run=cmd_render)
     plan_p = sub.add_parser(
         "plan", help="will the stack's job run: pool, nodes, time, cost, queue, Pod Security (exit 0 or 2)"
@@ -166,10 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     plan_p.add_argument("--stack", required=True, help="workload stack (or platform stack: infra check)")
     plan_p.add_argument("--platform-outputs", type=Path, help="platform stack outputs as JSON")
     plan_p.add_argument(
-        "--spot-prices", type=Path,
+        "--spot-prices",
+        type=Path,
         help="`aws ec2 describe-spot-price-history --output json` of the pool's instance types: current "
         "Spot prices instead of the on-demand ceiling",
-    )  # fmt: skip
+    )
     plan_p.set_defaults(run=cmd_plan)
     local_p = sub.add_parser("run-local", help="run the stack's job with torchrun on this CPU")
     local_p.add_argument("--stack", required=True, help="workload stack, e.g. dev-zimdb")

@@ -28,6 +28,14 @@ def ray_missing(stack_name: str) -> str | None:
 def ray_launcher(nproc: int, run_dir: Path, name: str) -> list[str]:
     """The RayJob's entry point with `nproc` CPU workers; its run directory beside the checkpoints."""
     return [
-        sys.executable, "-m", "trainer.ray_train", "--workers", str(nproc), "--name", name,
-        "--storage-path", str(run_dir / "ray"), "--",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "trainer.ray_train",
+        "--workers",
+        str(nproc),
+        "--name",
+        name,
+        "--storage-path",
+        str(run_dir / "ray"),
+        "--",
+    ]

@@ -121,8 +121,12 @@ def launcher_api_policy(spec: TrainingJobSpec) -> dict[str, Any]:
     the control plane's ENIs in the VPC: both are private addresses, so 443 to private ranges. The API
     server's RBAC (the operator's Role: get/list/watch pods, exec into this job's workers) bounds the rest."""
     launcher = {"matchLabels": {JOB_LABEL: spec.name, REPLICA_TYPE_LABEL: "launcher"}}
-    egress = [{"to": [{"ipBlock": {"cidr": cidr}} for cidr in PRIVATE_RANGES],
-               "ports": [{"port": API_SERVER_PORT, "protocol": "TCP"}]}]  # fmt: skip
+    egress = [
+        {
+            "to": [{"ipBlock": {"cidr": cidr}} for cidr in PRIVATE_RANGES],
+            "ports": [{"port": API_SERVER_PORT, "protocol": "TCP"}],
+        }
+    ]
     name = f"{spec.name}-launcher-api"
     return network_policy(name, spec.namespace_name, launcher, ["Egress"], pod.labels(spec), egress=egress)
 

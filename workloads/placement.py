@@ -173,8 +173,12 @@ def _check_quota(
             total = _format(quantity(amount) * pods, amount)
             problems.append(f"{resource} {pods} x {amount} = {total} > nominal quota {nominal}")
     if problems:
-        have = ", ".join([*(f"{k} {v}" for k, v in queue.nominal.items()),
-                          *(f"{k} GPUs {v}" for k, v in queue.gpus.items())])  # fmt: skip
+        have = ", ".join(
+            [
+                *(f"{k} {v}" for k, v in queue.nominal.items()),
+                *(f"{k} GPUs {v}" for k, v in queue.gpus.items()),
+            ]
+        )
         raise SpecError(
             f"{_key('queue')}: {spec.queue!r} would never admit this job: {'; '.join(problems)}; allowed: "
             f"a job within the queue's quota ({have}), or a larger quota in the platform stack"

@@ -152,12 +152,16 @@ def _cost_lines(pools: Sequence[PoolPlan], stack: WorkloadStack) -> list[str]:
                 low, high = (p.nodes * price for price in p.spot)
                 lines.append(f"  spot now: ${low:.3f}-${high:.3f}/h across the region's AZs (the given file)")
             else:
-                lines.append("  spot: at most the on-demand price (AWS's default maximum price); current "
-                             "prices: --spot-prices FILE (see --help)")  # fmt: skip
+                lines.append(
+                    "  spot: at most the on-demand price (AWS's default maximum price); current "
+                    "prices: --spot-prices FILE (see --help)"
+                )
         if p.pool.source == "managed":
             lines.append("  (a managed group runs and bills around the clock, whether a job runs or not)")
-    lines.append(f"total on-demand: ${total:.3f}/h, ${total * stack.spec.max_runtime_hours:,.0f} at the "
-                 f"job's maxRuntimeHours ({stack.spec.max_runtime_hours:g} h)")  # fmt: skip
+    lines.append(
+        f"total on-demand: ${total:.3f}/h, ${total * stack.spec.max_runtime_hours:,.0f} at the "
+        f"job's maxRuntimeHours ({stack.spec.max_runtime_hours:g} h)"
+    )
     return lines
 
 
@@ -165,19 +169,23 @@ def _allowed_types(templates: Sequence[PodTemplate], pool: AcceleratorPool) -> l
     """The pool's instance types every template's required node affinity admits (Karpenter launches no
     other for these pods)."""
     return [
-        it for it in pool.instance_types
+        it
+        for it in pool.instance_types
         if all(
-            not t.node_terms or any(
+            not t.node_terms
+            or any(
                 all(matches_expression(pool.node_labels_for(it, c), e) for e in term)
-                for term in t.node_terms for c in pool.capacity_types
+                for term in t.node_terms
+                for c in pool.capacity_types
             )
             for t in templates
         )
-    ]  # fmt: skip
+    ]
 
 
-def pool_plans(verdicts: Sequence[Verdict], platform: PlatformFacts, spot: Mapping[str, tuple[float, float]]
-               ) -> list[PoolPlan]:  # fmt: skip
+def pool_plans(
+    verdicts: Sequence[Verdict], platform: PlatformFacts, spot: Mapping[str, tuple[float, float]]
+) -> list[PoolPlan]:
     """Per pool hosting pods: the nodes they take. Karpenter picks the cheapest instance type that holds
     them (karpenter.sh docs, "Instance Types": the cheapest among those the NodePool and the pods allow);
     a managed group has its fixed nodes."""
@@ -228,11 +236,19 @@ def _security(objects: Sequence[Mapping[str, Any]], platform: PlatformFacts) -> 
         level = labels.get(LEVEL_LABEL)
         judged = level or "restricted"
         check = restricted_violations if judged == "restricted" else baseline_violations
-        found = sorted({f"{p.job}/{p.role}: {v}" for p in pods if p.pod["metadata"]["namespace"] == namespace
-                        for v in (check(p.spec) if judged != "privileged" else [])})  # fmt: skip
+        found = sorted(
+            {
+                f"{p.job}/{p.role}: {v}"
+                for p in pods
+                if p.pod["metadata"]["namespace"] == namespace
+                for v in (check(p.spec) if judged != "privileged" else [])
+            }
+        )
         where = f"enforces {level}" if level else "is not created by this stack (judged as restricted)"
-        lines.append(f"pod security: namespace {namespace} {where}: "
-                     + ("every pod passes" if not found else f"{len(found)} refusal(s)"))  # fmt: skip
+        lines.append(
+            f"pod security: namespace {namespace} {where}: "
+            + ("every pod passes" if not found else f"{len(found)} refusal(s)")
+        )
         problems += [f"Pod Security ({judged}) refuses {f}" for f in found]
     return lines, problems
 

@@ -51,10 +51,3 @@ def restricted_violations(
     return [str(v) for v in violations(spec, metadata, level="restricted", version=version)]
 
 
-def strictest_level(specs: list[dict[str, Any]], *, version: str = "latest") -> str:
-    """The strictest Pod Security level every one of `specs` passes."""
-    if not any(restricted_violations(s, version=version) for s in specs):
-        return "restricted"
-    if not any(baseline_violations(s, version=version) for s in specs):
-        return "baseline"
-    return "privileged"

@@ -188,9 +188,13 @@ def network_policies(spec: TrainingJobSpec) -> list[dict[str, Any]]:
     metrics = ports[0]["containerPort"] if ports else None
     selector = {JOB_LABEL: spec.name}
     policies = job_policies(
-        spec.name, spec.namespace_name, selector, metrics, default_deny=spec.create_namespace,
+        spec.name,
+        spec.namespace_name,
+        selector,
+        metrics,
+        default_deny=spec.create_namespace,
         labels=pod.labels(spec),
-    )  # fmt: skip
+    )
     return policies + (rayjob.network_policies(spec) if spec.operator == "rayjob" else [])
 
 

@@ -435,8 +435,15 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     model: Any = TrainingJobSpec
     for part in loc:
         field = next((f for n, f in model.model_fields.items() if part in (n, f.alias)), None)
-        inner = [a for a in (getattr(field.annotation, "__args__", ()) or (field.annotation,))
-                 if isinstance(a, type) and issubclass(a, BaseModel)] if field else []  # fmt: skip
+        inner = (
+            [
+                a
+                for a in (getattr(field.annotation, "__args__", ()) or (field.annotation,))
+                if isinstance(a, type) and issubclass(a, BaseModel)
+            ]
+            if field
+            else []
+        )
         if not inner:
             return []
         model = inner[0]

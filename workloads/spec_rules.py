@@ -23,38 +23,69 @@ _BUILT_FOR = {"cuda": "NVIDIA (CUDA)", "rocm": "AMD (ROCm)"}
 # would fight them (the last duplicate wins in Kubernetes, and torchrun overwrites the rest per process).
 RESERVED_ENV = {
     **dict.fromkeys(
-        ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-         "ROLE_RANK", "ROLE_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT"),
+        (
+            "RANK",
+            "LOCAL_RANK",
+            "WORLD_SIZE",
+            "LOCAL_WORLD_SIZE",
+            "GROUP_RANK",
+            "GROUP_WORLD_SIZE",
+            "ROLE_RANK",
+            "ROLE_WORLD_SIZE",
+            "NODE_RANK",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+        ),
         "torchrun and the operator set it for every process",
-    ),  # fmt: skip
+    ),
     "JOB_COMPLETION_INDEX": "the Job controller sets it (a TrainJob's node index)",
     **dict.fromkeys(
-        ("RAY_ADDRESS", "RAY_IP", "FQ_RAY_IP", "RAY_PORT", "RAY_CLUSTER_NAME", "RAY_CLUSTER_NAMESPACE",
-         "RAY_NODE_TYPE_NAME", "RAY_JOB_SUBMISSION_ID", "RAY_DASHBOARD_ADDRESS", "RAY_CLOUD_INSTANCE_ID",
-         "KUBERAY_GEN_RAY_START_CMD", "RAY_USAGE_STATS_KUBERAY_IN_USE",
-         "RAY_DASHBOARD_ENABLE_K8S_DISK_USAGE"),
+        (
+            "RAY_ADDRESS",
+            "RAY_IP",
+            "FQ_RAY_IP",
+            "RAY_PORT",
+            "RAY_CLUSTER_NAME",
+            "RAY_CLUSTER_NAMESPACE",
+            "RAY_NODE_TYPE_NAME",
+            "RAY_JOB_SUBMISSION_ID",
+            "RAY_DASHBOARD_ADDRESS",
+            "RAY_CLOUD_INSTANCE_ID",
+            "KUBERAY_GEN_RAY_START_CMD",
+            "RAY_USAGE_STATS_KUBERAY_IN_USE",
+            "RAY_DASHBOARD_ENABLE_K8S_DISK_USAGE",
+        ),
         "KubeRay sets it to join the pod to its Ray cluster",
-    ),  # fmt: skip
+    ),
     **dict.fromkeys(
-        ("OMPI_MCA_plm_rsh_agent", "OMPI_MCA_orte_default_hostfile", "I_MPI_HYDRA_BOOTSTRAP",
-         "I_MPI_HYDRA_BOOTSTRAP_EXEC"),
+        (
+            "OMPI_MCA_plm_rsh_agent",
+            "OMPI_MCA_orte_default_hostfile",
+            "I_MPI_HYDRA_BOOTSTRAP",
+            "I_MPI_HYDRA_BOOTSTRAP_EXEC",
+        ),
         "the MPIJob's launcher needs it to start the workers through kubectl exec",
-    ),  # fmt: skip
+    ),
     **dict.fromkeys(
         ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"),
         "the device plugin and the operator choose which GPUs the container sees",
-    ),  # fmt: skip
+    ),
     "HOME": "the root filesystem is read-only: the platform points it at /tmp",
     "XDG_CACHE_HOME": "the root filesystem is read-only: the platform points it at /tmp/.cache",
     **dict.fromkeys(
-        ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-         "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"),
+        (
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+            "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+        ),
         "a credential in a stack file is in git; the job's IAM role reaches its pods through Pod Identity",
-    ),  # fmt: skip
+    ),
     **dict.fromkeys(
         ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"),
         "a token in a stack file is in git; set `hubToken: true` and `pulumi config set --secret hfToken`",
-    ),  # fmt: skip
+    ),
 }
 RESERVED_ENV_PREFIXES = {
     "PET_": "Kubeflow's torchrun settings (nodes, rank, rendezvous), set by the operator",

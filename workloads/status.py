@@ -115,8 +115,12 @@ def conditions(obj: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     # A RayJob states its outcome in jobDeploymentStatus, with reason and message (KubeRay's RayJobStatus).
     outcome = status.get("jobDeploymentStatus")
     if outcome in ("Complete", "Failed") and outcome not in found:
-        found[outcome] = {"type": outcome, "status": "True", "reason": status.get("reason") or "",
-                          "message": status.get("message") or ""}  # fmt: skip
+        found[outcome] = {
+            "type": outcome,
+            "status": "True",
+            "reason": status.get("reason") or "",
+            "message": status.get("message") or "",
+        }
     return found
 
 
@@ -164,9 +168,11 @@ class Cluster:
 
     def pods(self, spec: TrainingJobSpec) -> list[dict[str, Any]]:
         found = call(
-            self.core.list_namespaced_pod, spec.namespace_name,
-            label_selector=f"{JOB_LABEL}={spec.name}", _preload_content=False,
-        )  # fmt: skip
+            self.core.list_namespaced_pod,
+            spec.namespace_name,
+            label_selector=f"{JOB_LABEL}={spec.name}",
+            _preload_content=False,
+        )
         items = json.loads(found.data)["items"] if found is not None else []
         return sorted(items, key=lambda p: (node_index(p), p["metadata"]["name"]))
 
@@ -174,19 +180,24 @@ class Cluster:
         found = call(self.custom.list_namespaced_custom_object, *KUEUE[:2], spec.namespace_name, KUEUE[2])
         uid = job["metadata"].get("uid")
         return [
-            w for w in (found or {}).get("items", [])
-            if any(o.get("uid") == uid or o.get("name") == spec.name
-                   for o in w["metadata"].get("ownerReferences") or [])
-        ]  # fmt: skip
+            w
+            for w in (found or {}).get("items", [])
+            if any(
+                o.get("uid") == uid or o.get("name") == spec.name
+                for o in w["metadata"].get("ownerReferences") or []
+            )
+        ]
 
     def nodeclaims(self) -> list[dict[str, Any]]:
         return (call(self.custom.list_cluster_custom_object, *NODECLAIMS) or {}).get("items", [])
 
     def events(self, namespace: str, pod_name: str) -> list[dict[str, Any]]:
         found = call(
-            self.core.list_namespaced_event, namespace,
-            field_selector=f"involvedObject.name={pod_name}", _preload_content=False,
-        )  # fmt: skip
+            self.core.list_namespaced_event,
+            namespace,
+            field_selector=f"involvedObject.name={pod_name}",
+            _preload_content=False,
+        )
         return json.loads(found.data)["items"] if found is not None else []
 
     def output_dir(self, spec: TrainingJobSpec) -> str | None:
@@ -216,18 +227,21 @@ class Cluster:
     def metrics(self, p: dict[str, Any]) -> str | None:
         ports = [
             port["containerPort"]
-            for c in p["spec"]["containers"] for port in c.get("ports") or []
+            for c in p["spec"]["containers"]
+            for port in c.get("ports") or []
             if port.get("name") == pod_mod.METRICS_PORT_NAME
-        ]  # fmt: skip
+        ]
         if not ports:
             return None
         try:
             # Raw bytes: the client's "str" deserialisation would return the bytes' repr.
             resp = call(
                 self.core.connect_get_namespaced_pod_proxy_with_path,
-                f"{p['metadata']['name']}:{ports[0]}", p["metadata"]["namespace"], "metrics",
+                f"{p['metadata']['name']}:{ports[0]}",
+                p["metadata"]["namespace"],
+                "metrics",
                 _preload_content=False,
-            )  # fmt: skip
+            )
             return resp.data.decode(errors="replace") if resp is not None else None
         except ClusterError:
             return None  # the trainer not serving yet, or the proxy refused: fall back to the log
@@ -285,10 +299,13 @@ def describe_nodeclaim(claim: dict[str, Any]) -> str:
         (t for t in ("Ready", "Initialized", "Registered", "Launched") if is_true(conds, t)), "created"
     )
     problem = next(
-        (f"{c['type']}: {c.get('message') or c.get('reason')}" for c in conds.values()
-         if c.get("status") == "False" and (c.get("message") or c.get("reason"))),
+        (
+            f"{c['type']}: {c.get('message') or c.get('reason')}"
+            for c in conds.values()
+            if c.get("status") == "False" and (c.get("message") or c.get("reason"))
+        ),
         "",
-    )  # fmt: skip
+    )
     return (
         f"nodeclaim {claim['metadata']['name']} (pool {labels.get('karpenter.sh/nodepool', '?')}, "
         f"{labels.get('node.kubernetes.io/instance-type', 'type not chosen yet')}, "
@@ -346,8 +363,11 @@ def status(cluster: Cluster, spec: TrainingJobSpec) -> Report:
         return Report(f"{spec.name}: queued in Kueue (not admitted)", lines)
     if (job.get("spec") or {}).get("suspend"):
         return Report(f"{spec.name}: suspended (spec.suspend is true; no queue admitted it)")
-    pending = [p for p in pods if (p.get("status") or {}).get("phase") == "Pending"
-               and not is_true(conditions(p), "PodScheduled")]  # fmt: skip
+    pending = [
+        p
+        for p in pods
+        if (p.get("status") or {}).get("phase") == "Pending" and not is_true(conditions(p), "PodScheduled")
+    ]
     if pending:
         return Report(f"{spec.name}: waiting for a node", waiting(cluster, pending) + pod_exits(pods))
     running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]

@@ -144,24 +144,35 @@ def device_plugins(cfg: GpuSoftwareConfig) -> list[DevicePlugin]:
     plugins = []
     if cfg.nvidia_device_plugin:
         values = nvidia_device_plugin_values()
-        plugins.append(DevicePlugin(
-            name="nvidia-device-plugin", resource=CATALOG["t4"].resource_name,
-            node_selector=values["nodeSelector"], tolerations=_tolerations(values),
-        ))  # fmt: skip
+        plugins.append(
+            DevicePlugin(
+                name="nvidia-device-plugin",
+                resource=CATALOG["t4"].resource_name,
+                node_selector=values["nodeSelector"],
+                tolerations=_tolerations(values),
+            )
+        )
     if cfg.amd_device_plugin:
         values = amd_device_plugin_values()
-        plugins.append(DevicePlugin(
-            name="amd-gpu", resource=CATALOG["amd-v520"].resource_name,
-            node_selector=values["node_selector"], tolerations=_tolerations(values),
-        ))  # fmt: skip
+        plugins.append(
+            DevicePlugin(
+                name="amd-gpu",
+                resource=CATALOG["amd-v520"].resource_name,
+                node_selector=values["node_selector"],
+                tolerations=_tolerations(values),
+            )
+        )
     if cfg.efa_device_plugin:
         values = efa_device_plugin_values()
-        plugins.append(DevicePlugin(
-            name="aws-efa-k8s-device-plugin", resource=EFA_RESOURCE,
-            node_affinity={INSTANCE_TYPE_LABEL: tuple(values["supportedInstanceLabels"]["values"])},
-            # The chart adds CriticalAddonsOnly before the configured tolerations.
-            tolerations=(Toleration(key="CriticalAddonsOnly", operator="Exists"), *_tolerations(values)),
-        ))  # fmt: skip
+        plugins.append(
+            DevicePlugin(
+                name="aws-efa-k8s-device-plugin",
+                resource=EFA_RESOURCE,
+                node_affinity={INSTANCE_TYPE_LABEL: tuple(values["supportedInstanceLabels"]["values"])},
+                # The chart adds CriticalAddonsOnly before the configured tolerations.
+                tolerations=(Toleration(key="CriticalAddonsOnly", operator="Exists"), *_tolerations(values)),
+            )
+        )
     return plugins
 
 
@@ -219,9 +230,12 @@ class GpuSoftware(pulumi.ComponentResource):
             )
         if cfg.efa_device_plugin:
             self.releases["aws-efa-k8s-device-plugin"] = release(
-                "aws-efa-k8s-device-plugin", "aws-efa-k8s-device-plugin", NAMESPACE,
-                efa_device_plugin_values(), base,
-            )  # fmt: skip
+                "aws-efa-k8s-device-plugin",
+                "aws-efa-k8s-device-plugin",
+                NAMESPACE,
+                efa_device_plugin_values(),
+                base,
+            )
         self._node_check(name, args, base)
         self.register_outputs({"releases": list(self.releases)})
 

@@ -196,9 +196,12 @@ def admission_policy(namespace: str) -> list[dict[str, Any]]:
         )
 
     unchanged = [
-        ("metadata.labels", "{}"), ("metadata.annotations", "{}"), ("metadata.finalizers", "[]"),
-        ("metadata.ownerReferences", "[]"), ("spec.unschedulable", "false"),
-    ]  # fmt: skip
+        ("metadata.labels", "{}"),
+        ("metadata.annotations", "{}"),
+        ("metadata.finalizers", "[]"),
+        ("metadata.ownerReferences", "[]"),
+        ("spec.unschedulable", "false"),
+    ]
     validations = [
         {
             "expression": _own_node("object.metadata.name"),

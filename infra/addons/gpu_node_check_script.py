@@ -82,8 +82,11 @@ def check_gpus(expected: int) -> str:
     try:
         result = subprocess.run(
             ["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
     except FileNotFoundError:
         raise CheckFailed("nvidia-smi not found: the NVIDIA container runtime did not inject it") from None
     except subprocess.TimeoutExpired:
@@ -114,9 +117,10 @@ def _read(path: Path) -> str:
 def amd_gpu_problems(sysfs: Path, expected: int) -> list[str]:
     """What is wrong with the AMD GPUs the kernel sees under `sysfs` (/sys); empty when they pass."""
     gpus = sorted(
-        d for d in (sysfs / "bus/pci/devices").glob("*")
+        d
+        for d in (sysfs / "bus/pci/devices").glob("*")
         if _read(d / "vendor") == AMD_VENDOR and _read(d / "class").startswith(DISPLAY_CLASS)
-    )  # fmt: skip
+    )
     problems = []
     if len(gpus) != expected:
         problems.append(f"{len(gpus)} AMD GPUs on the PCI bus, the instance type has {expected}")

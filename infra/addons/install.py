@@ -155,9 +155,12 @@ def install_addons(
             service_monitor_after=monitors_after,
             kueue_after=releases,
             platform_namespaces=[
-                GPU_NAMESPACE, MONITORING_NAMESPACE, KUBECOST_NAMESPACE, KARPENTER_NAMESPACE,
+                GPU_NAMESPACE,
+                MONITORING_NAMESPACE,
+                KUBECOST_NAMESPACE,
+                KARPENTER_NAMESPACE,
                 KUBERAY_NAMESPACE,
-            ],  # fmt: skip
+            ],
         ),
         pulumi.ResourceOptions(depends_on=cluster_ready),
     )

@@ -32,10 +32,13 @@ def pod_security_labels(namespace: str, kubernetes_version: str) -> dict[str, st
     version = f"v{kubernetes_version}"
     prefix = "pod-security.kubernetes.io"
     return {
-        f"{prefix}/enforce": level, f"{prefix}/enforce-version": version,
-        f"{prefix}/warn": level, f"{prefix}/warn-version": version,
-        f"{prefix}/audit": "restricted", f"{prefix}/audit-version": version,
-    }  # fmt: skip
+        f"{prefix}/enforce": level,
+        f"{prefix}/enforce-version": version,
+        f"{prefix}/warn": level,
+        f"{prefix}/warn-version": version,
+        f"{prefix}/audit": "restricted",
+        f"{prefix}/audit-version": version,
+    }
 
 
 def platform_namespaces(config: AddonsConfig) -> list[str]:
@@ -45,7 +48,9 @@ def platform_namespaces(config: AddonsConfig) -> list[str]:
         MONITORING_NAMESPACE: config.observability.enabled,
         # The startup GPU check goes there too: it runs only with NVIDIA pools, which need the NVIDIA
         # device plugin (PlatformConfig refuses them without it).
-        GPU_NAMESPACE: gpu.nvidia_device_plugin or gpu.dcgm_exporter or gpu.amd_device_plugin
+        GPU_NAMESPACE: gpu.nvidia_device_plugin
+        or gpu.dcgm_exporter
+        or gpu.amd_device_plugin
         or gpu.efa_device_plugin,
         KUBECOST_NAMESPACE: config.kubecost.enabled and config.observability.enabled,
         TRAINER_NAMESPACE: config.training.trainer,

@@ -95,26 +95,40 @@ def platform_policies(namespace: str, vpc_cidr: str) -> list[dict[str, Any]]:
     if namespace != MONITORING_NAMESPACE:
         policies.append(
             network_policy(
-                "allow-prometheus-scrape", namespace, {}, ["Ingress"],
+                "allow-prometheus-scrape",
+                namespace,
+                {},
+                ["Ingress"],
                 ingress=[{"from": [_in_namespace(MONITORING_NAMESPACE, PROMETHEUS_POD)]}],
             )
-        )  # fmt: skip
+        )
     else:
         policies.append(
             network_policy(
-                "allow-kubecost-to-prometheus", namespace, {"matchLabels": PROMETHEUS_POD}, ["Ingress"],
-                ingress=[{"from": [_in_namespace(KUBECOST_NAMESPACE, KUBECOST_POD)],
-                          "ports": _ports(PROMETHEUS_PORT)}],
+                "allow-kubecost-to-prometheus",
+                namespace,
+                {"matchLabels": PROMETHEUS_POD},
+                ["Ingress"],
+                ingress=[
+                    {
+                        "from": [_in_namespace(KUBECOST_NAMESPACE, KUBECOST_POD)],
+                        "ports": _ports(PROMETHEUS_PORT),
+                    }
+                ],
             )
-        )  # fmt: skip
+        )
     if namespace in API_SERVER_PORTS:
         policies.append(
             network_policy(
-                "allow-api-server", namespace, {}, ["Ingress"],
-                ingress=[{"from": [{"ipBlock": {"cidr": vpc_cidr}}],
-                          "ports": _ports(*API_SERVER_PORTS[namespace])}],
+                "allow-api-server",
+                namespace,
+                {},
+                ["Ingress"],
+                ingress=[
+                    {"from": [{"ipBlock": {"cidr": vpc_cidr}}], "ports": _ports(*API_SERVER_PORTS[namespace])}
+                ],
             )
-        )  # fmt: skip
+        )
     return policies
 
 
@@ -138,12 +152,11 @@ def job_policies(
             {"from": [_in_namespace(MONITORING_NAMESPACE, PROMETHEUS_POD)], "ports": _ports(metrics_port)}
         )
     egress = [
-        {"to": [_in_namespace("kube-system", DNS_POD)],
-         "ports": _ports(53, protocol="UDP") + _ports(53)},
+        {"to": [_in_namespace("kube-system", DNS_POD)], "ports": _ports(53, protocol="UDP") + _ports(53)},
         {"to": [peers]},
         {"to": [{"ipBlock": {"cidr": POD_IDENTITY_AGENT}}], "ports": _ports(POD_IDENTITY_PORT)},
         {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": list(PRIVATE_RANGES)}}], "ports": _ports(HTTPS)},
-    ]  # fmt: skip
+    ]
     policies = [
         network_policy(
             f"{name}-training", namespace, job, ["Ingress", "Egress"], labels, ingress=ingress, egress=egress

@@ -151,7 +151,7 @@ def kueue_manager_config(platform_namespaces: Sequence[str] = ()) -> dict[str, A
                 "ClusterQueue.kueue.x-k8s.io": 5,
                 "ResourceFlavor.kueue.x-k8s.io": 1,
             }
-        },  # fmt: skip
+        },
         "clientConnection": {"qps": 300, "burst": 500},
         "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
         "managedJobsNamespaceSelector": {
@@ -176,8 +176,12 @@ def kueue_values(*, service_monitor: bool, platform_namespaces: Sequence[str] = 
     webhook server runs in every replica), one leads the controllers (leader election; the others keep
     their caches warm, pkg/controller/core/leader_aware_reconciler.go)."""
     config = kueue_manager_config(platform_namespaces)
-    spread = {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
-              "labelSelector": {"matchLabels": dict(KUEUE_MANAGER_POD)}}  # fmt: skip
+    spread = {
+        "maxSkew": 1,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": dict(KUEUE_MANAGER_POD)},
+    }
     return {
         "controllerManager": {
             "replicas": 2,
@@ -207,19 +211,30 @@ def kueue_objects(queues: Sequence[TeamQueue]) -> list[dict[str, Any]]:
         flavors.append(_resource_flavor(EFA_FLAVOR, {}, []))
     for key in accelerators:
         name, spec = kueue_gpu_flavor(key)
-        flavors.append({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
-                        "metadata": {"name": name}, "spec": spec})  # fmt: skip
+        flavors.append(
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "ResourceFlavor",
+                "metadata": {"name": name},
+                "spec": spec,
+            }
+        )
     cluster_queues = []
     for q in queues:
         groups: list[dict[str, Any]] = [
             {
                 "coveredResources": ["cpu", "memory"],
-                "flavors": [{"name": CPU_FLAVOR, "resources": [
-                    {"name": "cpu", "nominalQuota": str(q.cpu)},
-                    {"name": "memory", "nominalQuota": f"{q.memory_gib}Gi"},
-                ]}],
+                "flavors": [
+                    {
+                        "name": CPU_FLAVOR,
+                        "resources": [
+                            {"name": "cpu", "nominalQuota": str(q.cpu)},
+                            {"name": "memory", "nominalQuota": f"{q.memory_gib}Gi"},
+                        ],
+                    }
+                ],
             }
-        ]  # fmt: skip
+        ]
         for resource_name in sorted({CATALOG[k].resource_name for k in q.gpus}):
             keys = sorted(k for k in q.gpus if CATALOG[k].resource_name == resource_name)
             groups.append(
@@ -235,12 +250,19 @@ def kueue_objects(queues: Sequence[TeamQueue]) -> list[dict[str, Any]]:
                 }
             )
         if q.efa_interfaces:
-            groups.append({
-                "coveredResources": [EFA_RESOURCE],
-                "flavors": [{"name": EFA_FLAVOR, "resources": [
-                    {"name": EFA_RESOURCE, "nominalQuota": str(q.efa_interfaces)},
-                ]}],
-            })  # fmt: skip
+            groups.append(
+                {
+                    "coveredResources": [EFA_RESOURCE],
+                    "flavors": [
+                        {
+                            "name": EFA_FLAVOR,
+                            "resources": [
+                                {"name": EFA_RESOURCE, "nominalQuota": str(q.efa_interfaces)},
+                            ],
+                        }
+                    ],
+                }
+            )
         cluster_queues.append(
             {
                 "apiVersion": "kueue.x-k8s.io/v1beta2",
@@ -286,8 +308,9 @@ def queue_quotas(config: TrainingConfig) -> list[QueueQuota]:
                             gpus[key] = int(quantity(r["nominalQuota"]))
                         else:
                             nominal[r["name"]] = r["nominalQuota"]
-            quotas.append(QueueQuota(name=obj["metadata"]["name"], scheduler="kueue", nominal=nominal,
-                                     gpus=gpus))  # fmt: skip
+            quotas.append(
+                QueueQuota(name=obj["metadata"]["name"], scheduler="kueue", nominal=nominal, gpus=gpus)
+            )
         return quotas
     if config.gang_scheduler == "volcano":
         return [

@@ -43,7 +43,7 @@ BASE_DEPLOYMENT: dict[str, Any] = {
                                 "name": "cert",
                                 "readOnly": True,
                             }
-                        ],  # fmt: skip
+                        ],
                     }
                 ],
                 "volumes": [{"name": "cert", "secret": {"secretName": "training-operator-webhook-cert"}}],

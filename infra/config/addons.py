@@ -169,18 +169,23 @@ class AddonsConfig(ConfigModel):
     def _check(self) -> AddonsConfig:
         if self.node_health.karpenter_node_repair and not self.karpenter.enabled:
             raise Invalid(
-                "nodeHealth.karpenterNodeRepair", True, "false when karpenter.enabled is false",
+                "nodeHealth.karpenterNodeRepair",
+                True,
+                "false when karpenter.enabled is false",
                 "it is a setting of the Karpenter controller",
-            )  # fmt: skip
+            )
         if self.kubecost.enabled and not self.observability.enabled:
             raise Invalid(
-                "kubecost.enabled", True, "false when observability.enabled is false",
+                "kubecost.enabled",
+                True,
+                "false when observability.enabled is false",
                 "Kubecost reads the platform's Prometheus",
-            )  # fmt: skip
+            )
         if self.kubecost.enabled and self.observability.retention_hours < KUBECOST_MIN_RETENTION_HOURS:
             raise Invalid(
-                "observability.retention", self.observability.retention,
+                "observability.retention",
+                self.observability.retention,
                 f'at least "{KUBECOST_MIN_RETENTION_HOURS}h" (or "3d") while kubecost.enabled',
                 "Kubecost's hourly ETL reads 49 hours back from Prometheus",
-            )  # fmt: skip
+            )
         return self

@@ -125,8 +125,14 @@ def _literals(annotation: Any) -> list[str]:
 # A number with a unit where the key already names one (`diskSizeGiB: 50Gi`, `cpuPerNode: 8000m`).
 _NUMBER_WITH_UNIT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z][A-Za-z ]*)$")
 # The unit a key's name states.
-_KEY_UNITS = (("GiB", "GiB"), ("Days", "days"), ("Hours", "hours"), ("Seconds", "seconds"), ("cpu", "vCPUs"),
-              ("gpu", "GPUs"))  # fmt: skip
+_KEY_UNITS = (
+    ("GiB", "GiB"),
+    ("Days", "days"),
+    ("Hours", "hours"),
+    ("Seconds", "seconds"),
+    ("cpu", "vCPUs"),
+    ("gpu", "GPUs"),
+)
 
 
 def unit_hint(key: str, value: Any) -> str | None:
@@ -169,11 +175,16 @@ def allowed_for(err: Any, patterns: dict[str, str] | None = None) -> str:
         "tuple_type": "a list: [a, b] or one `- item` line each",
         "dict_type": "a mapping: `key: value` lines or {key: value}",
         "model_type": "a mapping: `key: value` lines or {key: value}",
-        "int_type": "a whole number", "int_parsing": "a whole number", "int_from_float": "a whole number",
-        "float_type": "a number", "float_parsing": "a number",
-        "string_type": "text", "bool_type": "true or false", "bool_parsing": "true or false",
+        "int_type": "a whole number",
+        "int_parsing": "a whole number",
+        "int_from_float": "a whole number",
+        "float_type": "a number",
+        "float_parsing": "a number",
+        "string_type": "text",
+        "bool_type": "true or false",
+        "bool_parsing": "true or false",
         "string_too_long": f"at most {ctx.get('max_length')} characters",
-    }  # fmt: skip
+    }
     return f"; allowed: {words[kind]}" if kind in words else ""
 
 

@@ -47,6 +47,8 @@ def extended_support_notice(version: str, today: date) -> str | None:
         f"(about ${extra:.0f} more a month); "
         f"upgrade one minor at a time towards {newest!r}"
     )
+
+
 MINIMUM_KUBERNETES_VERSION = "1.33"
 
 # The regions that offer EKS, per partition: botocore 1.44.5's endpoint data (boto3.Session()
@@ -54,13 +56,45 @@ MINIMUM_KUBERNETES_VERSION = "1.33"
 # train extra; tests/faults/test_bad_input_platform.py keeps the two equal). A region added later needs a
 # line here: an unknown name is more often a typo (us-east-9) than a region newer than botocore.
 EKS_REGIONS = (
-    "af-south-1", "ap-east-1", "ap-east-2", "ap-northeast-1", "ap-northeast-2", "ap-northeast-3",
-    "ap-south-1", "ap-south-2", "ap-southeast-1", "ap-southeast-2", "ap-southeast-3", "ap-southeast-4",
-    "ap-southeast-5", "ap-southeast-6", "ap-southeast-7", "ca-central-1", "ca-west-1", "eu-central-1",
-    "eu-central-2", "eu-north-1", "eu-south-1", "eu-south-2", "eu-west-1", "eu-west-2", "eu-west-3",
-    "il-central-1", "me-central-1", "me-south-1", "mx-central-1", "sa-east-1", "us-east-1", "us-east-2",
-    "us-west-1", "us-west-2", "us-gov-east-1", "us-gov-west-1", "cn-north-1", "cn-northwest-1",
-)  # fmt: skip
+    "af-south-1",
+    "ap-east-1",
+    "ap-east-2",
+    "ap-northeast-1",
+    "ap-northeast-2",
+    "ap-northeast-3",
+    "ap-south-1",
+    "ap-south-2",
+    "ap-southeast-1",
+    "ap-southeast-2",
+    "ap-southeast-3",
+    "ap-southeast-4",
+    "ap-southeast-5",
+    "ap-southeast-6",
+    "ap-southeast-7",
+    "ca-central-1",
+    "ca-west-1",
+    "eu-central-1",
+    "eu-central-2",
+    "eu-north-1",
+    "eu-south-1",
+    "eu-south-2",
+    "eu-west-1",
+    "eu-west-2",
+    "eu-west-3",
+    "il-central-1",
+    "me-central-1",
+    "me-south-1",
+    "mx-central-1",
+    "sa-east-1",
+    "us-east-1",
+    "us-east-2",
+    "us-west-1",
+    "us-west-2",
+    "us-gov-east-1",
+    "us-gov-west-1",
+    "cn-north-1",
+    "cn-northwest-1",
+)
 
 # The address ranges a VPC may use without hiding internet addresses from it: RFC 1918 and the shared
 # address space (RFC 6598), the ranges AWS documents for VPC IPv4 CIDR blocks.

@@ -60,8 +60,29 @@ _REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d+$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 # CloudWatch Logs PutRetentionPolicy's allowed retentionInDays.
 LOG_RETENTION_DAYS = (
-    1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653
-)  # fmt: skip
+    1,
+    3,
+    5,
+    7,
+    14,
+    30,
+    60,
+    90,
+    120,
+    150,
+    180,
+    365,
+    400,
+    545,
+    731,
+    1096,
+    1827,
+    2192,
+    2557,
+    2922,
+    3288,
+    3653,
+)
 
 
 # Addresses no request to the public endpoint comes from: RFC 1918, loopback, link-local. (The documentation
@@ -140,9 +161,12 @@ class PlatformConfig(ConfigModel):
         secret = self.alert_receiver_secret.get_secret_value() if self.alert_receiver_secret else ""
         if receiver != "none" and not secret:
             raise Invalid(
-                "alertReceiverSecret", "", "the receiver's URL or routing key, set with `pulumi config set "
-                "--secret alertReceiverSecret ...`", f"addons.observability.alertReceiver is {receiver!r}",
-            )  # fmt: skip
+                "alertReceiverSecret",
+                "",
+                "the receiver's URL or routing key, set with `pulumi config set "
+                "--secret alertReceiverSecret ...`",
+                f"addons.observability.alertReceiver is {receiver!r}",
+            )
         return self
 
     @model_validator(mode="after")
@@ -219,10 +243,11 @@ class PlatformConfig(ConfigModel):
             for key in queue.gpus:
                 if key not in offered:
                     raise Invalid(
-                        f"addons.training.queues[{i}].gpus.{key}", key,
+                        f"addons.training.queues[{i}].gpus.{key}",
+                        key,
                         f"an accelerator of gpuPools: {', '.join(offered) or 'none (no GPU pools)'}",
                         "no GPU pool offers it, so the quota admits GPUs no node has",
-                    )  # fmt: skip
+                    )
 
     def _check_tags(self) -> None:
         if len(self.tags) > MAX_USER_TAGS:
@@ -284,9 +309,11 @@ class PlatformConfig(ConfigModel):
             raise Invalid("vpcCidr", self.vpc_cidr, "a prefix length from /16 to /24")
         if not any(vpc.subnet_of(r) for r in PRIVATE_RANGES):
             raise Invalid(
-                "vpcCidr", self.vpc_cidr, f"a private range: inside {', '.join(map(str, PRIVATE_RANGES))}",
+                "vpcCidr",
+                self.vpc_cidr,
+                f"a private range: inside {', '.join(map(str, PRIVATE_RANGES))}",
                 "a public range hides those internet addresses from everything in the VPC",
-            )  # fmt: skip
+            )
         seen: list[tuple[str, ipaddress.IPv4Network]] = []
         for key, cidrs in (
             ("privateSubnetCidrs", self.private_subnets),
@@ -345,10 +372,12 @@ class PlatformConfig(ConfigModel):
                 raise Invalid(f"publicAccessCidrs[{i}]", value, "each CIDR once")
             if any(net.subnet_of(r) for r in UNROUTED):
                 raise Invalid(
-                    f"publicAccessCidrs[{i}]", value, "the deployer's public egress CIDRs (VPN or NAT)",
+                    f"publicAccessCidrs[{i}]",
+                    value,
+                    "the deployer's public egress CIDRs (VPN or NAT)",
                     "a private, loopback or link-local range never reaches the public endpoint: the API "
                     "server sees the deployer's public address",
-                )  # fmt: skip
+                )
             if problem := public_cidr_problem(value, self.environment):
                 raise Invalid(
                     f"publicAccessCidrs[{i}]",

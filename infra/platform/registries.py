@@ -21,19 +21,47 @@ Path = Literal["nat", "s3-endpoint-in-region"]
 # 2026-08): the S3 bucket (and its region) archeio redirects an AWS caller's blob requests to, by the
 # caller's region. Regions not listed get the upstream (Artifact Registry) redirect instead.
 _K8S_BUCKET_REGION = {
-    "ap-east-2": "ap-east-1", "cn-northwest-1": "ap-east-1", "cn-north-1": "ap-east-1",
+    "ap-east-2": "ap-east-1",
+    "cn-northwest-1": "ap-east-1",
+    "cn-north-1": "ap-east-1",
     "me-south-1": "me-central-1",
-}  # fmt: skip
+}
 _K8S_OWN_BUCKET = frozenset(
     {
-     "af-south-1", "ap-east-1", "ap-northeast-1", "ap-northeast-2", "ap-northeast-3", "ap-southeast-1",
-     "ap-southeast-2", "ap-southeast-3", "ap-southeast-4", "ap-southeast-5", "ap-southeast-6",
-     "ap-southeast-7", "ap-south-1", "ap-south-2", "ca-central-1", "ca-west-1", "eu-central-1",
-     "eu-central-2", "eu-north-1", "eu-south-1", "eu-south-2", "eu-west-1", "eu-west-2", "eu-west-3",
-     "il-central-1", "me-central-1", "mx-central-1", "sa-east-1", "us-east-1", "us-east-2", "us-west-1",
-     "us-west-2",
+        "af-south-1",
+        "ap-east-1",
+        "ap-northeast-1",
+        "ap-northeast-2",
+        "ap-northeast-3",
+        "ap-southeast-1",
+        "ap-southeast-2",
+        "ap-southeast-3",
+        "ap-southeast-4",
+        "ap-southeast-5",
+        "ap-southeast-6",
+        "ap-southeast-7",
+        "ap-south-1",
+        "ap-south-2",
+        "ca-central-1",
+        "ca-west-1",
+        "eu-central-1",
+        "eu-central-2",
+        "eu-north-1",
+        "eu-south-1",
+        "eu-south-2",
+        "eu-west-1",
+        "eu-west-2",
+        "eu-west-3",
+        "il-central-1",
+        "me-central-1",
+        "mx-central-1",
+        "sa-east-1",
+        "us-east-1",
+        "us-east-2",
+        "us-west-1",
+        "us-west-2",
     }
-)  # fmt: skip
+)
 _K8S_BUCKET_NAME = {"eu-west-2": "767373bbdcb8270361b96548387bf2a9ad0d48758c35-eu-west-2"}
 
 
@@ -152,11 +180,6 @@ def registry_host(image: str) -> str:
     if not sep or ("." not in first and ":" not in first and first != "localhost"):
         return "docker.io"
     return first
-
-
-def registry_of(image: str) -> Registry | None:
-    host = registry_host(image)
-    return next((r for r in REGISTRIES if r.hosts.fullmatch(host)), None)
 
 
 def endpoint_buckets(region: str) -> list[str]:

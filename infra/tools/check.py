@@ -26,11 +26,14 @@ class Check:
     problems: list[str] = field(default_factory=list)  # why `pulumi up` would fail; empty: it deploys
 
     def text(self) -> str:
-        verdict = ["verdict: will deploy"] if not self.problems else [
-            "verdict: will not deploy because:", *(f"  - {p}" for p in self.problems)
-        ]  # fmt: skip
-        return "\n".join([f"check of platform stack {self.stack} (Pulumi.{self.stack}.yaml)", *self.lines,
-                          *verdict])  # fmt: skip
+        verdict = (
+            ["verdict: will deploy"]
+            if not self.problems
+            else ["verdict: will not deploy because:", *(f"  - {p}" for p in self.problems)]
+        )
+        return "\n".join(
+            [f"check of platform stack {self.stack} (Pulumi.{self.stack}.yaml)", *self.lines, *verdict]
+        )
 
 
 def check(stack: str, values: dict[str, Any]) -> Check:

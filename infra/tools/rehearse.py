@@ -163,8 +163,10 @@ class Rehearsal:
         path = path or stack_files.stack_file(REPO, stack)
         if not path.exists():
             names = list(stack_files.stack_configs(REPO))
-            raise RehearsalError(f"no stack file {path}{stack_files.did_you_mean(stack, names)}; "
-                                 f"allowed: a stack here ({', '.join(names)})")  # fmt: skip
+            raise RehearsalError(
+                f"no stack file {path}{stack_files.did_you_mean(stack, names)}; "
+                f"allowed: a stack here ({', '.join(names)})"
+            )
         try:
             document = stack_files.read_config(path)
         except stack_files.StackFileError as err:

@@ -204,11 +204,12 @@ def platform_stack_config(stack: str, path: Path | None = None) -> dict[str, Any
     """stack_config for a command that runs the platform program: a workload stack is refused by name."""
     config = stack_config(stack, path)
     if stack_files.is_workload_stack(config):
-        raise ConfigError([
-            f"{stack!r} is a workload stack (it sets {stack_files.WORKLOAD_STACK_KEY}); allowed: a platform "
-            f"stack ({', '.join(available_stacks())}); a workload stack is checked with "
+        problem = (
+            f"{stack!r} is a workload stack (it sets {stack_files.WORKLOAD_STACK_KEY}); allowed: a "
+            f"platform stack ({', '.join(available_stacks())}); a workload stack is checked with "
             f"`python -m workloads plan --stack {stack}`"
-        ])  # fmt: skip
+        )
+        raise ConfigError([problem])
     return config
 
 

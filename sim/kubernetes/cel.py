@@ -207,9 +207,18 @@ class CrdRules:
         if raw.get("messageExpression"):
             message_program, _ = _compile(self.env, raw["messageExpression"], where)
         rule = Rule(
-            file, kind, version, path, raw["rule"], raw.get("message"), raw.get("messageExpression"),
-            bool(raw.get("optionalOldSelf")), transition, program, message_program,
-        )  # fmt: skip
+            file,
+            kind,
+            version,
+            path,
+            raw["rule"],
+            raw.get("message"),
+            raw.get("messageExpression"),
+            bool(raw.get("optionalOldSelf")),
+            transition,
+            program,
+            message_program,
+        )
         self.rules.append(rule)
         self._by_node.setdefault(id(node), []).append(rule)
 

@@ -110,11 +110,12 @@ def _direction_allows(
     namespaces: dict[str, dict[str, str]],
 ) -> bool:
     selecting = [
-        p for p in policies
+        p
+        for p in policies
         if p["metadata"]["namespace"] == pod.namespace
         and direction in _policy_types(p["spec"])
         and selects(p["spec"].get("podSelector"), pod.labels)
-    ]  # fmt: skip
+    ]
     if not selecting:
         return True  # not isolated in this direction
     key, peers_key = ("ingress", "from") if direction == "Ingress" else ("egress", "to")

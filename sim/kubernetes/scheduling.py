@@ -108,8 +108,7 @@ def pod_templates(objects: Sequence[Mapping[str, Any]], platform: PlatformFacts)
     for pod in operator_pods(objects, platform):
         roles.setdefault((pod.job, pod.role), []).append(pod)
     return [
-        _template(f"{job}/{role}", len(pods), pods[0], queues.get(job))
-        for (job, role), pods in roles.items()
+        _template(f"{job}/{role}", len(pods), pods[0], queues.get(job)) for (job, role), pods in roles.items()
     ]
 
 
@@ -161,8 +160,9 @@ def _node_problems(t: PodTemplate, pool: AcceleratorPool, platform: PlatformFact
             missing = {k: v for k, v in t.node_selector.items() if labels.get(k) != v}
             if missing:
                 found.append(f"nodeSelector {missing} not on its nodes")
-            if t.node_terms and not any(all(matches_expression(labels, e) for e in term)
-                                        for term in t.node_terms):  # fmt: skip
+            if t.node_terms and not any(
+                all(matches_expression(labels, e) for e in term) for term in t.node_terms
+            ):
                 found.append(f"required node affinity excludes {it}")
             for taint in pool.taints:
                 if taint.effect != "PreferNoSchedule" and not tolerated(t.tolerations, taint):
@@ -182,8 +182,13 @@ def _node_problems(t: PodTemplate, pool: AcceleratorPool, platform: PlatformFact
             }
             for resource, amount in t.requests.items():
                 wanted = quantity(amount)
-                if resource not in _BASIC and wanted > 0 and not any(
-                    p.resource == resource and serves(p, labels, pool.taints) for p in platform.device_plugins
+                if (
+                    resource not in _BASIC
+                    and wanted > 0
+                    and not any(
+                        p.resource == resource and serves(p, labels, pool.taints)
+                        for p in platform.device_plugins
+                    )
                 ):
                     found.append(f"no device plugin serves {resource} on {it}")
                 have = capacity.get(resource, Decimal(0))
@@ -202,13 +207,16 @@ def pods_per_node(t: PodTemplate, pool: AcceleratorPool) -> int:
     for it in pool.instance_types:
         instance = CATALOG[pool.accelerator].instance(it)
         capacity: dict[str, Decimal] = {
-            "cpu": instance.allocatable_cpu, "memory": instance.allocatable_memory,
-            pool.resource_name: Decimal(instance.gpus), EFA_RESOURCE: Decimal(instance.efa_interfaces),
-        }  # fmt: skip
+            "cpu": instance.allocatable_cpu,
+            "memory": instance.allocatable_memory,
+            pool.resource_name: Decimal(instance.gpus),
+            EFA_RESOURCE: Decimal(instance.efa_interfaces),
+        }
         fits = [
-            int(capacity[r] // quantity(v)) for r, v in t.requests.items()
+            int(capacity[r] // quantity(v))
+            for r, v in t.requests.items()
             if r in capacity and quantity(v) > 0
-        ]  # fmt: skip
+        ]
         best = max(best, min(fits, default=1))
     return best
 
@@ -226,9 +234,11 @@ def nodes_by_type(templates: Sequence[PodTemplate], pool: AcceleratorPool) -> di
     for it in pool.instance_types:
         instance = CATALOG[pool.accelerator].instance(it)
         capacity = {
-            "cpu": instance.allocatable_cpu, "memory": instance.allocatable_memory,
-            pool.resource_name: Decimal(instance.gpus), EFA_RESOURCE: Decimal(instance.efa_interfaces),
-        }  # fmt: skip
+            "cpu": instance.allocatable_cpu,
+            "memory": instance.allocatable_memory,
+            pool.resource_name: Decimal(instance.gpus),
+            EFA_RESOURCE: Decimal(instance.efa_interfaces),
+        }
         nodes: list[dict[str, Decimal]] | None = []
         for requests in pods:
             if any(amount > capacity.get(r, Decimal(0)) for r, amount in requests.items() if r in capacity):
@@ -403,8 +413,10 @@ def quota_problems(
                 for key in sorted(_MUST_STATE & set(hard)):
                     kind, _, resource = key.rpartition(".")
                     if resource not in (resources.get(kind or "requests") or {}):
-                        problems.append(f"{name}: container {container['name']} states no {key} "
-                                        f"(ResourceQuota {quota['metadata']['name']} tracks it)")  # fmt: skip
+                        problems.append(
+                            f"{name}: container {container['name']} states no {key} "
+                            f"(ResourceQuota {quota['metadata']['name']} tracks it)"
+                        )
             for resource, amount in pod_requests(pod.spec).items():
                 used[f"requests.{resource}"] = used.get(f"requests.{resource}", Decimal(0)) + quantity(amount)
             for resource, limit in _pod_limits(pod.spec).items():
@@ -412,6 +424,8 @@ def quota_problems(
         for key, most in hard.items():
             wanted = used.get(key, used.get(f"requests.{key}", Decimal(0))) * gangs
             if wanted > most:
-                problems.append(f"ResourceQuota {quota['metadata']['name']}: {key} {wanted:g} for {gangs} "
-                                f"x the job's pods > hard {quota['spec']['hard'][key]}")  # fmt: skip
+                problems.append(
+                    f"ResourceQuota {quota['metadata']['name']}: {key} {wanted:g} for {gangs} "
+                    f"x the job's pods > hard {quota['spec']['hard'][key]}"
+                )
     return problems

@@ -68,14 +68,19 @@ VOLCANO_GROUP_ANNOTATION, VOLCANO_TASK_ANNOTATION = "scheduling.k8s.io/group-nam
 TRAINER_CONTAINER, TRAINER_PORT = "node", 29500
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 JOBSET_LABELS = {
-    "jobset": "jobset.sigs.k8s.io/jobset-name", "uid": "jobset.sigs.k8s.io/jobset-uid",
-    "rjob": "jobset.sigs.k8s.io/replicatedjob-name", "restarts": "jobset.sigs.k8s.io/restart-attempt",
+    "jobset": "jobset.sigs.k8s.io/jobset-name",
+    "uid": "jobset.sigs.k8s.io/jobset-uid",
+    "rjob": "jobset.sigs.k8s.io/replicatedjob-name",
+    "restarts": "jobset.sigs.k8s.io/restart-attempt",
     "rjob_replicas": "jobset.sigs.k8s.io/replicatedjob-replicas",
-    "global_replicas": "jobset.sigs.k8s.io/global-replicas", "index": "jobset.sigs.k8s.io/job-index",
-    "key": "jobset.sigs.k8s.io/job-key", "global_index": "jobset.sigs.k8s.io/job-global-index",
-    "group": "jobset.sigs.k8s.io/group-name", "group_replicas": "jobset.sigs.k8s.io/group-replicas",
+    "global_replicas": "jobset.sigs.k8s.io/global-replicas",
+    "index": "jobset.sigs.k8s.io/job-index",
+    "key": "jobset.sigs.k8s.io/job-key",
+    "global_index": "jobset.sigs.k8s.io/job-global-index",
+    "group": "jobset.sigs.k8s.io/group-name",
+    "group_replicas": "jobset.sigs.k8s.io/group-replicas",
     "group_index": "jobset.sigs.k8s.io/job-group-index",
-}  # fmt: skip
+}
 # KubeRay 1.7.0 (ray-operator/controllers/ray/utils/constant.go, common/pod.go).
 RAY_METRICS_PORT = ("metrics", 8080)
 RAY_INIT_CONTAINER = "wait-gcs-ready"
@@ -268,25 +273,38 @@ def pytorch_job_pods(job: Mapping[str, Any], settings: OperatorSettings) -> list
                 if "Master" in replicas:
                     master, master_port = f"{name}-master-0", str(port("Master"))
                     rank = str(index + 1 if rtype == "worker" else index)
-                    _env(container, ("MASTER_PORT", master_port), ("PET_MASTER_PORT", master_port),
-                         ("MASTER_ADDR", master), ("PET_MASTER_ADDR", master),
-                         ("WORLD_SIZE", str(total * nproc_int)), ("RANK", rank),
-                         ("PET_NODE_RANK", rank))  # fmt: skip
+                    _env(
+                        container,
+                        ("MASTER_PORT", master_port),
+                        ("PET_MASTER_PORT", master_port),
+                        ("MASTER_ADDR", master),
+                        ("PET_MASTER_ADDR", master),
+                        ("WORLD_SIZE", str(total * nproc_int)),
+                        ("RANK", rank),
+                        ("PET_NODE_RANK", rank),
+                    )
                 if nproc is not None:
                     _env(container, ("PET_NPROC_PER_NODE", str(nproc)))
                 if elastic:  # elastic.go Generate
-                    _env(container, ("PET_RDZV_ENDPOINT", f"{name}-worker-0:{port('Worker')}"),
-                         ("PET_RDZV_BACKEND", elastic.get("rdzvBackend", "c10d")),
-                         ("PET_NNODES", f"{elastic['minReplicas']}:{elastic['maxReplicas']}"))  # fmt: skip
+                    _env(
+                        container,
+                        ("PET_RDZV_ENDPOINT", f"{name}-worker-0:{port('Worker')}"),
+                        ("PET_RDZV_BACKEND", elastic.get("rdzvBackend", "c10d")),
+                        ("PET_NNODES", f"{elastic['minReplicas']}:{elastic['maxReplicas']}"),
+                    )
                     if "maxRestarts" in elastic:
                         _env(container, ("PET_MAX_RESTARTS", str(elastic["maxRestarts"])))
                 else:
                     _env(container, ("PET_NNODES", str(total)))
             if "Master" in replicas and rtype == "worker":  # initcontainer.go setInitContainer
-                rendered = go_template(settings.pytorch_init_template, {
-                    "MasterAddr": f"{name}-master-0", "InitContainerImage": settings.pytorch_init_image,
-                    "MaxTries": settings.pytorch_init_max_tries,
-                })  # fmt: skip
+                rendered = go_template(
+                    settings.pytorch_init_template,
+                    {
+                        "MasterAddr": f"{name}-master-0",
+                        "InitContainerImage": settings.pytorch_init_image,
+                        "MaxTries": settings.pytorch_init_max_tries,
+                    },
+                )
                 pod["spec"].setdefault("initContainers", []).extend(yaml.safe_load(rendered) or [])
             pod["spec"]["restartPolicy"] = _restart_policy(replica, "OnFailure")
             _volcano(pod, name, rtype, settings)
@@ -323,19 +341,28 @@ def mpi_job_pods(job: Mapping[str, Any], settings: OperatorSettings) -> list[Ope
     }
     _volcano(pod, name, "launcher", settings)
     pod["spec"].setdefault("serviceAccountName", f"{name}-launcher")
-    pod["spec"].setdefault("initContainers", []).append({
-        "name": "kubectl-delivery",
-        "image": settings.mpi_kubectl_delivery_image,
-        "imagePullPolicy": "IfNotPresent",
-        "env": [{"name": "TARGET_DIR", "value": "/opt/kube"}, {"name": "NAMESPACE", "value": namespace}],
-        "volumeMounts": [{"name": "mpi-job-kubectl", "mountPath": "/opt/kube"},
-                         {"name": "mpi-job-config", "mountPath": "/etc/mpi"}],
-        "resources": {kind: {"cpu": "100m", "memory": "512Mi", "ephemeral-storage": "5Gi"}
-                      for kind in ("limits", "requests")},
-    })  # fmt: skip
+    pod["spec"].setdefault("initContainers", []).append(
+        {
+            "name": "kubectl-delivery",
+            "image": settings.mpi_kubectl_delivery_image,
+            "imagePullPolicy": "IfNotPresent",
+            "env": [{"name": "TARGET_DIR", "value": "/opt/kube"}, {"name": "NAMESPACE", "value": namespace}],
+            "volumeMounts": [
+                {"name": "mpi-job-kubectl", "mountPath": "/opt/kube"},
+                {"name": "mpi-job-config", "mountPath": "/etc/mpi"},
+            ],
+            "resources": {
+                kind: {"cpu": "100m", "memory": "512Mi", "ephemeral-storage": "5Gi"}
+                for kind in ("limits", "requests")
+            },
+        }
+    )
     container = pod["spec"]["containers"][0]
-    _env(container, ("OMPI_MCA_plm_rsh_agent", "/etc/mpi/kubexec.sh"),
-         ("OMPI_MCA_orte_default_hostfile", "/etc/mpi/hostfile"))  # fmt: skip
+    _env(
+        container,
+        ("OMPI_MCA_plm_rsh_agent", "/etc/mpi/kubexec.sh"),
+        ("OMPI_MCA_orte_default_hostfile", "/etc/mpi/hostfile"),
+    )
     limits = {
         k
         for c in launcher["template"]["spec"]["containers"]
@@ -355,8 +382,10 @@ def mpi_job_pods(job: Mapping[str, Any], settings: OperatorSettings) -> list[Ope
         ]
     )
     pod["spec"]["restartPolicy"] = _restart_policy(launcher, "Never")
-    items = [{"key": k, "path": k, "mode": m} for k, m in
-             (("kubexec.sh", 0o555), ("hostfile", 0o444), ("discover_hosts.sh", 0o555))]  # fmt: skip
+    items = [
+        {"key": k, "path": k, "mode": m}
+        for k, m in (("kubexec.sh", 0o555), ("hostfile", 0o444), ("discover_hosts.sh", 0o555))
+    ]
     pod["spec"].setdefault("volumes", []).extend(
         [
             {"name": "mpi-job-kubectl", "emptyDir": {}},
@@ -369,9 +398,15 @@ def mpi_job_pods(job: Mapping[str, Any], settings: OperatorSettings) -> list[Ope
 # Strategic merge patch keys of the JobSet/Job/Pod spec lists (k8s.io/api patchMergeKey tags); any other
 # list (tolerations, command, args) is replaced by the patch's.
 _MERGE_KEYS = {
-    "replicatedJobs": "name", "containers": "name", "initContainers": "name", "volumes": "name",
-    "env": "name", "volumeMounts": "mountPath", "ports": "containerPort", "schedulingGates": "name",
-}  # fmt: skip
+    "replicatedJobs": "name",
+    "containers": "name",
+    "initContainers": "name",
+    "volumes": "name",
+    "env": "name",
+    "volumeMounts": "mountPath",
+    "ports": "containerPort",
+    "schedulingGates": "name",
+}
 
 
 def strategic_merge(base: Any, patch: Any, key: str | None = None) -> Any:
@@ -422,14 +457,24 @@ def _matches(labels: Mapping[str, str], spec: Mapping[str, Any]) -> bool:
         key, op, values = expr["key"], expr["operator"], expr.get("values") or []
         if key not in labels:
             return True
-        return {"In": labels[key] in values, "NotIn": labels[key] not in values, "Exists": True,
-                "DoesNotExist": False}.get(op, True)  # fmt: skip
+        return {
+            "In": labels[key] in values,
+            "NotIn": labels[key] not in values,
+            "Exists": True,
+            "DoesNotExist": False,
+        }.get(op, True)
 
     return any(all(allows(e) for e in term.get("matchExpressions") or []) for term in terms)
 
 
-def kueue_admission(queue: QueueQuota | None, name: str, podset: str, spec: Mapping[str, Any],
-                    requests: Mapping[str, str], workload: str) -> Admission:  # fmt: skip
+def kueue_admission(
+    queue: QueueQuota | None,
+    name: str,
+    podset: str,
+    spec: Mapping[str, Any],
+    requests: Mapping[str, str],
+    workload: str,
+) -> Admission:
     """The flavors Kueue assigns one podset of a job in ClusterQueue `queue` (its LocalQueue has the same
     name) and what it writes into the pods for them. Quota is the scheduling simulation's business."""
     if queue is None:
@@ -439,16 +484,22 @@ def kueue_admission(queue: QueueQuota | None, name: str, podset: str, spec: Mapp
         if resource == EFA_RESOURCE:
             flavors[KUEUE_EFA_FLAVOR] = {}
         elif resource not in ("cpu", "memory", "ephemeral-storage", "pods"):
-            fitting = [f for f in (kueue_gpu_flavor(k) for k in sorted(queue.gpus))
-                       if _matches(f[1]["nodeLabels"], spec)]  # fmt: skip
+            fitting = [
+                f
+                for f in (kueue_gpu_flavor(k) for k in sorted(queue.gpus))
+                if _matches(f[1]["nodeLabels"], spec)
+            ]
             if not fitting:
                 refused = f"no flavor of ClusterQueue {name} covers {resource} on the pod's nodes"
                 return Admission({}, [], {}, {}, refused=refused)
             flavors[fitting[0][0]] = fitting[0][1]
     selector = {k: v for f in flavors.values() for k, v in (f.get("nodeLabels") or {}).items()}
     tolerations = [t for f in flavors.values() for t in f.get("tolerations") or []]
-    labels = {KUEUE_POD_LABELS["podset"]: podset, KUEUE_POD_LABELS["local_queue"]: name,
-              KUEUE_POD_LABELS["cluster_queue"]: name}  # fmt: skip
+    labels = {
+        KUEUE_POD_LABELS["podset"]: podset,
+        KUEUE_POD_LABELS["local_queue"]: name,
+        KUEUE_POD_LABELS["cluster_queue"]: name,
+    }
     return Admission(selector, tolerations, labels, {KUEUE_WORKLOAD_ANNOTATION: workload})
 
 
@@ -487,13 +538,29 @@ def train_job_pods(
             node = next((c for c in pod_spec["containers"] if c["name"] == TRAINER_CONTAINER), None)
             requests = (trainer.get("resourcesPerNode") or {}).get("requests") or {}
             requests = requests if node is not None else _requests(pod_spec["containers"][0])
-            admission = kueue_admission(platform.queue(queue_name), queue_name, rjob["name"], pod_spec,
-                                        requests, workload)  # fmt: skip
+            admission = kueue_admission(
+                platform.queue(queue_name), queue_name, rjob["name"], pod_spec, requests, workload
+            )
             held = held or admission.refused
-            kueue_patch.append({"name": rjob["name"], "template": {"spec": {"template": {
-                "metadata": {"labels": admission.labels, "annotations": admission.annotations},
-                "spec": {"nodeSelector": admission.node_selector, "tolerations": admission.tolerations},
-            }}}})  # fmt: skip
+            kueue_patch.append(
+                {
+                    "name": rjob["name"],
+                    "template": {
+                        "spec": {
+                            "template": {
+                                "metadata": {
+                                    "labels": admission.labels,
+                                    "annotations": admission.annotations,
+                                },
+                                "spec": {
+                                    "nodeSelector": admission.node_selector,
+                                    "tolerations": admission.tolerations,
+                                },
+                            }
+                        }
+                    },
+                }
+            )
         if held is None:
             jobset = strategic_merge(jobset, {"replicatedJobs": kueue_patch})
     ml_policy = runtime["spec"].get("mlPolicy") or {}
@@ -523,31 +590,43 @@ def train_job_pods(
                     node[key] = trainer[key]
             for entry in trainer.get("env") or []:  # torch.go EnforceMLPolicy
                 _upsert_env(node, (entry["name"], {k: v for k, v in entry.items() if k != "name"}))
-            _upsert_env(node, ("PET_NNODES", str(num_nodes)), ("PET_NPROC_PER_NODE", str(nproc)),
-                        ("PET_NODE_RANK", _field_ref(f"metadata.annotations['{COMPLETION_INDEX}']")),
-                        ("PET_MASTER_ADDR", f"{name}-{TRAINER_CONTAINER}-0-0.{name}"),
-                        ("PET_MASTER_PORT", str(TRAINER_PORT)))  # fmt: skip
+            _upsert_env(
+                node,
+                ("PET_NNODES", str(num_nodes)),
+                ("PET_NPROC_PER_NODE", str(nproc)),
+                ("PET_NODE_RANK", _field_ref(f"metadata.annotations['{COMPLETION_INDEX}']")),
+                ("PET_MASTER_ADDR", f"{name}-{TRAINER_CONTAINER}-0-0.{name}"),
+                ("PET_MASTER_PORT", str(TRAINER_PORT)),
+            )
             if not any(p.get("containerPort") == TRAINER_PORT for p in node.get("ports") or []):
                 node.setdefault("ports", []).append({"containerPort": TRAINER_PORT, "protocol": "TCP"})
         if not template["spec"].get("restartPolicy"):
             template["spec"]["restartPolicy"] = "OnFailure"  # jobset_webhook.go Default
         job_name = f"{name}-{rjob['name']}-0"  # one Job per replicated job (Trainer sets replicas 1)
         jobset_labels = {
-            JOBSET_LABELS["jobset"]: name, JOBSET_LABELS["uid"]: RANDOM, JOBSET_LABELS["rjob"]: rjob["name"],
-            JOBSET_LABELS["restarts"]: "0", JOBSET_LABELS["rjob_replicas"]: "1",
-            JOBSET_LABELS["global_replicas"]: str(global_replicas), JOBSET_LABELS["index"]: "0",
+            JOBSET_LABELS["jobset"]: name,
+            JOBSET_LABELS["uid"]: RANDOM,
+            JOBSET_LABELS["rjob"]: rjob["name"],
+            JOBSET_LABELS["restarts"]: "0",
+            JOBSET_LABELS["rjob_replicas"]: "1",
+            JOBSET_LABELS["global_replicas"]: str(global_replicas),
+            JOBSET_LABELS["index"]: "0",
             JOBSET_LABELS["key"]: hashlib.sha1(f"{namespace}/{job_name}".encode()).hexdigest(),  # noqa: S324
-            JOBSET_LABELS["global_index"]: str(position), JOBSET_LABELS["group"]: "default",
+            JOBSET_LABELS["global_index"]: str(position),
+            JOBSET_LABELS["group"]: "default",
             JOBSET_LABELS["group_replicas"]: str(global_replicas),
             JOBSET_LABELS["group_index"]: str(position),
-        }  # fmt: skip
+        }
         for index in range(count):  # the Job controller's Indexed pods
             pod = _pod(f"{job_name}-{index}-", namespace, template, generate=True)
             meta = pod["metadata"]
             meta["labels"] |= jobset_labels | {
-                "batch.kubernetes.io/controller-uid": RANDOM, "batch.kubernetes.io/job-name": job_name,
-                "controller-uid": RANDOM, "job-name": job_name, COMPLETION_INDEX: str(index),
-            }  # fmt: skip
+                "batch.kubernetes.io/controller-uid": RANDOM,
+                "batch.kubernetes.io/job-name": job_name,
+                "controller-uid": RANDOM,
+                "job-name": job_name,
+                COMPLETION_INDEX: str(index),
+            }
             meta["annotations"] |= jobset_labels | {COMPLETION_INDEX: str(index)}
             meta["finalizers"] = ["batch.kubernetes.io/job-tracking"]
             pod["spec"] |= {"hostname": f"{job_name}-{index}", "subdomain": name}
@@ -564,37 +643,61 @@ def _ray_container_env(container: dict[str, Any], node_type: str, fqdn: str, sta
     """common/pod.go setContainerEnvVars."""
     if node_type == "worker":
         _env(container, ("FQ_RAY_IP", fqdn), ("RAY_IP", fqdn.split(".")[0]))
-    _env(container, ("RAY_CLUSTER_NAME", _field_ref("metadata.labels['ray.io/cluster']")),
-         ("RAY_CLUSTER_NAMESPACE", _field_ref("metadata.namespace")),
-         ("RAY_CLOUD_INSTANCE_ID", _field_ref("metadata.name")),
-         ("RAY_NODE_TYPE_NAME", _field_ref("metadata.labels['ray.io/group']")),
-         ("KUBERAY_GEN_RAY_START_CMD", start), ("RAY_PORT", "6379"),
-         ("RAY_ADDRESS", f"{'127.0.0.1' if node_type == 'head' else fqdn}:6379"),
-         ("RAY_USAGE_STATS_KUBERAY_IN_USE", "1"), ("RAY_DASHBOARD_ENABLE_K8S_DISK_USAGE", "1"))  # fmt: skip
+    _env(
+        container,
+        ("RAY_CLUSTER_NAME", _field_ref("metadata.labels['ray.io/cluster']")),
+        ("RAY_CLUSTER_NAMESPACE", _field_ref("metadata.namespace")),
+        ("RAY_CLOUD_INSTANCE_ID", _field_ref("metadata.name")),
+        ("RAY_NODE_TYPE_NAME", _field_ref("metadata.labels['ray.io/group']")),
+        ("KUBERAY_GEN_RAY_START_CMD", start),
+        ("RAY_PORT", "6379"),
+        ("RAY_ADDRESS", f"{'127.0.0.1' if node_type == 'head' else fqdn}:6379"),
+        ("RAY_USAGE_STATS_KUBERAY_IN_USE", "1"),
+        ("RAY_DASHBOARD_ENABLE_K8S_DISK_USAGE", "1"),
+    )
 
 
-def _ray_pod(template: Mapping[str, Any], namespace: str, cluster: str, node_type: str, group: str,
-             fqdn: str, settings: OperatorSettings) -> dict[str, Any]:  # fmt: skip
+def _ray_pod(
+    template: Mapping[str, Any],
+    namespace: str,
+    cluster: str,
+    node_type: str,
+    group: str,
+    fqdn: str,
+    settings: OperatorSettings,
+) -> dict[str, Any]:
     name = f"{cluster}-head-" if node_type == "head" else f"{cluster}-{group}-worker-"
     pod = _pod(name, namespace, template, generate=True)
     spec, ray = pod["spec"], pod["spec"]["containers"][0]
     if node_type == "worker" and settings.ray_init_container_injection:  # DefaultWorkerPodTemplate
-        spec.setdefault("initContainers", []).append({
-            "name": RAY_INIT_CONTAINER, "image": ray["image"], "imagePullPolicy": ray.get("imagePullPolicy"),
-            "command": ["/bin/bash", "-c", "--"], "args": [f"ray health-check --address {fqdn}:6379 ..."],
-            "securityContext": copy.deepcopy(ray.get("securityContext")),
-            "env": copy.deepcopy(ray.get("env", [])),
-            "volumeMounts": copy.deepcopy(ray.get("volumeMounts", [])),
-            "resources": {"limits": dict(RAY_INIT_RESOURCES), "requests": dict(RAY_INIT_RESOURCES)},
-        })  # fmt: skip
+        spec.setdefault("initContainers", []).append(
+            {
+                "name": RAY_INIT_CONTAINER,
+                "image": ray["image"],
+                "imagePullPolicy": ray.get("imagePullPolicy"),
+                "command": ["/bin/bash", "-c", "--"],
+                "args": [f"ray health-check --address {fqdn}:6379 ..."],
+                "securityContext": copy.deepcopy(ray.get("securityContext")),
+                "env": copy.deepcopy(ray.get("env", [])),
+                "volumeMounts": copy.deepcopy(ray.get("volumeMounts", [])),
+                "resources": {"limits": dict(RAY_INIT_RESOURCES), "requests": dict(RAY_INIT_RESOURCES)},
+            }
+        )
         spec["initContainers"][-1] = {k: v for k, v in spec["initContainers"][-1].items() if v is not None}
-    overrides = {k: v for k, v in pod["metadata"]["labels"].items()
-                 if k not in ("ray.io/node-type", "ray.io/group", "ray.io/cluster")}  # fmt: skip
+    overrides = {
+        k: v
+        for k, v in pod["metadata"]["labels"].items()
+        if k not in ("ray.io/node-type", "ray.io/group", "ray.io/cluster")
+    }
     pod["metadata"]["labels"] = {  # labelPod
-        "ray.io/is-ray-node": "yes", "ray.io/cluster": cluster, "ray.io/node-type": node_type,
-        "ray.io/group": group, "ray.io/identifier": f"{cluster}-{node_type}",
-        "app.kubernetes.io/name": "kuberay", "app.kubernetes.io/created-by": "kuberay-operator",
-    } | overrides  # fmt: skip
+        "ray.io/is-ray-node": "yes",
+        "ray.io/cluster": cluster,
+        "ray.io/node-type": node_type,
+        "ray.io/group": group,
+        "ray.io/identifier": f"{cluster}-{node_type}",
+        "app.kubernetes.io/name": "kuberay",
+        "app.kubernetes.io/created-by": "kuberay-operator",
+    } | overrides
     if not any(p.get("name") == RAY_METRICS_PORT[0] for p in ray.get("ports") or []):
         ray.setdefault("ports", []).append(
             {"name": RAY_METRICS_PORT[0], "containerPort": RAY_METRICS_PORT[1]}
@@ -624,8 +727,13 @@ def ray_job_pods(job: Mapping[str, Any], settings: OperatorSettings) -> list[Ope
     cluster = f"{name}-{RANDOM}"  # utils.GenerateRayClusterName
     fqdn = f"{name}-head-svc.{namespace}.svc.cluster.local"  # the RayJob's head Service
     head = spec["rayClusterSpec"]["headGroupSpec"]
-    pods = [OperatorPod(f"RayJob/{name}", "head", _ray_pod(head["template"], namespace, cluster, "head",
-                                                           "headgroup", fqdn, settings))]  # fmt: skip
+    pods = [
+        OperatorPod(
+            f"RayJob/{name}",
+            "head",
+            _ray_pod(head["template"], namespace, cluster, "head", "headgroup", fqdn, settings),
+        )
+    ]
     for group in spec["rayClusterSpec"].get("workerGroupSpecs") or []:
         for _ in range(group.get("replicas", group.get("minReplicas", 0))):
             pod = _ray_pod(
@@ -638,20 +746,28 @@ def ray_job_pods(job: Mapping[str, Any], settings: OperatorSettings) -> list[Ope
         container = pod["spec"]["containers"][0]
         if not container.get("command"):
             container |= {"command": ["/bin/bash", "-ce", "--"], "args": ["ray job submit ..."]}
-        _env(container, ("PYTHONUNBUFFERED", "1"), ("RAY_DASHBOARD_ADDRESS", f"{fqdn.split('.')[0]}:8265"),
-             ("RAY_JOB_SUBMISSION_ID", f"{name}-{RANDOM}"))  # fmt: skip
+        _env(
+            container,
+            ("PYTHONUNBUFFERED", "1"),
+            ("RAY_DASHBOARD_ADDRESS", f"{fqdn.split('.')[0]}:8265"),
+            ("RAY_JOB_SUBMISSION_ID", f"{name}-{RANDOM}"),
+        )
         pod["metadata"]["labels"] |= {
-            "ray.io/originated-from-cr-name": name, "ray.io/originated-from-crd": "RayJob",
+            "ray.io/originated-from-cr-name": name,
+            "ray.io/originated-from-crd": "RayJob",
             "app.kubernetes.io/created-by": "kuberay-operator",
-            "batch.kubernetes.io/controller-uid": RANDOM, "batch.kubernetes.io/job-name": name,
-            "controller-uid": RANDOM, "job-name": name,
-        }  # fmt: skip
+            "batch.kubernetes.io/controller-uid": RANDOM,
+            "batch.kubernetes.io/job-name": name,
+            "controller-uid": RANDOM,
+            "job-name": name,
+        }
         pods.append(OperatorPod(f"RayJob/{name}", "submitter", pod))
     return pods
 
 
-def operator_pods(objects: Sequence[Mapping[str, Any]], platform: PlatformFacts,
-                  settings: OperatorSettings | None = None) -> list[OperatorPod]:  # fmt: skip
+def operator_pods(
+    objects: Sequence[Mapping[str, Any]], platform: PlatformFacts, settings: OperatorSettings | None = None
+) -> list[OperatorPod]:
     """Every pod the job objects among `objects` lead to, as their controllers create them on `platform`
     (a gang at its largest: an elastic job's maxReplicas)."""
     settings = settings or operator_settings(platform)

@@ -196,10 +196,13 @@ def test_images_install_ray_from_its_lock_unless_left_out(tmp_path, image_extras
 
 def test_only_the_cuda_image_installs_the_llm_extra():
     installs = {
-        flavor: [line for line in (REPO / "docker" / flavor / "Dockerfile").read_text().splitlines()
-                 if "install-python-deps.sh pyproject.toml" in line]
+        flavor: [
+            line
+            for line in (REPO / "docker" / flavor / "Dockerfile").read_text().splitlines()
+            if "install-python-deps.sh pyproject.toml" in line
+        ]
         for flavor in ("cuda", "cpu", "rocm")
-    }  # fmt: skip
+    }
     assert all(len(lines) == 1 for lines in installs.values()), installs
     assert installs["cuda"][0].startswith('RUN IMAGE_EXTRAS="train ray llm" bash ')
     assert "IMAGE_EXTRAS" not in installs["cpu"][0] + installs["rocm"][0]

@@ -88,8 +88,12 @@ def test_only_the_primary_keys_fingerprint_is_compared_not_its_subkeys(dockerfil
     result = _build_step(_verification(dockerfiles), workdir, fingerprint)
     assert result.returncode == 0, result.stderr
     # The subkey's fingerprint pinned instead is refused: the pin names the primary key.
-    listing = subprocess.run(["gpg", "--batch", "--homedir", str(home), "--with-colons", "--fingerprint"],
-                             check=True, capture_output=True, text=True).stdout.splitlines()  # fmt: skip
+    listing = subprocess.run(
+        ["gpg", "--batch", "--homedir", str(home), "--with-colons", "--fingerprint"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
     fprs = [line.split(":")[9] for line in listing if line.startswith("fpr")]
     assert len(fprs) == 2 and fprs[0] == fingerprint
     result = _build_step(_verification(dockerfiles), workdir, fprs[1])

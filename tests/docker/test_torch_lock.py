@@ -96,8 +96,10 @@ def test_the_lock_script_reads_each_wheels_hash_from_the_index_page(monkeypatch)
 
 
 def test_the_lock_script_takes_the_wheels_own_requirements_without_extras(monkeypatch):
-    metadata_file = "Metadata-Version: 2.4\nName: torch\nRequires-Dist: sympy>=1.13.3\n" \
-        'Requires-Dist: setuptools>=77.0.3\nRequires-Dist: optree>=0.13.0; extra == "optree"\n'  # fmt: skip
+    metadata_file = (
+        "Metadata-Version: 2.4\nName: torch\nRequires-Dist: sympy>=1.13.3\n"
+        'Requires-Dist: setuptools>=77.0.3\nRequires-Dist: optree>=0.13.0; extra == "optree"\n'
+    )
     urls = []
     monkeypatch.setattr(lock_requirements, "_get", lambda url: urls.append(url) or metadata_file)
     assert lock_requirements.wheel_requirements(f"{CPU_INDEX}/t.whl") == [

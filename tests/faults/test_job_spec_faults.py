@@ -49,11 +49,15 @@ CASES = [
     ("image-tag-unquoted-number", {"imageTag": 1.1}, "dev", "mlops-eks:job.imageTag"),
     (
         "pytorchjob-script-with-restarts",
-        {"operator": "pytorchjob", "trainerConfig": DELETE, "restartBudget": 2,
-         "program": {"delivery": "configmap", "file": "trainer/gpu_check.py"}},
+        {
+            "operator": "pytorchjob",
+            "trainerConfig": DELETE,
+            "restartBudget": 2,
+            "program": {"delivery": "configmap", "file": "trainer/gpu_check.py"},
+        },
         "dev",
         "mlops-eks:job.restartBudget",
-    ),  # fmt: skip
+    ),
 ]
 
 

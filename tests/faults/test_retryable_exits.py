@@ -27,12 +27,37 @@ from workloads.stacks import load_stack
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = [
-    "--data.synthetic_train_size", "256", "--data.synthetic_val_size", "32", "--data.max_len", "16",
-    "--model.dim", "16", "--model.layers", "1", "--model.heads", "2", "--model.ffn_dim", "32",
-    "--train.batch_size", "8", "--train.max_steps", "12", "--train.warmup_steps", "2",
-    "--train.log_every", "1", "--train.eval_every", "1000",
-    "--checkpoint.upload_retries", "2", "--checkpoint.retry_backoff_s", "0", "--output.metrics_port", "0",
-]  # fmt: skip
+    "--data.synthetic_train_size",
+    "256",
+    "--data.synthetic_val_size",
+    "32",
+    "--data.max_len",
+    "16",
+    "--model.dim",
+    "16",
+    "--model.layers",
+    "1",
+    "--model.heads",
+    "2",
+    "--model.ffn_dim",
+    "32",
+    "--train.batch_size",
+    "8",
+    "--train.max_steps",
+    "12",
+    "--train.warmup_steps",
+    "2",
+    "--train.log_every",
+    "1",
+    "--train.eval_every",
+    "1000",
+    "--checkpoint.upload_retries",
+    "2",
+    "--checkpoint.retry_backoff_s",
+    "0",
+    "--output.metrics_port",
+    "0",
+]
 S3_DIRS = ["--output.dir", "s3://mlops/runs/zimdb", "--checkpoint.dir", "s3://mlops/ckpt/zimdb"]
 
 

@@ -82,7 +82,6 @@ def test_every_pinned_chart_has_a_values_renderer():
     assert set(VALUES) == set(CHARTS)
 
 
-
 # Value blocks a chart documents only as a commented example in its values.yaml (subchart values):
 # (chart key, parent key, block key). Checked against that example instead of the parsed defaults.
 COMMENTED_EXAMPLES = {"kube-prometheus-stack": ("grafana", "persistence")}
@@ -92,11 +91,14 @@ COMMENTED_EXAMPLES = {"kube-prometheus-stack": ("grafana", "persistence")}
 # set, each checked against what the subchart's own templates read (in the real package's charts/).
 SUBCHART_VALUES = {
     ("kube-prometheus-stack", "grafana"): (
-        "initChownData.enabled", "rbac.namespaced", "rbac.useExistingRole", "sidecar.dashboards.resource",
+        "initChownData.enabled",
+        "rbac.namespaced",
+        "rbac.useExistingRole",
+        "sidecar.dashboards.resource",
         "sidecar.datasources.resource",
     ),
     ("kubeflow-trainer", "jobset"): ("image.repository", "image.tag", "image.pullPolicy"),
-}  # fmt: skip
+}
 
 
 def _drop(values: dict, path: list[str]) -> dict:

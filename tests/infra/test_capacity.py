@@ -70,9 +70,12 @@ def test_the_efa_device_plugin_daemonset_runs_on_the_a100_nodes_as_exported(plat
     ]
     affinity = {e["key"]: tuple(e["values"]) for e in term["matchExpressions"] if e["operator"] == "In"}
     rendered = DevicePlugin(
-        name="rendered", resource=EFA_RESOURCE, node_selector=spec.get("nodeSelector", {}),
-        node_affinity=affinity, tolerations=[Toleration(**t) for t in spec["tolerations"]],
-    )  # fmt: skip
+        name="rendered",
+        resource=EFA_RESOURCE,
+        node_selector=spec.get("nodeSelector", {}),
+        node_affinity=affinity,
+        tolerations=[Toleration(**t) for t in spec["tolerations"]],
+    )
     a100 = AcceleratorPool.model_validate(prod["exports"]["accelerator_pools"]["a100"])
     assert a100.efa_interfaces == 4 and _serves(rendered, a100)
     exported = next(p for p in prod["exports"]["device_plugins"] if p["resource"] == EFA_RESOURCE)

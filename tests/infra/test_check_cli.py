@@ -14,11 +14,15 @@ from infra.tools.synth import REPO, stack_config, synth
 
 # Values a user puts where the committed files hold the documentation's examples.
 OWN = {
-    "dev": {"mlops-eks:publicAccessCidrs": ["52.94.76.0/24"],
-            "mlops-eks:adminPrincipalArns": ["arn:aws:iam::210987654321:role/platform-admin"]},
-    "prod": {"mlops-eks:publicAccessCidrs": ["52.94.76.7/32"],
-             "mlops-eks:adminPrincipalArns": ["arn:aws:iam::210987654321:role/platform-admin"]},
-}  # fmt: skip
+    "dev": {
+        "mlops-eks:publicAccessCidrs": ["52.94.76.0/24"],
+        "mlops-eks:adminPrincipalArns": ["arn:aws:iam::210987654321:role/platform-admin"],
+    },
+    "prod": {
+        "mlops-eks:publicAccessCidrs": ["52.94.76.7/32"],
+        "mlops-eks:adminPrincipalArns": ["arn:aws:iam::210987654321:role/platform-admin"],
+    },
+}
 
 
 def own(stack: str) -> dict:

@@ -24,8 +24,12 @@ SUBNET = "aws:ec2/subnet:Subnet"
 
 
 def _body(resource) -> dict:
-    return {"apiVersion": resource.inputs["apiVersion"], "kind": resource.inputs["kind"],
-            "metadata": resource.inputs["metadata"], "spec": resource.inputs["spec"]}  # fmt: skip
+    return {
+        "apiVersion": resource.inputs["apiVersion"],
+        "kind": resource.inputs["kind"],
+        "metadata": resource.inputs["metadata"],
+        "spec": resource.inputs["spec"],
+    }
 
 
 def _efa_class(prod) -> dict:

@@ -40,8 +40,11 @@ def test_every_object_is_valid_at_the_clusters_kubernetes_version(obj):
 def test_one_daemon_set_per_vendor_and_gpu_count():
     daemon_sets = {d["metadata"]["name"]: d for d in of_kind("DaemonSet")}
     assert set(daemon_sets) == {
-        "gpu-node-check-1gpu", "gpu-node-check-4gpu", "gpu-node-check-8gpu", "gpu-node-check-amd-1gpu"
-    }  # fmt: skip
+        "gpu-node-check-1gpu",
+        "gpu-node-check-4gpu",
+        "gpu-node-check-8gpu",
+        "gpu-node-check-amd-1gpu",
+    }
     four = daemon_sets["gpu-node-check-4gpu"]["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in four["containers"][0]["env"]}
     assert env["EXPECTED_GPUS"] == "4" and env["NVIDIA_VISIBLE_DEVICES"] == "all"
@@ -153,8 +156,10 @@ def test_the_policies_bind_every_node_update_and_nodeclaim_deletion_by_the_check
     assert rules[check.NAME][0]["operations"] == ["UPDATE"]
     claims = rules[CLAIM_POLICY][0]
     assert (claims["apiGroups"], claims["resources"], claims["operations"]) == (
-        ["karpenter.sh"], ["nodeclaims"], ["DELETE"],
-    )  # fmt: skip
+        ["karpenter.sh"],
+        ["nodeclaims"],
+        ["DELETE"],
+    )
     bindings = {b["spec"]["policyName"]: b["spec"] for b in of_kind("ValidatingAdmissionPolicyBinding")}
     assert set(bindings) == set(rules)
     assert all(b["validationActions"] == ["Deny"] for b in bindings.values())

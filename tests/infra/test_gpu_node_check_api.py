@@ -73,9 +73,12 @@ def cluster(monkeypatch, tmp_path):
     (tmp_path / "token").write_text("token\n")
     monkeypatch.setattr(script, "SERVICE_ACCOUNT", str(tmp_path))
     for name, value in {
-        "KUBERNETES_SERVICE_HOST": "10.100.0.1", "KUBERNETES_SERVICE_PORT": "443",
-        "NODE_NAME": NODE, "STARTUP_TAINT_KEY": KEY, "EXPECTED_GPUS": "4",
-    }.items():  # fmt: skip
+        "KUBERNETES_SERVICE_HOST": "10.100.0.1",
+        "KUBERNETES_SERVICE_PORT": "443",
+        "NODE_NAME": NODE,
+        "STARTUP_TAINT_KEY": KEY,
+        "EXPECTED_GPUS": "4",
+    }.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(script.time, "sleep", lambda seconds: None)
 

@@ -50,8 +50,12 @@ def _alertmanager_config(objects: list[dict[str, Any]]) -> dict[str, Any]:
 def _matches(matcher: str, labels: dict[str, str]) -> bool:
     name, op, value = re.fullmatch(r'\s*(\w+)\s*(=~|!~|!=|=)\s*"(.*)"\s*', matcher).groups()
     got = labels.get(name, "")
-    return {"=": got == value, "!=": got != value, "=~": bool(re.fullmatch(value, got)),
-            "!~": not re.fullmatch(value, got)}[op]  # fmt: skip
+    return {
+        "=": got == value,
+        "!=": got != value,
+        "=~": bool(re.fullmatch(value, got)),
+        "!~": not re.fullmatch(value, got),
+    }[op]
 
 
 def _receiver(route: dict[str, Any], labels: dict[str, str]) -> str:

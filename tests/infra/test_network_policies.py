@@ -31,8 +31,10 @@ class World:
     """Every pod, namespace and policy of one platform stack plus its workload stacks' jobs."""
 
     def __init__(self, synth_stack: str, synth, rendered):
-        self.policies = [{"metadata": r.inputs["metadata"], "spec": r.inputs["spec"]}
-                         for r in synth.of_type(NETWORK_POLICY)]  # fmt: skip
+        self.policies = [
+            {"metadata": r.inputs["metadata"], "spec": r.inputs["spec"]}
+            for r in synth.of_type(NETWORK_POLICY)
+        ]
         self.namespaces = {}
         for r in [*synth.of_type(NAMESPACE), *synth.of_type(NAMESPACE_PATCH)]:
             meta = r.inputs["metadata"]
@@ -57,9 +59,10 @@ class World:
 
     def pod(self, namespace: str, **labels: str) -> Endpoint:
         found = [
-            p for p in self.pods
+            p
+            for p in self.pods
             if p.namespace == namespace and all(p.labels.get(k) == v for k, v in labels.items())
-        ]  # fmt: skip
+        ]
         assert found, f"no rendered pod in {namespace} with {labels}"
         return found[0]
 
@@ -177,8 +180,12 @@ def test_only_the_monitoring_namespace_and_kubecost_reach_prometheus_and_alertma
     assert not world.allows(m["kubecost"], m["alertmanager"], 9093)
     trainer = world.pod("kubeflow-system", **{"app.kubernetes.io/name": "kubeflow-trainer"})
     for src in (world.other, trainer):
-        for name, port in (("alertmanager", 9093), ("prometheus", 9090), ("grafana", 3000),
-                           ("kubecost", 9090)):  # fmt: skip
+        for name, port in (
+            ("alertmanager", 9093),
+            ("prometheus", 9090),
+            ("grafana", 3000),
+            ("kubecost", 9090),
+        ):
             assert not world.allows(src, m[name], port), f"{src.name} -> {name}"
 
 
@@ -190,15 +197,21 @@ def test_the_api_server_reaches_every_webhook_and_aggregated_api_the_charts_inst
         for w in o.get("webhooks") or []
         if "service" in w["clientConfig"]
     ]
-    calls += [(o["kind"], o["metadata"]["name"], o["spec"]["service"]) for o in world.objects
-              if o["kind"] == "APIService" and (o.get("spec") or {}).get("service")]  # fmt: skip
+    calls += [
+        (o["kind"], o["metadata"]["name"], o["spec"]["service"])
+        for o in world.objects
+        if o["kind"] == "APIService" and (o.get("spec") or {}).get("service")
+    ]
     assert len(calls) > 20
     refused = []
     for kind, name, service in calls:
         targets = service_targets(world.objects, world.pods, service)
         assert targets, f"{kind} {name}: no pod behind {service}"
-        refused += [f"{kind} {name} -> {pod.name}:{port}" for pod, port in targets
-                    if not world.allows(world.api_server, pod, port)]  # fmt: skip
+        refused += [
+            f"{kind} {name} -> {pod.name}:{port}"
+            for pod, port in targets
+            if not world.allows(world.api_server, pod, port)
+        ]
     assert refused == []
 
 
@@ -210,14 +223,22 @@ def test_prometheus_scrapes_every_service_monitor_target_of_the_platform(world):
         own = [monitor["metadata"]["namespace"]]
         namespaces = (spec.get("namespaceSelector") or {}).get("matchNames") or own
         services = [
-            o for o in world.objects
-            if o["kind"] == "Service" and o["metadata"].get("namespace") in namespaces
-            and all((o["metadata"].get("labels") or {}).get(k) == v
-                    for k, v in (spec["selector"].get("matchLabels") or {}).items())
-        ]  # fmt: skip
+            o
+            for o in world.objects
+            if o["kind"] == "Service"
+            and o["metadata"].get("namespace") in namespaces
+            and all(
+                (o["metadata"].get("labels") or {}).get(k) == v
+                for k, v in (spec["selector"].get("matchLabels") or {}).items()
+            )
+        ]
         for service, endpoint in itertools.product(services, spec.get("endpoints") or []):
-            ref = {"namespace": service["metadata"]["namespace"], "name": service["metadata"]["name"],
-                   "portName": endpoint.get("port"), "targetPort": endpoint.get("targetPort")}  # fmt: skip
+            ref = {
+                "namespace": service["metadata"]["namespace"],
+                "name": service["metadata"]["name"],
+                "portName": endpoint.get("port"),
+                "targetPort": endpoint.get("targetPort"),
+            }
             for pod, port in service_targets(world.objects, world.pods, ref):
                 checked += 1
                 if pod.namespace != "kube-system" and not world.allows(prometheus, pod, port):
@@ -237,10 +258,12 @@ def test_every_namespace_the_platform_and_jobs_create_denies_by_default(world):
 def _default_deny(world: World, direction: str) -> set[str]:
     """Namespaces with a policy that selects every pod for `direction` and allows nothing."""
     return {
-        p["metadata"]["namespace"] for p in world.policies
-        if p["spec"]["podSelector"] == {} and direction in p["spec"]["policyTypes"]
+        p["metadata"]["namespace"]
+        for p in world.policies
+        if p["spec"]["podSelector"] == {}
+        and direction in p["spec"]["policyTypes"]
         and not p["spec"].get(direction.lower())
-    }  # fmt: skip
+    }
 
 
 def test_training_operator_v1s_own_namespace_is_labeled_and_isolated(dev):
@@ -248,8 +271,11 @@ def test_training_operator_v1s_own_namespace_is_labeled_and_isolated(dev):
     platform policies with the webhook port of its Service training-operator (targetPort 9443)."""
     (patch,) = [r for r in dev.of_type(NAMESPACE_PATCH) if r.inputs["metadata"]["name"] == "kubeflow"]
     assert patch.inputs["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
-    policies = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in dev.of_type(NETWORK_POLICY)
-                if r.inputs["metadata"]["namespace"] == "kubeflow"}  # fmt: skip
+    policies = {
+        r.inputs["metadata"]["name"]: r.inputs["spec"]
+        for r in dev.of_type(NETWORK_POLICY)
+        if r.inputs["metadata"]["namespace"] == "kubeflow"
+    }
     assert {"default-deny-ingress", "allow-same-namespace", "allow-api-server"} <= set(policies)
     assert policies["allow-api-server"]["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 9443}]
 
@@ -280,12 +306,28 @@ def test_evaluator_follows_kubernetes_semantics():
     assert not allowed([deny], other, web, 8080, ns)
     assert allowed([deny], web, outside, 443, ns)  # isolated for ingress only
     # Policies add up; a peer's namespaceSelector and podSelector in one element are ANDed.
-    from_x = _policy({"matchLabels": {"app": "web"}}, ["Ingress"], ingress=[{"from": [
-        {"namespaceSelector": {"matchLabels": {"team": "x"}}, "podSelector": {"matchLabels": {"app": "nope"}}}
-    ]}])  # fmt: skip
+    from_x = _policy(
+        {"matchLabels": {"app": "web"}},
+        ["Ingress"],
+        ingress=[
+            {
+                "from": [
+                    {
+                        "namespaceSelector": {"matchLabels": {"team": "x"}},
+                        "podSelector": {"matchLabels": {"app": "nope"}},
+                    }
+                ]
+            }
+        ],
+    )
     assert not allowed([deny, from_x], other, web, 8080, ns)
-    named = _policy({"matchLabels": {"app": "web"}}, ["Ingress"], ingress=[{"from": [
-        {"namespaceSelector": {"matchLabels": {"team": "x"}}}], "ports": [{"port": "http"}]}])  # fmt: skip
+    named = _policy(
+        {"matchLabels": {"app": "web"}},
+        ["Ingress"],
+        ingress=[
+            {"from": [{"namespaceSelector": {"matchLabels": {"team": "x"}}}], "ports": [{"port": "http"}]}
+        ],
+    )
     assert allowed([deny, named], other, web, 8080, ns)
     assert not allowed([deny, named], other, web, 9090, ns)
     assert not allowed([deny, named], other, db, 8080, ns)
@@ -334,8 +376,12 @@ def test_the_api_server_reaches_volcanos_admission_webhooks():
     policies = platform_policies("volcano-system", "10.0.0.0/16")
     namespaces = {ns: {NAME_LABEL: ns} for ns in ("volcano-system", "other")}
     api_server = Endpoint("api-server", "10.0.200.5")
-    calls = [w["clientConfig"]["service"] for o in objs if o["kind"].endswith("WebhookConfiguration")
-             for w in o.get("webhooks") or []]  # fmt: skip
+    calls = [
+        w["clientConfig"]["service"]
+        for o in objs
+        if o["kind"].endswith("WebhookConfiguration")
+        for w in o.get("webhooks") or []
+    ]
     targets = [t for call in calls for t in service_targets(objs, pods, call)]
     assert calls and len(targets) == len(calls)
     assert all(allowed(policies, api_server, pod, port, namespaces) for pod, port in targets)

@@ -114,8 +114,9 @@ def test_the_agent_add_on_and_the_check_come_with_gpu_pools(reserved):
         r.name for r in resources if r.type == "kubernetes:apps/v1:DaemonSet" and "check" in r.name
     }
     assert daemon_sets == {
-        "gpu-check-daemonset-gpu-node-check-4gpu", "gpu-check-daemonset-gpu-node-check-amd-1gpu"
-    }  # fmt: skip
+        "gpu-check-daemonset-gpu-node-check-4gpu",
+        "gpu-check-daemonset-gpu-node-check-amd-1gpu",
+    }
     without, _, _ = _synth(pools=[])
     assert not [r for r in without if r.type == "aws:eks/addon:Addon" and "monitoring-agent" in r.name]
     assert not [r for r in without if "gpu-node-check" in r.name]

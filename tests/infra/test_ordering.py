@@ -168,8 +168,13 @@ def test_the_wait_script_waits_for_every_volume_of_the_class_and_nothing_else(tm
         'case "$1" in get) printf "pvc-a pvc-b ";; esac\n'
     )
     kubectl.chmod(0o755)
-    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "KUBECONFIG_JSON": '{"kind":"Config"}',
-           "STORAGE_CLASS": GP3, "TIMEOUT": "15m"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PATH": f"{tmp_path}:{os.environ['PATH']}",
+        "KUBECONFIG_JSON": '{"kind":"Config"}',
+        "STORAGE_CLASS": GP3,
+        "TIMEOUT": "15m",
+    }
     done = subprocess.run(["sh", "-c", VOLUMES_RELEASED_SCRIPT], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     get, wait = calls.read_text().splitlines()

@@ -17,10 +17,20 @@ from infra.tools.synth import PlatformMocks, RecordingMonitor, stack_config, syn
 
 EKS_AMI_TYPES = set(botocore.session.get_session().get_service_model("eks").shape_for("AMITypes").enum)
 CONTRACT_EXPORTS = {
-    "cluster_name", "kubeconfig", "region", "oidc_provider_arn", "oidc_provider_url", "vpc_id",
-    "private_subnet_ids", "public_subnet_ids", "bucket_name", "ecr_repository_urls", "node_role_arn",
-    "accelerator_pools", "cluster_creator_arn",
-}  # fmt: skip
+    "cluster_name",
+    "kubeconfig",
+    "region",
+    "oidc_provider_arn",
+    "oidc_provider_url",
+    "vpc_id",
+    "private_subnet_ids",
+    "public_subnet_ids",
+    "bucket_name",
+    "ecr_repository_urls",
+    "node_role_arn",
+    "accelerator_pools",
+    "cluster_creator_arn",
+}
 # Added by the cluster add-ons, same contract.
 ADDON_EXPORTS = {
     "grafana_admin_password",
@@ -90,12 +100,27 @@ def test_every_launch_template_requires_imdsv2_with_hop_limit_one_and_no_ssh(sta
 
 # Reserved capacity beside dev's elastic pools: fixed-size managed groups (AMD custom AMI, A100 with EFA).
 RESERVED_POOLS = [
-    {"name": "amd-reserved", "accelerator": "amd-v520", "source": "managed", "size": 1,
-     "instanceTypes": ["g4ad.xlarge"], "capacityTypes": ["spot"], "amiId": "ami-0123456789abcdef0"},
-    {"name": "a100-reserved", "accelerator": "a100", "source": "managed", "size": 2,
-     "instanceTypes": ["p4d.24xlarge"], "capacityTypes": ["on-demand"], "diskSizeGiB": 500, "efa": True},
+    {
+        "name": "amd-reserved",
+        "accelerator": "amd-v520",
+        "source": "managed",
+        "size": 1,
+        "instanceTypes": ["g4ad.xlarge"],
+        "capacityTypes": ["spot"],
+        "amiId": "ami-0123456789abcdef0",
+    },
+    {
+        "name": "a100-reserved",
+        "accelerator": "a100",
+        "source": "managed",
+        "size": 2,
+        "instanceTypes": ["p4d.24xlarge"],
+        "capacityTypes": ["on-demand"],
+        "diskSizeGiB": 500,
+        "efa": True,
+    },
     {"name": "t4-reserved", "accelerator": "t4", "source": "managed", "size": 1},
-]  # fmt: skip
+]
 
 
 @pytest.fixture(scope="module")
@@ -239,7 +264,10 @@ def test_ecr_repositories_scan_on_push_refuse_tag_overwrites_and_expire_old_imag
 def test_coredns_is_our_addon_and_ebs_csi_has_its_own_pod_identity_role(stack):
     addons = {r.inputs["addonName"]: r.inputs for r in stack.of_type("aws:eks/addon:Addon")}
     assert set(addons) == {
-        "coredns", "eks-pod-identity-agent", "aws-ebs-csi-driver", "eks-node-monitoring-agent"
+        "coredns",
+        "eks-pod-identity-agent",
+        "aws-ebs-csi-driver",
+        "eks-node-monitoring-agent",
     }
     # vpc-cni and kube-proxy: pulumi-eks's managed add-ons (not disabled); CoreDNS is ours (it waits for
     # the nodes, the Pod Identity agent does not: test_ordering.py).

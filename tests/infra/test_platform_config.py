@@ -79,8 +79,17 @@ def test_dev_and_prod_stack_files_load():
             id="size-on-karpenter",
         ),
         pytest.param(
-            {"mlops-eks:gpuPools": [{"name": "r", "accelerator": "t4", "source": "managed", "size": 1,
-                                     "capacityTypes": ["spot", "on-demand"]}]},  # fmt: skip
+            {
+                "mlops-eks:gpuPools": [
+                    {
+                        "name": "r",
+                        "accelerator": "t4",
+                        "source": "managed",
+                        "size": 1,
+                        "capacityTypes": ["spot", "on-demand"],
+                    }
+                ]
+            },
             ["mlops-eks:gpuPools[0].capacityTypes", "exactly one of spot, on-demand"],
             id="managed-two-capacity-types",
         ),
@@ -323,9 +332,7 @@ ADMIN = "arn:aws:iam::123456789012:role/platform-admin"
     ],
 )
 def test_an_admin_entry_for_the_deploying_identity_is_refused(admin, caller, collides):
-    config = PlatformConfig.from_mapping(
-        {**DEV, **FROM_VPC, "mlops-eks:adminPrincipalArns": [admin]}
-    )
+    config = PlatformConfig.from_mapping({**DEV, **FROM_VPC, "mlops-eks:adminPrincipalArns": [admin]})
     if not collides:
         config.check_deployable(caller)
         return

@@ -4,6 +4,7 @@ render into it pass (workloads/pod_security.py), and says why when that is not `
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 import pytest
 
@@ -15,11 +16,19 @@ from workloads.pod_security import (
     baseline_violations,
     pod_spec,
     restricted_violations,
-    strictest_level,
 )
 
 NAMESPACE = "kubernetes:core/v1:Namespace"
 ENFORCE = "pod-security.kubernetes.io/enforce"
+
+
+def strictest_level(specs: list[dict[str, Any]], *, version: str = "latest") -> str:
+    """The strictest Pod Security level every one of `specs` passes."""
+    if not any(restricted_violations(s, version=version) for s in specs):
+        return "restricted"
+    if not any(baseline_violations(s, version=version) for s in specs):
+        return "baseline"
+    return "privileged"
 
 
 def _pods_by_namespace(objs) -> dict[str, list[dict]]:
@@ -59,9 +68,19 @@ def test_every_level_below_restricted_says_why():
 
 
 def test_the_checker_refuses_what_each_level_refuses():
-    base = {"containers": [{"name": "c", "securityContext": {
-        "allowPrivilegeEscalation": False, "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"},
-        "capabilities": {"drop": ["ALL"]}}}]}  # fmt: skip
+    base = {
+        "containers": [
+            {
+                "name": "c",
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "runAsNonRoot": True,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                    "capabilities": {"drop": ["ALL"]},
+                },
+            }
+        ]
+    }
     assert restricted_violations(base) == []
     privileged = {"containers": [{"name": "c", "securityContext": {"privileged": True}}]}
     host = {"hostNetwork": True, "containers": [{"name": "c"}]}

@@ -51,8 +51,11 @@ def test_the_command_prints_json_on_stdout_and_warnings_on_stderr():
     """The real entry point, in a fresh process (as `make lint` and a reviewer run it)."""
     p = subprocess.run(
         [sys.executable, "-m", "infra", "synth", "--stack", "dev", "--json"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     check_resources(json.loads(p.stdout))  # the warnings stay out of the JSON
     assert "no alert receiver" in p.stderr and '"null"' in p.stderr
@@ -100,9 +103,14 @@ def test_idle_cost_counts_control_plane_nat_system_nodes_and_gpu_minimums():
     # A reserved (managed) pool runs its fixed size whether jobs run or not; Karpenter pools run none.
     warm = stack_config("dev")
     warm["mlops-eks:gpuPools"].append(
-        {"name": "t4-reserved", "accelerator": "t4", "source": "managed", "size": 1,
-         "instanceTypes": ["g4dn.12xlarge"]}
-    )  # fmt: skip
+        {
+            "name": "t4-reserved",
+            "accelerator": "t4",
+            "source": "managed",
+            "size": 1,
+            "instanceTypes": ["g4dn.12xlarge"],
+        }
+    )
     lines = dict(idle_cost_lines(PlatformConfig.from_mapping(warm)))
     assert lines["GPU pool t4-reserved (1 x g4dn.12xlarge)"] == pytest.approx(3.912)
     assert lines["GPU pool t4 (0 x g4dn.12xlarge)"] == 0

@@ -70,10 +70,12 @@ def service_targets(
     """(pod, pod port) a Service reference reaches: a webhook's or APIService's {namespace, name, port}
     (port 443 unless given), or a ServiceMonitor endpoint's {namespace, name, portName, targetPort}."""
     found = [
-        o for o in objects
-        if o["kind"] == "Service" and o["metadata"]["namespace"] == ref["namespace"]
+        o
+        for o in objects
+        if o["kind"] == "Service"
+        and o["metadata"]["namespace"] == ref["namespace"]
         and o["metadata"]["name"] == ref["name"]
-    ]  # fmt: skip
+    ]
     targets = []
     for svc in found:
         selected = [p for p in pods if _behind(svc, p)]

@@ -311,8 +311,10 @@ def _ingress(protocol: str, low: int, high: int, *cidrs: str) -> dict[str, Any]:
 
 
 def _binding(role: str, *subjects: dict[str, str]) -> dict[str, Any]:
-    return {"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-            "subjects": list(subjects)}  # fmt: skip
+    return {
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": list(subjects),
+    }
 
 
 def _webhook(rules: list[dict[str, Any]], url: str = "https://hooks.example.net/admit") -> dict[str, Any]:

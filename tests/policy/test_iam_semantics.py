@@ -172,8 +172,11 @@ def test_irsa_is_recognised_however_its_action_is_spelled():
     pin = {"StringEquals": {f"{oidc}:sub": "system:serviceaccount:team-a:trainer"}}
     for spelling in spellings("sts:assumerolewithwebidentity", random.Random(7)):
         statement = {"Effect": "Allow", "Principal": federated, "Action": spelling}
-        unpinned = list(check_pod_role_trust("aws:iam/role:Role", {"assumeRolePolicy": json.dumps(
-            {"Statement": [statement]})}))  # fmt: skip
+        unpinned = list(
+            check_pod_role_trust(
+                "aws:iam/role:Role", {"assumeRolePolicy": json.dumps({"Statement": [statement]})}
+            )
+        )
         assert any(":sub" in m for m in unpinned), (spelling, unpinned)
         pinned = {"assumeRolePolicy": json.dumps({"Statement": [{**statement, "Condition": pin}]})}
         assert list(check_pod_role_trust("aws:iam/role:Role", pinned)) == [], spelling

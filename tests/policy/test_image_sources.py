@@ -8,8 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from infra.platform.registries import REGISTRIES, registry_host, registry_of
+from infra.platform.registries import REGISTRIES, Registry, registry_host
 from policy.scan import platform_objects
+
+
+def registry_of(image: str) -> Registry | None:
+    host = registry_host(image)
+    return next((r for r in REGISTRIES if r.hosts.fullmatch(host)), None)
 
 
 def images(objects: list[dict[str, Any]]) -> set[str]:

@@ -45,27 +45,59 @@ def test_a_restricted_pod_passes_every_level_and_version():
     ("spec", "level", "refused_at", "allowed_at", "check"),
     [
         # check_hostProbesAndhostLifecycle.go: baseline from 1.34.
-        (_with({"livenessProbe": {"httpGet": {"host": "10.0.0.1", "port": 80}}}), "baseline", "v1.34",
-         "v1.33", "hostProbesAndHostLifecycle"),
+        (
+            _with({"livenessProbe": {"httpGet": {"host": "10.0.0.1", "port": 80}}}),
+            "baseline",
+            "v1.34",
+            "v1.33",
+            "hostProbesAndHostLifecycle",
+        ),
         # check_sysctls.go: tcp_rmem allowed from 1.32.
-        (_with(securityContext={"sysctls": [{"name": "net.ipv4.tcp_rmem", "value": "4096 87380 6291456"}]}),
-         "baseline", "v1.31", "v1.32", "sysctls"),
+        (
+            _with(
+                securityContext={"sysctls": [{"name": "net.ipv4.tcp_rmem", "value": "4096 87380 6291456"}]}
+            ),
+            "baseline",
+            "v1.31",
+            "v1.32",
+            "sysctls",
+        ),
         # check_runAsUser.go: restricted from 1.23.
         (_with({"securityContext": {"runAsUser": 0}}), "restricted", "v1.23", "v1.22", "runAsUser"),
         # check_seLinuxOptions.go: container_engine_t allowed from 1.31.
-        (_with({"securityContext": {"seLinuxOptions": {"type": "container_engine_t"}}}), "baseline", "v1.30",
-         "v1.31", "seLinuxOptions"),
+        (
+            _with({"securityContext": {"seLinuxOptions": {"type": "container_engine_t"}}}),
+            "baseline",
+            "v1.30",
+            "v1.31",
+            "seLinuxOptions",
+        ),
         # check_procMount_baseline.go: any procMount in a user namespace from 1.35.
-        (_with({"securityContext": {"procMount": "Unmasked"}}, hostUsers=False), "baseline", "v1.34", "v1.35",
-         "procMount"),
+        (
+            _with({"securityContext": {"procMount": "Unmasked"}}, hostUsers=False),
+            "baseline",
+            "v1.34",
+            "v1.35",
+            "procMount",
+        ),
         # check_capabilities_restricted.go: before 1.22 restricted used baseline's list (CHOWN allowed).
-        (_with({"securityContext": {"capabilities": {"drop": ["ALL"], "add": ["CHOWN"]}}}), "restricted",
-         "v1.22", "v1.21", "capabilities_restricted"),
+        (
+            _with({"securityContext": {"capabilities": {"drop": ["ALL"], "add": ["CHOWN"]}}}),
+            "restricted",
+            "v1.22",
+            "v1.21",
+            "capabilities_restricted",
+        ),
         # check_allowPrivilegeEscalation.go: Windows pods exempt from 1.25.
-        (_with({"securityContext": {"allowPrivilegeEscalation": None}}, os={"name": "windows"}), "restricted",
-         "v1.24", "v1.25", "allowPrivilegeEscalation"),
+        (
+            _with({"securityContext": {"allowPrivilegeEscalation": None}}, os={"name": "windows"}),
+            "restricted",
+            "v1.24",
+            "v1.25",
+            "allowPrivilegeEscalation",
+        ),
     ],
-)  # fmt: skip
+)
 def test_each_check_at_the_versions_it_changed(spec, level, refused_at, allowed_at, check):
     assert check in checks(spec, level, refused_at)
     assert check not in checks(spec, level, allowed_at)

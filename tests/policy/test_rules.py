@@ -445,7 +445,7 @@ CASES = [
                 {"Statement": [{"Effect": "Allow", "Principal": "*", "Action": "sqs:*", "Resource": "q"}]}
             )
         },
-    ),  # fmt: skip
+    ),
     (
         "network-no-internet-admin-ports",
         "aws:ec2/securityGroupRule:SecurityGroupRule",
@@ -488,7 +488,7 @@ CASES = [
                 }
             ]
         },
-    ),  # fmt: skip
+    ),
     (
         "k8s-namespace-pod-security-not-lowered",
         "kubernetes:core/v1:Namespace",

@@ -90,7 +90,8 @@ def test_skip_scopes_do_not_cover_services():
 
 
 def test_helm_objects_fails_on_objects_the_kubernetes_schema_rejects(monkeypatch):
-    from sim import helm_render, scan
+    from policy import scan
+    from sim import helm_render
 
     bad = "kube-prometheus-stack: Deployment/grafana: 'replicas' is not of type 'integer'"
     rendered = helm_render.Rendered(kube_version="1.35", releases=[], invalid=[bad])
@@ -105,10 +106,16 @@ def test_helm_objects_fails_on_objects_the_kubernetes_schema_rejects(monkeypatch
 def test_the_scan_renders_the_releases_the_session_renders(rendered, platform_resources, monkeypatch, stack):
     """`chart_objects` reuses the session's `rendered`; policy.scan.helm_objects, given `infra synth --json`,
     renders the same releases at the same Kubernetes version."""
-    from sim import helm_render, scan
+    from policy import scan
+    from sim import helm_render
 
     asked = []
-    monkeypatch.setattr(helm_render, "render_platform", lambda resources, version: asked.append(
-        (helm_render.releases(resources), version)) or rendered[stack])  # fmt: skip
+    monkeypatch.setattr(
+        helm_render,
+        "render_platform",
+        lambda resources, version: (
+            asked.append((helm_render.releases(resources), version)) or rendered[stack]
+        ),
+    )
     assert scan.helm_objects(platform_resources[stack]) == rendered[stack].all_objects
     assert asked == [(rendered[stack].releases, rendered[stack].kube_version)]

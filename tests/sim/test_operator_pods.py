@@ -58,8 +58,11 @@ KUEUE_CONSTANTS = KUEUE / "pkg/constants/constants.go"
         (CONFIG, "PyTorchInitContainerTemplateFileDefault", model.PYTORCH_INIT_TEMPLATE_FILE),
         (CONFIG, "PyTorchInitContainerMaxTriesDefault", str(model.PYTORCH_INIT_MAX_TRIES)),
         (CONFIG, "MPIKubectlDeliveryImageDefault", model.MPI_KUBECTL_DELIVERY_IMAGE),
-        (V1 / "pkg/controller.v1/pytorch/initcontainer.go", "initContainerTemplate",
-         model.PYTORCH_INIT_TEMPLATE_BUILTIN),
+        (
+            V1 / "pkg/controller.v1/pytorch/initcontainer.go",
+            "initContainerTemplate",
+            model.PYTORCH_INIT_TEMPLATE_BUILTIN,
+        ),
         (PYTORCH_TYPES, "PyTorchJobDefaultPortName", model.PYTORCH_PORT_NAME),
         (PYTORCH_TYPES, "PyTorchJobDefaultPort", str(model.PYTORCH_PORT)),
         (PYTORCH_TYPES, "PyTorchJobDefaultContainerName", model.PYTORCH_CONTAINER),
@@ -82,12 +85,18 @@ KUEUE_CONSTANTS = KUEUE / "pkg/constants/constants.go"
         (KUEUE_CONSTANTS, "LocalQueueLabel", model.KUEUE_POD_LABELS["local_queue"]),
         (KUEUE_CONSTANTS, "ClusterQueueLabel", model.KUEUE_POD_LABELS["cluster_queue"]),
         (KUEUE / "pkg/controller/constants/constants.go", "QueueLabel", model.KUEUE_QUEUE_LABEL),
-        (KUEUE / "apis/kueue/v1beta2/topology_types.go", "WorkloadAnnotation",
-         model.KUEUE_WORKLOAD_ANNOTATION),
-        (KUEUE / "pkg/controller/jobs/trainjob/trainjob_controller.go", "runtimePatchManagerName",
-         model.KUEUE_RUNTIME_PATCH_MANAGER),
+        (
+            KUEUE / "apis/kueue/v1beta2/topology_types.go",
+            "WorkloadAnnotation",
+            model.KUEUE_WORKLOAD_ANNOTATION,
+        ),
+        (
+            KUEUE / "pkg/controller/jobs/trainjob/trainjob_controller.go",
+            "runtimePatchManagerName",
+            model.KUEUE_RUNTIME_PATCH_MANAGER,
+        ),
     ],
-)  # fmt: skip
+)
 def test_the_models_constants_are_the_pinned_operators(source, name, modelled):
     assert go_value(source, name) == modelled
 
@@ -196,9 +205,13 @@ def test_train_job_pods_are_the_jobsets_indexed_pods_with_trainers_torch_environ
 def test_kueue_writes_the_platforms_flavor_into_an_admitted_train_jobs_pods():
     objects, platform = _rendered("prod-a100")
     (research,) = [q for q in platform.queue_quotas if q.name == "research"]
-    flavors = {o["metadata"]["name"]: o["spec"] for o in kueue_objects(
-        [TeamQueue(name="research", cpu=1, memory_gib=1, gpus=research.gpus, efa_interfaces=8)]
-    ) if o["kind"] == "ResourceFlavor"}  # fmt: skip
+    flavors = {
+        o["metadata"]["name"]: o["spec"]
+        for o in kueue_objects(
+            [TeamQueue(name="research", cpu=1, memory_gib=1, gpus=research.gpus, efa_interfaces=8)]
+        )
+        if o["kind"] == "ResourceFlavor"
+    }
     for created in model.operator_pods(objects, platform):
         assert created.held is None
         assert created.labels[model.KUEUE_POD_LABELS["podset"]] == "node"
@@ -252,10 +265,16 @@ def test_the_mpi_launcher_is_baseline_only_and_its_namespace_enforces_baseline()
 
 
 def test_a_strategic_merge_patch_merges_named_lists_and_replaces_tolerations():
-    base = {"containers": [{"name": "node", "image": "a", "env": [{"name": "A", "value": "1"}]}],
-            "tolerations": [{"key": "x"}], "nodeSelector": {"a": "1"}}  # fmt: skip
-    patch = {"containers": [{"name": "node", "env": [{"name": "B", "value": "2"}]}],
-             "tolerations": [{"key": "y"}], "nodeSelector": {"b": "2"}}  # fmt: skip
+    base = {
+        "containers": [{"name": "node", "image": "a", "env": [{"name": "A", "value": "1"}]}],
+        "tolerations": [{"key": "x"}],
+        "nodeSelector": {"a": "1"},
+    }
+    patch = {
+        "containers": [{"name": "node", "env": [{"name": "B", "value": "2"}]}],
+        "tolerations": [{"key": "y"}],
+        "nodeSelector": {"b": "2"},
+    }
     merged = model.strategic_merge(base, patch)
     env = [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]
     assert merged["containers"] == [{"name": "node", "image": "a", "env": env}]

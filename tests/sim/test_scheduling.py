@@ -136,10 +136,16 @@ def test_pods_of_one_job_share_the_pools_nodes():
 
 def test_a_karpenter_pool_holds_its_gpu_limit_divided_by_the_gpus_per_node():
     pool = AcceleratorPool(
-        source="karpenter", accelerator="a100", instance_types=("p4d.24xlarge",), gpus_per_node=8,
-        resource_name="nvidia.com/gpu", node_labels={}, taints=(), capacity_types=("on-demand",),
+        source="karpenter",
+        accelerator="a100",
+        instance_types=("p4d.24xlarge",),
+        gpus_per_node=8,
+        resource_name="nvidia.com/gpu",
+        node_labels={},
+        taints=(),
+        capacity_types=("on-demand",),
         gpu_limit=20,
-    )  # fmt: skip
+    )
     assert pool.max_nodes == 2
     assert pool.model_copy(update={"source": "managed", "size": 0}).max_nodes == 0
 

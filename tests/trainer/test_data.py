@@ -85,7 +85,7 @@ def test_s3_source_is_downloaded_and_read(tmp_path):
         s3.create_bucket(Bucket="data")
         s3.upload_file(str(tmp_path / "r.parquet"), "data", "imdb/train.parquet")
         path = data.fetch_to_local("s3://data/imdb/train.parquet", tmp_path, client=s3)
-        assert data._read_rows(path, "text", "label") == ROWS
+        assert data.read_columns(path, "text", "label").examples() == ROWS
 
 
 @pytest.mark.parametrize(
@@ -100,7 +100,7 @@ def test_bad_rows_name_the_file_and_the_problem(tmp_path, content, message):
     f = tmp_path / "bad.jsonl"
     f.write_text(content)
     with pytest.raises(data.DataError) as err:
-        data._read_rows(f, "text", "label")
+        data.read_columns(f, "text", "label").examples()
     assert str(f) in str(err.value) and message in str(err.value)
 
 
@@ -108,7 +108,7 @@ def test_csv_without_the_label_column_is_refused(tmp_path):
     f = tmp_path / "bad.csv"
     f.write_text("text,stars\nfine,5\n")
     with pytest.raises(data.DataError, match="no column 'label'"):
-        data._read_rows(f, "text", "label")
+        data.read_columns(f, "text", "label").examples()
 
 
 def test_label_outside_the_model_classes_is_refused():

@@ -2,10 +2,16 @@
 
 FEW_STEPS = [
     "--",
-    "--train.max_steps", "4",
-    "--train.warmup_steps", "1",
-    "--train.eval_every", "2",
-    "--train.log_every", "2",
-    "--data.synthetic_train_size", "128",
-    "--data.synthetic_val_size", "32",
-]  # fmt: skip
+    "--train.max_steps",
+    "4",
+    "--train.warmup_steps",
+    "1",
+    "--train.eval_every",
+    "2",
+    "--train.log_every",
+    "2",
+    "--data.synthetic_train_size",
+    "128",
+    "--data.synthetic_val_size",
+    "32",
+]

@@ -267,8 +267,10 @@ def test_rules_reject_bad_queues_and_flavors(rules):
         "metadata": {"name": "q"},
         "spec": {
             "resourceGroups": [
-                {"coveredResources": ["cpu", "memory"], "flavors": [{"name": "f", "resources": [
-                    {"name": "cpu", "nominalQuota": "1"}]}]}  # fmt: skip
+                {
+                    "coveredResources": ["cpu", "memory"],
+                    "flavors": [{"name": "f", "resources": [{"name": "cpu", "nominalQuota": "1"}]}],
+                }
             ]
         },
     }
@@ -277,12 +279,19 @@ def test_rules_reject_bad_queues_and_flavors(rules):
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "ResourceFlavor",
         "metadata": {"name": "f"},
-        "spec": {"tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule",
-                                  "tolerationSeconds": 5}]},
-    }  # fmt: skip
+        "spec": {
+            "tolerations": [
+                {"key": "k", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 5}
+            ]
+        },
+    }
     assert ".spec.tolerations" in _rejected(rules, flavor)
-    local = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "l"},
-             "spec": {"clusterQueue": "a"}}  # fmt: skip
+    local = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "LocalQueue",
+        "metadata": {"name": "l"},
+        "spec": {"clusterQueue": "a"},
+    }
     assert _rejected(rules, local | {"spec": {"clusterQueue": "b"}}, local) == {".spec.clusterQueue"}
 
 
@@ -339,9 +348,14 @@ class OptionsMonitor(runtime_mocks.MockMonitor):
     def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
         inputs = json_format.MessageToDict(request.object)
         self.registered.append(
-            Registration(request.type, request.name, inputs, list(request.replaceOnChanges),
-                         request.deleteBeforeReplace)
-        )  # fmt: skip
+            Registration(
+                request.type,
+                request.name,
+                inputs,
+                list(request.replaceOnChanges),
+                request.deleteBeforeReplace,
+            )
+        )
         return super().RegisterResource(request)
 
 

@@ -132,8 +132,9 @@ def stacks(dev, prod) -> dict[str, Stack]:
         pools = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in synth.of_type(NODE_POOL)}
         pool_spec = pools[f"gpu-{pool}"]
         class_name = pool_spec["template"]["spec"]["nodeClassRef"]["name"]
-        (node_class,) = [r.inputs["spec"] for r in synth.of_type(NODE_CLASS)
-                         if r.inputs["metadata"]["name"] == class_name]  # fmt: skip
+        (node_class,) = [
+            r.inputs["spec"] for r in synth.of_type(NODE_CLASS) if r.inputs["metadata"]["name"] == class_name
+        ]
         found[name] = Stack(name, platform, objects, pool_spec, node_class, synth.config.kubernetes_version)
     return found
 
@@ -176,8 +177,9 @@ def pod_end_outcome(stack: Stack, end: PodEnd) -> str:
 
 def node_event(event: str) -> Callable[[Stack], str]:
     def outcome(stack: Stack) -> str:
-        fate = training_pod_fate(event, stack.pool_spec, stack.node_class, TERMINATION_GRACE_SECONDS,
-                                 stack.kubernetes_version)  # fmt: skip
+        fate = training_pod_fate(
+            event, stack.pool_spec, stack.node_class, TERMINATION_GRACE_SECONDS, stack.kubernetes_version
+        )
         if fate.outcome == KEEPS_RUNNING:
             return RUNS
         # torchrun waits that long for the ranks' save; under Ray Train the program runs in a thread, which
@@ -221,8 +223,10 @@ def update(change: dict) -> Callable[[Stack], str]:
         except SpecError:
             return CLEAR_FAILURE  # refused before anything changes
         old, new = stack.one(stack.kind), next(o for o in new_objects if o["kind"] == stack.kind)
-        changed = _changed({"metadata": old["metadata"], "spec": old["spec"]},
-                           {"metadata": new["metadata"], "spec": new["spec"]})  # fmt: skip
+        changed = _changed(
+            {"metadata": old["metadata"], "spec": old["spec"]},
+            {"metadata": new["metadata"], "spec": new["spec"]},
+        )
         if not changed:
             return RUNS
         replace = [_parts(p) for p in jobs.REPLACE_ON_CHANGES[stack.kind]]
@@ -251,8 +255,11 @@ def gpu_check_fails(stack: Stack) -> str:
     """A new node whose GPU check fails keeps its startup taint (infra/addons/gpu_node_check.py) and is
     replaced; a pod that does not tolerate the taint never lands on it (kube-scheduler's TaintToleration)."""
     pods = operator_pods(stack.objects, stack.platform)
-    landing = [p for p in pods if tolerated([Toleration(**t) for t in p.spec.get("tolerations") or []],
-                                            STARTUP_TAINT)]  # fmt: skip
+    landing = [
+        p
+        for p in pods
+        if tolerated([Toleration(**t) for t in p.spec.get("tolerations") or []], STARTUP_TAINT)
+    ]
     return WAITS if pods and not landing else f"{[p.role for p in landing]} land on unchecked GPUs"
 
 
@@ -274,8 +281,9 @@ def keeps_failing(stack: Stack, tmp_path) -> str:
         job = stack.one("PyTorchJob")
         master = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
         env = _ledger(master)
-        ledger = env and attempts.Ledger(LocalStorage(tmp_path), "master-0", int(env[attempts.BUDGET_ENV]),
-                                         env[attempts.SUBMISSION_ENV])  # fmt: skip
+        ledger = env and attempts.Ledger(
+            LocalStorage(tmp_path), "master-0", int(env[attempts.BUDGET_ENV]), env[attempts.SUBMISSION_ENV]
+        )
         for attempt in range(cap):
             code = (ledger.begin() if ledger else None) or 137
             if ledger and code == 137:
@@ -317,30 +325,64 @@ class Row:
 
 BOUNDED = re.compile(rf"^{CLEAR_FAILURE} after \d+ restarts$")
 ROWS = [
-    Row("update: new image tag", "Pulumi replaceOnChanges, workloads/jobs.py REPLACE_ON_CHANGES",
-        update({"imageTag": "0.2.0"}), frozenset({REPLACED})),
-    Row("update: trainerConfig", "Pulumi replaceOnChanges; the trainer reads its config at start",
-        update({"trainerConfig": {"train": {"max_steps": 5000}}}), frozenset({REPLACED}),
-        applies=lambda s: s.spec.program.runs_trainer),
-    Row("update: queue", "kueue 0.19.2 jobframework/validation.go validateUpdateForQueueName",
-        update({"queue": "ml-team"}), frozenset({REPLACED, CLEAR_FAILURE}),
-        applies=lambda s: s.platform.gang_scheduler == "kueue" and "ml-team" in s.platform.kueue_queues),
-    Row("AMI drift", "karpenter v1.14.1 disruption/types.go NewCandidate, drift.go (eventual class)",
-        node_event("drift"), frozenset({RUNS})),
-    Row("node expiry", "karpenter v1.14.1 nodeclaim/expiration, node/termination/terminator Drain",
-        node_event("expiry"), frozenset({RUNS})),
-    Row("Spot interruption", "karpenter-provider-aws v1.14.1 interruption: CordonAndDrain; kubelet shutdown",
-        node_event("spot-interruption"), frozenset({UNCOUNTED, COUNTED, CLEAR_FAILURE}),
-        applies=lambda s: "spot" in s.platform.accelerator_pools[s.pool].capacity_types),
-    Row("node repair", "karpenter v1.14.1 node repair (forceful termination); pod GC",
+    Row(
+        "update: new image tag",
+        "Pulumi replaceOnChanges, workloads/jobs.py REPLACE_ON_CHANGES",
+        update({"imageTag": "0.2.0"}),
+        frozenset({REPLACED}),
+    ),
+    Row(
+        "update: trainerConfig",
+        "Pulumi replaceOnChanges; the trainer reads its config at start",
+        update({"trainerConfig": {"train": {"max_steps": 5000}}}),
+        frozenset({REPLACED}),
+        applies=lambda s: s.spec.program.runs_trainer,
+    ),
+    Row(
+        "update: queue",
+        "kueue 0.19.2 jobframework/validation.go validateUpdateForQueueName",
+        update({"queue": "ml-team"}),
+        frozenset({REPLACED, CLEAR_FAILURE}),
+        applies=lambda s: s.platform.gang_scheduler == "kueue" and "ml-team" in s.platform.kueue_queues,
+    ),
+    Row(
+        "AMI drift",
+        "karpenter v1.14.1 disruption/types.go NewCandidate, drift.go (eventual class)",
+        node_event("drift"),
+        frozenset({RUNS}),
+    ),
+    Row(
+        "node expiry",
+        "karpenter v1.14.1 nodeclaim/expiration, node/termination/terminator Drain",
+        node_event("expiry"),
+        frozenset({RUNS}),
+    ),
+    Row(
+        "Spot interruption",
+        "karpenter-provider-aws v1.14.1 interruption: CordonAndDrain; kubelet shutdown",
+        node_event("spot-interruption"),
+        frozenset({UNCOUNTED, COUNTED, CLEAR_FAILURE}),
+        applies=lambda s: "spot" in s.platform.accelerator_pools[s.pool].capacity_types,
+    ),
+    Row(
+        "node repair",
+        "karpenter v1.14.1 node repair (forceful termination); pod GC",
         lambda s: {pod_end_outcome(s, end) for end in REPAIR.values()},
-        frozenset({UNCOUNTED, COUNTED, CLEAR_FAILURE})),
-    Row("GPU check fails on a new node", "kube-scheduler TaintToleration; infra/addons/gpu_node_check.py",
-        gpu_check_fails, frozenset({WAITS})),
-    Row("peer lost mid-step", "trainer/faults.py 202; the operators' retry rules",
+        frozenset({UNCOUNTED, COUNTED, CLEAR_FAILURE}),
+    ),
+    Row(
+        "GPU check fails on a new node",
+        "kube-scheduler TaintToleration; infra/addons/gpu_node_check.py",
+        gpu_check_fails,
+        frozenset({WAITS}),
+    ),
+    Row(
+        "peer lost mid-step",
+        "trainer/faults.py 202; the operators' retry rules",
         lambda s: pod_end_outcome(s, REPAIR["a rank on a healthy node lost its peer"]),
-        frozenset({COUNTED, UNCOUNTED, CLEAR_FAILURE})),
-]  # fmt: skip
+        frozenset({COUNTED, UNCOUNTED, CLEAR_FAILURE}),
+    ),
+]
 
 
 # Only the events that can reach a stack (the platform's exports and the job say which), so no case is

@@ -43,10 +43,26 @@ def demo_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess, subpr
         [sys.executable, "-c", "import pulumi"], env=env, capture_output=True, text=True, check=False
     )
     run = subprocess.run(
-        [sys.executable, "-m", "workloads", "run-local", "--stack", "dev-zimdb", "--nproc", "2",
-         "--out", str(root / "runs"), *FEW_STEPS],
-        env=env, capture_output=True, text=True, timeout=300, cwd=root, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "workloads",
+            "run-local",
+            "--stack",
+            "dev-zimdb",
+            "--nproc",
+            "2",
+            "--out",
+            str(root / "runs"),
+            *FEW_STEPS,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+        check=False,
+    )
     return root / "runs", probe, run
 
 

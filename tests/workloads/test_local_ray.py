@@ -52,9 +52,10 @@ def test_a_torchrun_stack_runs_without_ray(monkeypatch, tmp_path):
 def test_the_local_command_is_the_rayjobs_entry_point_with_the_torchrun_program(tmp_path):
     ray_stack = load_stack(STACK)
     torchrun_stack = ray_stack.__class__(
-        name=ray_stack.name, platform_stack=ray_stack.platform_stack,
+        name=ray_stack.name,
+        platform_stack=ray_stack.platform_stack,
         spec=ray_stack.spec.model_copy(update={"operator": "trainjob"}),
-    )  # fmt: skip
+    )
     ray_argv = local.command(ray_stack, 3, tmp_path, [])
     torchrun_argv = local.command(torchrun_stack, 3, tmp_path, [])
     assert ray_argv[:3] == [sys.executable, "-m", "trainer.ray_train"]

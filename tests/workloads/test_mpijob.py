@@ -49,10 +49,17 @@ def dev() -> PlatformFacts:
 def volcano(dev) -> PlatformFacts:
     """dev as if it gang-scheduled with Volcano: its ml-team queue as a Volcano Queue's capability
     (infra/addons/training.py volcano_queues)."""
-    queue = QueueQuota(name="ml-team", scheduler="volcano",
-                       nominal={"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "8"})  # fmt: skip
-    return dev.model_copy(update={"gang_scheduler": "volcano", "kueue_queues": (), "queue_quotas": (queue,),
-                                  "priority_classes": ("research",)})
+    queue = QueueQuota(
+        name="ml-team", scheduler="volcano", nominal={"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "8"}
+    )
+    return dev.model_copy(
+        update={
+            "gang_scheduler": "volcano",
+            "kueue_queues": (),
+            "queue_quotas": (queue,),
+            "priority_classes": ("research",),
+        }
+    )
 
 
 def _kind(objects: list[dict], kind: str) -> dict:
@@ -90,8 +97,16 @@ def test_workers_get_the_pool_gpus_identity_and_security_a_pytorchjobs_pods_get(
         "Master"
     ]
     ours, theirs = worker["template"]["spec"], master["template"]["spec"]
-    for key in ("nodeSelector", "affinity", "tolerations", "securityContext", "serviceAccountName", "volumes",
-                "automountServiceAccountToken", "terminationGracePeriodSeconds"):  # fmt: skip
+    for key in (
+        "nodeSelector",
+        "affinity",
+        "tolerations",
+        "securityContext",
+        "serviceAccountName",
+        "volumes",
+        "automountServiceAccountToken",
+        "terminationGracePeriodSeconds",
+    ):
         assert ours[key] == theirs[key], key
     for key in ("resources", "volumeMounts", "securityContext", "ports"):
         assert ours["containers"][0][key] == theirs["containers"][0][key], key
@@ -112,9 +127,18 @@ def test_the_launcher_runs_mpirun_on_the_pool_without_gpus_or_s3(dev):
     (container,) = spec["containers"]
     assert launcher["replicas"] == 1
     assert container["command"] == [
-        "python", "-m", "trainer.mpi_launch", "--container", "mpi", "--",
-        "python", "-m", "trainer", "--config", "/etc/trainer/config.yaml",
-    ]  # fmt: skip
+        "python",
+        "-m",
+        "trainer.mpi_launch",
+        "--container",
+        "mpi",
+        "--",
+        "python",
+        "-m",
+        "trainer",
+        "--config",
+        "/etc/trainer/config.yaml",
+    ]
     assert set(container["resources"]["requests"]) == {"cpu", "memory"}
     worker = _replicas(_kind(render(_spec(), dev), "MPIJob"))["Worker"]["template"]["spec"]
     assert spec["tolerations"] == worker["tolerations"] and spec["nodeSelector"] == worker["nodeSelector"]

@@ -152,8 +152,11 @@ def test_an_mpi_job_retries_a_rank_that_fails_on_a_healthy_node(stack, how):
 def test_no_restart_policy_makes_an_mpi_job_survive_repair(launcher, worker):
     """ExitCode on the workers lets a removed worker be recreated, but a removed launcher fails the job
     whatever its policy, and an ExitCode worker whose container fails stays Failed."""
-    job = {"spec": {"mpiReplicaSpecs": {"Launcher": {"restartPolicy": launcher},
-                                         "Worker": {"restartPolicy": worker}}}}  # fmt: skip
+    job = {
+        "spec": {
+            "mpiReplicaSpecs": {"Launcher": {"restartPolicy": launcher}, "Worker": {"restartPolicy": worker}}
+        }
+    }
     outcomes = {mpi_job_outcome(job, r, end) for r in ("Launcher", "Worker") for end in REPAIR.values()}
     assert outcomes - {RESTARTED}
     assert mpi_job_outcome(job, "Launcher", REPAIR["instance gone, marked Failed by the pod GC"]) == FAILED

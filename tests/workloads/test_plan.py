@@ -143,9 +143,10 @@ def test_an_operator_whose_init_container_pod_security_refuses_will_not_run_the_
     ours = operator_pods.operator_settings
     builtin = operator_pods.PYTORCH_INIT_TEMPLATE_BUILTIN
     monkeypatch.setattr(
-        operator_pods, "operator_settings",
+        operator_pods,
+        "operator_settings",
         lambda platform: dataclasses.replace(ours(platform), pytorch_init_template=builtin),
-    )  # fmt: skip
+    )
     code, out = plan_of("--stack", "dev-zimdb-multinode")
     assert code == 2 and "pod security: namespace zimdb-multinode enforces restricted: " in out
     assert (

@@ -237,12 +237,16 @@ def test_logs_and_status_find_the_rayjob_and_read_each_pods_only_container(tmp_p
         kube.add(f"/apis/ray.io/v1/namespaces/{ns}/rayjobs", job | {"status": {"jobStatus": "RUNNING"}})
         labels = job["metadata"]["labels"]
         for name, container in (("head", rayjob.HEAD_CONTAINER), ("submitter", rayjob.SUBMITTER_CONTAINER)):
-            kube.add(f"/api/v1/namespaces/{ns}/pods", {
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": f"zimdb-ray-{name}", "namespace": ns, "labels": labels},
-                "spec": {"containers": [{"name": container, "image": "x"}]},
-                "status": {"phase": "Running", "containerStatuses": []},
-            })  # fmt: skip
+            kube.add(
+                f"/api/v1/namespaces/{ns}/pods",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": f"zimdb-ray-{name}", "namespace": ns, "labels": labels},
+                    "spec": {"containers": [{"name": container, "image": "x"}]},
+                    "status": {"phase": "Running", "containerStatuses": []},
+                },
+            )
             kube.logs[f"{ns}/zimdb-ray-{name}"] = [f"hello from the {name}"]
         kubeconfig = ["--stack", "dev-zimdb-ray", "--kubeconfig", str(tmp_path / "kubeconfig")]
         assert main(["logs", *kubeconfig]) == 0
@@ -264,5 +268,8 @@ def render_stack(stack: str) -> list[dict]:
     from workloads.stacks import load_stack, program_text
 
     loaded = load_stack(stack)
-    return render(loaded.spec, _platform(loaded.platform_stack.rsplit("/", 1)[-1]),
-                  program_text=program_text(loaded.spec))  # fmt: skip
+    return render(
+        loaded.spec,
+        _platform(loaded.platform_stack.rsplit("/", 1)[-1]),
+        program_text=program_text(loaded.spec),
+    )

@@ -151,10 +151,15 @@ def test_the_reserved_namespaces_are_every_platform_namespace_and_kubernetes_own
     from infra.addons import namespaces
 
     installed_into = {
-        namespaces.MONITORING_NAMESPACE, namespaces.GPU_NAMESPACE, namespaces.KUBECOST_NAMESPACE,
-        namespaces.TRAINER_NAMESPACE, namespaces.KUBERAY_NAMESPACE, namespaces.KUEUE_NAMESPACE,
-        namespaces.VOLCANO_NAMESPACE, namespaces.TRAINING_OPERATOR_V1_NAMESPACE,
-    }  # fmt: skip
+        namespaces.MONITORING_NAMESPACE,
+        namespaces.GPU_NAMESPACE,
+        namespaces.KUBECOST_NAMESPACE,
+        namespaces.TRAINER_NAMESPACE,
+        namespaces.KUBERAY_NAMESPACE,
+        namespaces.KUEUE_NAMESPACE,
+        namespaces.VOLCANO_NAMESPACE,
+        namespaces.TRAINING_OPERATOR_V1_NAMESPACE,
+    }
     assert installed_into == PLATFORM_NAMESPACES == set(namespaces.POD_SECURITY)
     assert "kube-system" in KUBERNETES_NAMESPACES
     for namespace in sorted(PLATFORM_NAMESPACES | KUBERNETES_NAMESPACES):

@@ -59,13 +59,20 @@ def cond(type_: str, status: str = "True", reason: str = "", message: str = "") 
 def make_pod(index: int, phase: str, *, statuses: list[dict] | None = None, conditions=None) -> dict:
     name = f"zimdb-node-0-{index}-abcde"
     return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS, "labels": {
-            "mlops-eks.io/job": "zimdb", "batch.kubernetes.io/job-completion-index": str(index)}},
-        "spec": {"containers": [{"name": "node", "image": "x",
-                                 "ports": [{"name": "metrics", "containerPort": 9464}]}]},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "labels": {"mlops-eks.io/job": "zimdb", "batch.kubernetes.io/job-completion-index": str(index)},
+        },
+        "spec": {
+            "containers": [
+                {"name": "node", "image": "x", "ports": [{"name": "metrics", "containerPort": 9464}]}
+            ]
+        },
         "status": {"phase": phase, "conditions": conditions or [], "containerStatuses": statuses or []},
-    }  # fmt: skip
+    }
 
 
 def terminated(code: int, reason: str = "Error", message: str = "", *, last: bool = False) -> dict:
@@ -97,12 +104,17 @@ def test_queued_in_kueue_shows_the_workloads_reason(kube, tmp_path, capsys):
         "couldn't assign flavors to pod set node: insufficient quota for nvidia.com/gpu in flavor t4, "
         "4 more needed"
     )
-    kube.add(WORKLOADS, {
-        "metadata": {"name": "trainjob-zimdb-1a2b3", "ownerReferences": [{"kind": "TrainJob", "name": "zimdb",
-                                                                           "uid": "uid-1"}]},
-        "spec": {"queueName": "gpu"},
-        "status": {"conditions": [cond("QuotaReserved", "False", "Pending", why)]},
-    })  # fmt: skip
+    kube.add(
+        WORKLOADS,
+        {
+            "metadata": {
+                "name": "trainjob-zimdb-1a2b3",
+                "ownerReferences": [{"kind": "TrainJob", "name": "zimdb", "uid": "uid-1"}],
+            },
+            "spec": {"queueName": "gpu"},
+            "status": {"conditions": [cond("QuotaReserved", "False", "Pending", why)]},
+        },
+    )
     kube.add(
         WORKLOADS,
         {
@@ -267,8 +279,10 @@ def test_missing_kubeconfig_is_a_config_error(tmp_path, capsys, monkeypatch):
     assert "no kubeconfig at" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("content", "says"), [(None, "cannot read it"), ("{not json", "not valid JSON"),
-                                              ("[]", "got a JSON list, not an object")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [(None, "cannot read it"), ("{not json", "not valid JSON"), ("[]", "got a JSON list, not an object")],
+)
 def test_unreadable_platform_outputs_exit_2_naming_the_file(tmp_path, capsys, monkeypatch, content, says):
     monkeypatch.delenv("KUBECONFIG", raising=False)
     outputs = tmp_path / "outputs.json"
@@ -293,20 +307,33 @@ def test_every_trainer_exit_code_has_a_meaning():
     from trainer import faults
     from workloads.status import EXIT_MEANINGS
 
-    codes = [faults.INVALID, faults.STOPPED, faults.STORAGE_UNAVAILABLE, faults.NO_GPU, faults.PEER_LOST,
-             faults.RENDEZVOUS_TIMEOUT]  # fmt: skip
+    codes = [
+        faults.INVALID,
+        faults.STOPPED,
+        faults.STORAGE_UNAVAILABLE,
+        faults.NO_GPU,
+        faults.PEER_LOST,
+        faults.RENDEZVOUS_TIMEOUT,
+    ]
     assert all(EXIT_MEANINGS.get(code) for code in codes), EXIT_MEANINGS
 
 
 def test_quota_reserved_but_not_admitted_shows_the_admission_check(kube, tmp_path, capsys):
     deploy(kube)
     waiting = "The workload has not all checks ready: capacity: Pending"
-    kube.add(WORKLOADS, {
-        "metadata": {"name": "trainjob-zimdb-1", "ownerReferences": [{"name": "zimdb", "uid": "uid-1"}]},
-        "spec": {"queueName": "gpu"},
-        "status": {"conditions": [cond("QuotaReserved", "True", "QuotaReserved", "Quota reserved in gpu"),
-                                  cond("Admitted", "False", "NoChecks", waiting)]},
-    })  # fmt: skip
+    kube.add(
+        WORKLOADS,
+        {
+            "metadata": {"name": "trainjob-zimdb-1", "ownerReferences": [{"name": "zimdb", "uid": "uid-1"}]},
+            "spec": {"queueName": "gpu"},
+            "status": {
+                "conditions": [
+                    cond("QuotaReserved", "True", "QuotaReserved", "Quota reserved in gpu"),
+                    cond("Admitted", "False", "NoChecks", waiting),
+                ]
+            },
+        },
+    )
     code, out, _ = run(tmp_path, capsys, "status")
     assert code == 0
     assert f"workload trainjob-zimdb-1 in queue gpu: {waiting}" in out

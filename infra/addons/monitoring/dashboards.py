@@ -121,14 +121,19 @@ def training_dashboard() -> dict[str, Any]:
     mfu = per_job("max", "trainer_mfu_ratio")
     trainer_panels = [
         _panel(7, "Training loss per job", loss, "none", (0, 22, 12, 8)),
-        _panel(8, "Validation accuracy per job", per_job("max", "trainer_val_accuracy"), "percentunit",
-               (12, 22, 12, 8)),
+        _panel(
+            8,
+            "Validation accuracy per job",
+            per_job("max", "trainer_val_accuracy"),
+            "percentunit",
+            (12, 22, 12, 8),
+        ),
         _panel(9, "Samples/s per job", samples, "none", (0, 30, 8, 8)),
         _panel(10, "Tokens/s per job", tokens, "none", (8, 30, 8, 8)),
         _panel(11, "MFU per job (GPUs with a known peak)", mfu, "percentunit", (16, 30, 8, 8)),
         _panel(12, "Progress (step / total)", progress, "percentunit", (0, 38, 12, 6), kind="bargauge"),
         _panel(13, "Learning rate per job", lr, "none", (12, 38, 12, 6)),
-    ]  # fmt: skip
+    ]
     panels = [
         _panel(1, "Running training jobs", running, "none", (0, 0, 6, 6), kind="stat"),
         _panel(2, "GPUs in use per job", per_job("count", "DCGM_FI_DEV_GPU_UTIL"), "none", (6, 0, 18, 6)),

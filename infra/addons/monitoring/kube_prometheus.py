@@ -56,8 +56,12 @@ DELETE_VOLUMES = {"whenDeleted": "Delete", "whenScaled": "Retain"}
 UNSCRAPABLE = ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy")
 # Their default rule groups (values `defaultRules.rules.*`), off as well.
 UNSCRAPABLE_RULES = (
-    "kubeControllerManager", "kubeSchedulerAlerting", "kubeSchedulerRecording", "etcd", "kubeProxy",
-)  # fmt: skip
+    "kubeControllerManager",
+    "kubeSchedulerAlerting",
+    "kubeSchedulerRecording",
+    "etcd",
+    "kubeProxy",
+)
 
 
 def _volume_claim(storage_class: str, gib: int) -> dict[str, Any]:
@@ -216,11 +220,14 @@ class Observability(pulumi.ComponentResource):
         for file_name, render in DASHBOARDS.items():
             k8s.core.v1.ConfigMap(
                 f"{name}-dashboard-{file_name.removesuffix('.json')}",
-                metadata={"name": f"dashboard-{file_name.removesuffix('.json')}", "namespace": NAMESPACE,
-                          "labels": {DASHBOARD_LABEL: "1"}},
+                metadata={
+                    "name": f"dashboard-{file_name.removesuffix('.json')}",
+                    "namespace": NAMESPACE,
+                    "labels": {DASHBOARD_LABEL: "1"},
+                },
                 data={file_name: json.dumps(render())},
                 opts=in_namespace,
-            )  # fmt: skip
+            )
         self.release = release(
             RELEASE,
             "kube-prometheus-stack",

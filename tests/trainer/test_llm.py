@@ -72,7 +72,7 @@ def test_the_loss_counts_the_assistant_turns_and_their_end_of_turn_only():
     tok = tiny.tokenizer()
     ids, labels = data.encode(tok, CHAT, "test")
     labelled = tok.decode([t for t in labels if t != data.IGNORE])
-    assert labelled == "dop<|im_end|>\nedon<|im_end|>\n"
+    assert labelled == "dop<|im_end|>edon<|im_end|>"  # ChatML's newline after <|im_end|> is markup
     assert [t for t, lab in zip(ids, labels, strict=True) if lab != data.IGNORE] == [
         t for t in labels if t != data.IGNORE
     ]

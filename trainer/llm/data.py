@@ -7,8 +7,10 @@ A record (one JSON object per line) is either a chat, {"messages": [{"role": "sy
 turn, including the template's end-of-turn token (so the model learns to stop), and nothing of the system
 and user turns nor of the template's own markup. Which tokens those are is found by rendering the
 conversation up to each assistant turn with the generation prompt (where the reply starts) and up to its
-end (where it stops), which works for any template that renders a conversation's beginning the same
-whatever follows; a template that does not is refused, naming the record.
+end, which works for any template that renders a conversation's beginning the same whatever follows (a
+template that does not is refused, naming the record); the reply's labels stop at the last special token
+of that span, its end-of-turn token (`<|im_end|>`, `<|eot_id|>`, `</s>`), so markup a template writes
+after it (ChatML's newline) is not trained.
 
 Packing concatenates the examples and cuts the stream every seq_len tokens: no padding, every token of
 every sequence trains. Attention is causal over the whole sequence, across example boundaries (as
@@ -78,10 +80,19 @@ def _ids(tok: Any, messages: Messages, generation_prompt: bool) -> list[int]:
     return list(tok(text, add_special_tokens=False)["input_ids"])
 
 
+def _special_ids(tok: Any) -> set[int]:
+    """The tokenizer's special tokens: its named ones and every added token marked special (ChatML's
+    <|im_start|> and <|im_end|> are added tokens, not named ones)."""
+    added = {i for i, token in tok.added_tokens_decoder.items() if token.special}
+    return added | set(tok.all_special_ids)
+
+
 def encode(tok: Any, messages: Messages, where: str) -> tuple[list[int], list[int]]:
-    """(token ids, labels) of one conversation: labels are the ids on assistant turns, IGNORE elsewhere."""
+    """(token ids, labels) of one conversation: labels are the ids of each assistant reply up to its
+    end-of-turn token, IGNORE elsewhere."""
     ids = _ids(tok, messages, False)
     labels = [IGNORE] * len(ids)
+    special = _special_ids(tok)
     for k, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
@@ -93,7 +104,9 @@ def encode(tok: Any, messages: Messages, where: str) -> tuple[list[int], list[in
                 "when more follow, so the reply's tokens cannot be told apart; use a template that does "
                 "not rewrite earlier turns, or one assistant turn per record"
             )
-        labels[start : len(upto)] = ids[start : len(upto)]
+        ends = [i for i in range(start, len(upto)) if ids[i] in special]
+        end = ends[-1] + 1 if ends else len(upto)  # no end-of-turn token: the turn as rendered
+        labels[start:end] = ids[start:end]
     return ids, labels
 
 

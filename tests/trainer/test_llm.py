@@ -104,18 +104,77 @@ def test_a_chat_template_that_rewrites_earlier_turns_is_refused_naming_the_recor
         data.encode(tok, CHAT, "record 7")
 
 
-def test_packing_fills_every_sequence_and_keeps_every_token_and_label_in_order():
+def _conversation(n: int) -> list[dict[str, str]]:
+    return [{"role": "user", "content": f"question {n} " + "x" * (n % 7)},
+            {"role": "assistant", "content": f"answer {n} " + "y" * (n % 5)}]  # fmt: skip
+
+
+def test_packing_keeps_each_conversation_whole_in_one_sequence_best_fit():
     tok = tiny.tokenizer()
-    examples = [data.encode(tok, CHAT, "a"), data.encode(tok, CHAT[:3], "b")]
-    packed = data.pack(examples, 16)
-    assert all(len(ids) == 16 for ids, _ in packed[:-1]) and 0 < len(packed[-1][0]) <= 16
-    assert [t for ids, _ in packed for t in ids] == examples[0][0] + examples[1][0]
-    assert [t for _, lab in packed for t in lab] == examples[0][1] + examples[1][1]
-    batch = data.Collate(tok.pad_token_id)(packed[-2:])  # the short last one is padded and masked
-    short = len(packed[-1][0])
-    assert batch["attention_mask"][1, short:].sum() == 0
-    assert (batch["labels"][1, short:] == data.IGNORE).all()
-    assert batch["attention_mask"][0].all()
+    examples = [data.encode(tok, _conversation(n), "a") for n in range(40)]
+    seq_len = 96
+    rows = data.pack(examples, seq_len)
+    assert all(len(row.ids) == sum(row.lengths) <= seq_len for row in rows)
+    # Every conversation is a contiguous run of one row, with its labels: none is cut from its reply.
+    found = sorted(
+        (tuple(row.ids[start : start + n]), tuple(row.labels[start : start + n]))
+        for row in rows
+        for start, n in zip([sum(row.lengths[:k]) for k in range(len(row.lengths))], row.lengths, strict=True)
+    )
+    assert found == sorted((tuple(ids), tuple(labels)) for ids, labels in examples)
+    # Best fit: no more rows than the tokens need, but for one partly filled row at most.
+    assert len(rows) <= -(-sum(map(len, (e[0] for e in examples))) // seq_len) + 1
+    # A conversation longer than seq_len becomes one truncated row, as without packing.
+    long = data.pack([examples[0], (list(range(200)), [5] * 200)], seq_len)
+    assert [r.lengths for r in long] == [[seq_len], [len(examples[0][0])]]
+
+
+def test_a_packed_conversation_sees_only_itself_its_logits_equal_its_own_alone():
+    tok = tiny.tokenizer()
+    first, second = data.encode(tok, CHAT, "a"), data.encode(tok, CHAT[:3], "b")
+    rows = data.pack([first, second], 256)
+    assert len(rows) == 1 and rows[0].lengths == [len(first[0]), len(second[0])]
+    batch = data.Collate(tok.pad_token_id)(rows)
+    mask, positions = batch["document_mask"][0, 0], batch["position_ids"][0]
+    a, b = rows[0].lengths
+    assert not mask[a : a + b, :a].any()  # the second conversation never attends to the first
+    assert positions[a : a + b].tolist() == list(range(b))  # and counts its positions from its own start
+    assert mask[a + b :, : a + b].sum() == 0 and mask[a + b :, a + b :].diagonal().all()  # padding: alone
+    model = _lora().eval()
+    with torch.no_grad():
+        packed = model(**data.forward_inputs(batch)).logits[0]
+        alone = [model(input_ids=torch.tensor([ids])).logits[0] for ids, _ in (first, second)]
+        # transformers' padding-free packing (positions only, the mask built by transformers): the same
+        by_positions = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"]).logits[0]
+    assert torch.allclose(packed[:a], alone[0], atol=1e-5)
+    assert torch.allclose(packed[a : a + b], alone[1], atol=1e-5)
+    assert torch.allclose(packed[: a + b], by_positions[: a + b], atol=1e-5)
+
+
+def test_the_forward_gets_no_attention_mask_unless_a_row_is_packed():
+    tok = tiny.tokenizer()
+    model = _lora().eval()
+    seen = []
+    inner = model.get_base_model().model
+
+    def record(_module, _args, kwargs):
+        seen.append(kwargs.get("attention_mask"))
+
+    inner.register_forward_pre_hook(record, with_kwargs=True)
+    padded = _batch(tok)  # two rows, the second right-padded
+    with torch.no_grad():
+        logits = model(**data.forward_inputs(padded)).logits
+        masked = model(input_ids=padded["input_ids"], attention_mask=padded["attention_mask"]).logits
+    assert seen[0] is None  # no mask: SDPA's causal kernel, no host sync on the mask's values
+    # Right padding under causal attention: every real token's logits are what the padding mask gives.
+    real = padded["attention_mask"].bool()
+    assert torch.allclose(logits[real], masked[real], atol=1e-5)
+    seen.clear()
+    packed = data.Collate(tok.pad_token_id)(data.pack([data.encode(tok, CHAT, "a")] * 2, 256))
+    with torch.no_grad():
+        model(**data.forward_inputs(packed))
+    length = packed["input_ids"].shape[1]
+    assert seen[0] is not None and seen[0].shape[1:] == (1, length, length)
 
 
 def test_the_llm_task_without_its_extra_exits_2_naming_the_extra(tmp_path, monkeypatch, capsys):
@@ -195,7 +254,8 @@ def test_a_hub_model_is_staged_once_into_its_cache_and_later_starts_read_the_cac
 def test_perplexity_is_the_exponent_of_the_validation_loss_per_labelled_token():
     model = _lora()
     tok = tiny.tokenizer()
-    val = data.Sequences([data.encode(tok, CHAT, "a"), data.encode(tok, CHAT[:3], "b")])
+    val = data.Sequences([data.Row(ids, labels, [len(ids)]) for ids, labels in
+                          (data.encode(tok, CHAT, "a"), data.encode(tok, CHAT[:3], "b"))])  # fmt: skip
     loader = torch.utils.data.DataLoader(val, batch_size=1, collate_fn=data.Collate(tok.pad_token_id))
     result = task.evaluate(model, loader, CPU, None)
     total = sum(task.token_loss(model, data.Collate(tok.pad_token_id)([row]))[0].item() for row in val.rows)

@@ -30,6 +30,9 @@ from trainer.llm import data, source, tiny
 
 EXPORT_DIR = "adapter"  # under output.dir; `model` for full fine-tuning
 EXTRA = "llm"  # pyproject.toml's extra with transformers and peft
+# PyTorch's scaled_dot_product_attention: what data.Collate's boolean document mask is written for (eager
+# attention would add a boolean mask to the scores instead of masking with it).
+ATTENTION = "sdpa"
 
 
 def require_packages(cfg: LlmConfig) -> None:
@@ -102,7 +105,7 @@ def build(
     else:
         from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_pretrained(local, dtype=load_dtype)
+        model = AutoModelForCausalLM.from_pretrained(local, dtype=load_dtype, attn_implementation=ATTENTION)
     model.config.use_cache = False  # the KV cache is for generation; training only wastes memory on it
     if grad_checkpointing:
         # Non-reentrant: recomputation that works with frozen inputs (LoRA) and under FSDP2.
@@ -134,7 +137,7 @@ def load_dtype(cfg: JobConfig, compute: torch.dtype | None, fsdp: bool) -> torch
 
 def token_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """(sum of the next-token losses over labelled tokens, their count) of a batch."""
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    logits = model(**data.forward_inputs(batch)).logits
     labels = batch["labels"][:, 1:]
     total = nn.functional.cross_entropy(
         logits[:, :-1].flatten(0, 1).float(), labels.flatten(), ignore_index=data.IGNORE, reduction="sum"

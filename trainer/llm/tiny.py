@@ -60,6 +60,7 @@ def model(tok: Any) -> Any:
         eos_token_id=tok.eos_token_id,
         bos_token_id=None,
         tie_word_embeddings=False,
+        attn_implementation="sdpa",  # as trainer/llm/task.py loads every model
         **SHAPE,
     )
     return LlamaForCausalLM(config)

@@ -140,41 +140,57 @@ def test_a_packed_conversation_sees_only_itself_its_logits_equal_its_own_alone()
     assert not mask[a : a + b, :a].any()  # the second conversation never attends to the first
     assert positions[a : a + b].tolist() == list(range(b))  # and counts its positions from its own start
     assert mask[a + b :, : a + b].sum() == 0 and mask[a + b :, a + b :].diagonal().all()  # padding: alone
-    model = _lora().eval()
+    task.register_attention()
+    torch.manual_seed(0)
+    model = tiny.model(tok, attention=task.ATTENTION).eval()  # as the trainer loads it
+    torch.manual_seed(0)
+    reference = tiny.model(tok, attention="sdpa").eval()  # transformers' own SDPA and mask creation
+    reference.config.use_cache = False  # transformers detects packing only without a KV cache
     with torch.no_grad():
         packed = model(**data.forward_inputs(batch)).logits[0]
         alone = [model(input_ids=torch.tensor([ids])).logits[0] for ids, _ in (first, second)]
-        # transformers' padding-free packing (positions only, the mask built by transformers): the same
-        by_positions = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"]).logits[0]
+        # transformers' padding-free packing (position ids, no mask: transformers builds it): the same
+        by_positions = reference(input_ids=batch["input_ids"], position_ids=batch["position_ids"]).logits[0]
     assert torch.allclose(packed[:a], alone[0], atol=1e-5)
     assert torch.allclose(packed[a : a + b], alone[1], atol=1e-5)
     assert torch.allclose(packed[: a + b], by_positions[: a + b], atol=1e-5)
 
 
-def test_the_forward_gets_no_attention_mask_unless_a_row_is_packed():
+def _host_reads(monkeypatch) -> list[str]:
+    """The names of the tensor methods that make the host wait for the device, as they are called."""
+    reads: list[str] = []
+    for name in ("item", "tolist", "__bool__"):
+        original = getattr(torch.Tensor, name)
+        monkeypatch.setattr(
+            torch.Tensor, name, lambda t, *a, _o=original, _n=name: reads.append(_n) or _o(t, *a)
+        )
+    return reads
+
+
+def test_the_forward_gets_no_attention_mask_unless_a_row_is_packed_and_never_reads_the_device(monkeypatch):
     tok = tiny.tokenizer()
     model = _lora().eval()
     seen = []
-    inner = model.get_base_model().model
 
     def record(_module, _args, kwargs):
         seen.append(kwargs.get("attention_mask"))
 
-    inner.register_forward_pre_hook(record, with_kwargs=True)
+    model.get_base_model().model.register_forward_pre_hook(record, with_kwargs=True)
     padded = _batch(tok)  # two rows, the second right-padded
+    packed = data.Collate(tok.pad_token_id)(data.pack([data.encode(tok, CHAT, "a")] * 2, 256))
+    reads = _host_reads(monkeypatch)
     with torch.no_grad():
         logits = model(**data.forward_inputs(padded)).logits
+        model(**data.forward_inputs(packed))
+    assert reads == []  # transformers' "sdpa" reads the mask (or the position ids) on the host each forward
+    monkeypatch.undo()
+    length = packed["input_ids"].shape[1]
+    assert seen[0] is None and seen[1].shape[1:] == (1, length, length)
+    # Right padding under causal attention: every real token's logits are what a padding mask gives.
+    with torch.no_grad():
         masked = model(input_ids=padded["input_ids"], attention_mask=padded["attention_mask"]).logits
-    assert seen[0] is None  # no mask: SDPA's causal kernel, no host sync on the mask's values
-    # Right padding under causal attention: every real token's logits are what the padding mask gives.
     real = padded["attention_mask"].bool()
     assert torch.allclose(logits[real], masked[real], atol=1e-5)
-    seen.clear()
-    packed = data.Collate(tok.pad_token_id)(data.pack([data.encode(tok, CHAT, "a")] * 2, 256))
-    with torch.no_grad():
-        model(**data.forward_inputs(packed))
-    length = packed["input_ids"].shape[1]
-    assert seen[0] is not None and seen[0].shape[1:] == (1, length, length)
 
 
 def test_the_llm_task_without_its_extra_exits_2_naming_the_extra(tmp_path, monkeypatch, capsys):
@@ -262,6 +278,22 @@ def test_perplexity_is_the_exponent_of_the_validation_loss_per_labelled_token():
     assert result["val_tokens"] == val.label_tokens()
     assert result["val_loss"] == pytest.approx(total / val.label_tokens())
     assert result["val_perplexity"] == pytest.approx(math.exp(result["val_loss"]))
+
+
+def test_evaluation_reads_the_device_once_however_many_batches(monkeypatch):
+    model = _lora()
+    tok = tiny.tokenizer()
+    ids, labels = data.encode(tok, CHAT, "a")
+    loader = [data.Collate(tok.pad_token_id)([(ids, labels)])] * 3  # batches made: the model's reads only
+    reads = []
+    for name in ("item", "tolist", "__bool__"):  # what makes the host wait for the device
+        original = getattr(torch.Tensor, name)
+        monkeypatch.setattr(
+            torch.Tensor, name, lambda t, *a, _o=original, _n=name: reads.append(_n) or _o(t, *a)
+        )
+    result = task.evaluate(model, loader, CPU, None)
+    monkeypatch.undo()
+    assert reads == ["tolist"] and result["val_tokens"] == 3 * sum(t != data.IGNORE for t in labels)
 
 
 def test_the_job_config_accepts_the_llm_section_and_the_sample_records(tmp_path):

@@ -15,14 +15,12 @@ after it (ChatML's newline) is not trained.
 Packing places whole conversations into sequences of at most seq_len tokens, best fit decreasing (the
 longest first, each into the fullest sequence it fits), so no reply is cut from its prompt. Each token
 attends only to earlier tokens of its own conversation, with positions counted from its conversation's
-start: the batch carries a block-diagonal causal mask and per-conversation position ids, the attention
-transformers' own padding-free packing computes from position ids on SDPA, built here in the DataLoader
-rather than on the device, where transformers decides whether a batch is packed by reading a device
-value (a host sync every forward). A conversation longer than seq_len is truncated to one sequence, as
-without packing, where each example is one row. A batch without packed rows carries no mask at all: with
-right padding and causal attention no real token sees the padding, and without a mask SDPA takes its
-causal kernel with no host sync (transformers reads a padding mask on the host to decide whether it can
-drop it).
+start: the batch carries a block-diagonal causal mask and per-conversation position ids (the attention
+transformers' own padding-free packing derives from position ids on SDPA), built here in the DataLoader
+rather than on the device. A conversation longer than seq_len is truncated to one sequence, as without
+packing, where each example is one row. A batch without packed rows carries no mask at all: with right
+padding and causal attention no real token sees the padding (trainer/llm/task.py ATTENTION says why no
+mask matters on a GPU).
 """
 
 from __future__ import annotations

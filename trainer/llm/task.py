@@ -20,19 +20,24 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from trainer.config import ConfigError, JobConfig, LlmConfig
 from trainer.data import DataError
-from trainer.dist import DistEnv, all_reduce_max, all_reduce_sum, broadcast_object
+from trainer.dist import DistEnv, all_reduce_max, broadcast_object
 from trainer.llm import data, source, tiny
 
 EXPORT_DIR = "adapter"  # under output.dir; `model` for full fine-tuning
 EXTRA = "llm"  # pyproject.toml's extra with transformers and peft
-# PyTorch's scaled_dot_product_attention: what data.Collate's boolean document mask is written for (eager
-# attention would add a boolean mask to the scores instead of masking with it).
-ATTENTION = "sdpa"
+# PyTorch's scaled_dot_product_attention, registered in transformers' AttentionInterface under a name of
+# its own with no mask function: transformers then creates no mask and reads nothing on the host. Its own
+# "sdpa" decides each forward whether it may drop the mask by reading device values (a padding mask's, or
+# for no mask the position ids', to detect packing): one host sync per forward on a GPU. Without a mask
+# SDPA runs causal (its flash kernel); a packed batch's block-diagonal mask (data.Collate, 4-D, boolean as
+# SDPA takes it) passes through transformers as it is.
+ATTENTION = "sdpa_without_mask_creation"
 
 
 def require_packages(cfg: LlmConfig) -> None:
@@ -69,6 +74,12 @@ def prepare(
     local = source.model_dir(cfg.llm, env, launch, s3_client=s3_client, say=say)
     tok = tokenizer(cfg.llm, local)
     train, val = data.sequences(cfg.data, cfg.llm, tok, workdir, s3_client=s3_client)
+    if len(val) < env.world_size:
+        say(
+            f"warning: {len(val)} validation sequence(s) for {env.world_size} ranks: "
+            f"{env.world_size - len(val)} rank(s) hold none and run an empty batch at each evaluation; "
+            "more validation records (data.val_source, data.val_fraction) spread it over every rank"
+        )
     if broadcast_object(env, train.fingerprint()) != train.fingerprint():
         raise DataError("the ranks tokenized the data differently (same config, different token ids)")
     loader, val_loader = data.loaders(
@@ -100,8 +111,9 @@ def build(
     cfg: LlmConfig, local: Path | None, tok: Any, *, load_dtype: torch.dtype, grad_checkpointing: bool
 ) -> nn.Module:
     """The causal LM from its source, with LoRA adapters (peft) unless llm.method is full."""
+    register_attention()
     if local is None:
-        model = tiny.model(tok)
+        model = tiny.model(tok, attention=ATTENTION)
     else:
         from transformers import AutoModelForCausalLM
 
@@ -124,6 +136,13 @@ def build(
     # The adapters are created in fp32 whatever the base's dtype (peft's autocast_adapter_dtype): the
     # optimizer updates them in full precision, and fp16's GradScaler can unscale their gradients.
     return get_peft_model(model, lora)
+
+
+def register_attention() -> None:
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    AttentionInterface.register(ATTENTION, sdpa_attention_forward)
 
 
 def load_dtype(cfg: JobConfig, compute: torch.dtype | None, fsdp: bool) -> torch.dtype:
@@ -155,28 +174,37 @@ def loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
 def evaluate(model: nn.Module, loader, env: DistEnv, dtype: torch.dtype | None) -> dict[str, float]:
     """Loss per labelled token over every rank's validation shard, and its perplexity exp(loss).
 
-    Every rank runs the same number of forward passes (FSDP all-gathers in each): a rank out of batches
-    repeats its last one and counts nothing for it."""
+    Every rank runs the same number of forward passes (FSDP all-gathers in each): a rank out of batches,
+    or with none at all (fewer validation sequences than ranks), runs a batch whose labels are all
+    ignored, which adds nothing to either sum. The sums stay on the device and are read once, at the end."""
     model.eval()
-    loss_sum = tokens = 0.0
-    rounds = all_reduce_max(env, len(loader))
-    batches, last = iter(loader), None
-    for _ in range(rounds):
-        batch = next(batches, None)
-        counted, batch = batch is not None, batch if batch is not None else last
-        last = batch
-        assert batch is not None  # every rank has at least one validation batch or none reach here
+    loss_sum = torch.zeros((), dtype=torch.float64, device=env.device)
+    tokens = torch.zeros((), dtype=torch.long, device=env.device)
+    batches = iter(loader)
+    for _ in range(all_reduce_max(env, len(loader))):
+        batch = next(batches, None) or _ignored_batch()
         batch = {k: v.to(env.device, non_blocking=True) for k, v in batch.items()}
         autocast = torch.autocast(env.device.type, dtype=dtype) if dtype else contextlib.nullcontext()
         with autocast:
             total, count = token_loss(model, batch)
-        if counted:
-            loss_sum += total.item()
-            tokens += count.item()
-    loss_sum, tokens = all_reduce_sum(env, [loss_sum, tokens])
+        loss_sum += total
+        tokens += count
+    sums = torch.stack([loss_sum, tokens.double()])
+    if env.distributed:
+        dist.all_reduce(sums)
+    loss_sum, tokens = sums.tolist()
     model.train()
     val_loss = loss_sum / tokens
     return {"val_loss": val_loss, "val_perplexity": math.exp(min(val_loss, 700.0)), "val_tokens": tokens}
+
+
+def _ignored_batch() -> dict[str, torch.Tensor]:
+    """Eight tokens of id 0 (in every vocabulary), every label ignored: a forward that counts nothing."""
+    return {
+        "input_ids": torch.zeros(1, 8, dtype=torch.long),
+        "attention_mask": torch.zeros(1, 8, dtype=torch.long),
+        "labels": torch.full((1, 8), data.IGNORE, dtype=torch.long),
+    }
 
 
 def export(cfg: LlmConfig, model: nn.Module, tok: Any, env: DistEnv, into: Path) -> str:

@@ -50,8 +50,9 @@ def tokenizer() -> Any:
     return fast
 
 
-def model(tok: Any) -> Any:
-    """A LlamaForCausalLM of SHAPE for `tok`'s vocabulary, initialised from the current torch seed."""
+def model(tok: Any, attention: str = "sdpa") -> Any:
+    """A LlamaForCausalLM of SHAPE for `tok`'s vocabulary, initialised from the current torch seed, with
+    the attention implementation `attention` (a name transformers' AttentionInterface knows)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
@@ -60,7 +61,7 @@ def model(tok: Any) -> Any:
         eos_token_id=tok.eos_token_id,
         bos_token_id=None,
         tie_word_embeddings=False,
-        attn_implementation="sdpa",  # as trainer/llm/task.py loads every model
+        attn_implementation=attention,
         **SHAPE,
     )
     return LlamaForCausalLM(config)

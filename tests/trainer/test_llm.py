@@ -229,6 +229,110 @@ def test_the_metrics_endpoint_serves_the_llm_figures(tmp_path):
     assert gauges["trainer_val_loss"] == 2.0 and gauges["trainer_val_perplexity"] == 7.389
 
 
+def _trained_lora(**overrides) -> torch.nn.Module:
+    """The tiny LoRA model with non-zero adapters (as after training), eval mode."""
+    model = _lora(**overrides)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(std=0.05)
+    return model.eval()
+
+
+def test_a_merged_export_is_a_plain_model_whose_logits_are_the_base_with_the_adapter(tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    tok = tiny.tokenizer()
+    model = _trained_lora()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    assert task.export(LlmConfig(model="tiny"), model, tok, CPU, tmp_path / "a") == "adapter"
+    assert task.export(LlmConfig(model="tiny", export="merged"), model, tok, CPU, tmp_path / "m") == "model"
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())  # training model as it was
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "m" / "model").eval()
+    torch.manual_seed(0)
+    with_adapter = PeftModel.from_pretrained(tiny.model(tok), tmp_path / "a" / "adapter").eval()
+    ids = _batch(tok)["input_ids"]
+    with torch.no_grad():
+        expected, got = with_adapter(input_ids=ids).logits, merged(input_ids=ids).logits
+        with with_adapter.disable_adapter():
+            base = with_adapter(input_ids=ids).logits
+    assert torch.allclose(got, expected, atol=1e-5) and not torch.allclose(got, base, atol=1e-3)
+    assert not any("lora" in k for k in merged.state_dict()) and merged.config.use_cache
+    assert model.peft_config["default"].r == 8 and any("lora_B" in n for n, _ in model.named_parameters())
+
+
+def test_the_export_writes_only_into_its_directory_and_a_full_disk_raises_enospc(tmp_path, monkeypatch):
+    import errno
+
+    import peft.peft_model
+    import transformers.modeling_utils
+
+    from trainer.shards import is_disk_full
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    model, tok = _trained_lora(), tiny.tokenizer()
+    for export in ("adapter", "merged"):
+        task.export(LlmConfig(model="tiny", export=export), model, tok, CPU, tmp_path / export)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adapter", "merged"]  # no cache, nothing else
+    assert [p.name for p in (tmp_path / "merged").iterdir()] == ["model"]
+
+    def full(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device", filename)
+
+    monkeypatch.setattr(peft.peft_model, "safe_save_file", full)
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", full)
+    for export in ("adapter", "merged"):
+        with pytest.raises(OSError) as raised:
+            task.export(LlmConfig(model="tiny", export=export), model, tok, CPU, tmp_path / "full" / export)
+        assert is_disk_full(raised.value)  # what the loop's full-disk handling recognises: exit 200
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adapter", "full", "merged"]
+    assert sorted(p.name for p in (tmp_path / "full").iterdir()) == ["adapter", "merged"]
+
+
+@pytest.fixture
+def one_process_group(tmp_path):
+    """A gloo process group of one rank (FSDP over a world of one): what fully_shard and DCP need."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_sharded_loading_builds_nothing_whole_then_fills_every_weight_as_a_whole_load(
+    tmp_path, one_process_group
+):
+    from torch.distributed.fsdp import fully_shard
+
+    from trainer.llm import load, load_bench
+    from trainer.model import transformer_blocks
+
+    directory = tmp_path / "model"  # bf16 on disk, fp32 in training, the embedding tied to the head
+    params = load_bench.save_model(directory, width=128, layers=2, vocab=300, tied=True)
+    cfg = LlmConfig(model=str(directory), lora_dropout=0.0)
+    torch.manual_seed(0)
+    model, deferred = task.build_sharded(cfg, directory, load_dtype=torch.float32, grad_checkpointing=False)
+    assert all(p.is_meta for p in model.parameters())  # no weight exists before fully_shard
+    assert sum(t.numel() for t in deferred.kept.values()) < 0.1 * params  # adapters and buffers only
+    for block in reversed(transformer_blocks(model)):
+        fully_shard(block)
+    fully_shard(model)
+    mine, whole = load.materialize(model, deferred, torch.device("cpu"))
+    assert mine == whole > params * 4  # one rank holds it all (and the adapters)
+    torch.manual_seed(0)
+    reference = task.build(cfg, directory, None, load_dtype=torch.float32, grad_checkpointing=False)
+    expected = dict(reference.named_parameters())
+    assert expected.keys() == dict(model.named_parameters()).keys()
+    different = [n for n, p in model.named_parameters() if not torch.equal(p.full_tensor(), expected[n])]
+    assert different == []  # base weights from the files, adapters initialised as in a whole load
+    inner = model.get_base_model()
+    assert inner.lm_head.weight is inner.model.embed_tokens.weight  # still tied
+    rotary = dict(reference.named_buffers())
+    assert all(torch.equal(b, rotary[n]) for n, b in model.named_buffers())
+
+
 def _saved_tiny(into):
     torch.manual_seed(0)
     tok = tiny.tokenizer()

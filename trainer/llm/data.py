@@ -248,10 +248,11 @@ def sequences(
 
     train = Sequences(rows(records, data.source))
     val = Sequences(rows(val_records, data.val_source or data.source))
-    for name, split in (("training", train), ("validation", val)):
+    for name, split, source in (("training", train, data.source), ("validation", val, data.val_source)):
         if not split.label_tokens():
             raise DataError(
-                f"{data.source}: the {name} split has no assistant tokens within llm.seq_len={llm.seq_len}"
+                f"{source or data.source}: the {name} split has no assistant tokens within "
+                f"llm.seq_len={llm.seq_len}"
             )
     return train, val
 

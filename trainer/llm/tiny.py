@@ -61,7 +61,8 @@ def model(tok: Any, attention: str = "sdpa") -> Any:
         eos_token_id=tok.eos_token_id,
         bos_token_id=None,
         tie_word_embeddings=False,
-        attn_implementation=attention,
         **SHAPE,
     )
-    return LlamaForCausalLM(config)
+    model = LlamaForCausalLM(config)
+    model.set_attn_implementation(attention)
+    return model

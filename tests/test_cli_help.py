@@ -51,6 +51,7 @@ COMMANDS = {
         f"trainer.bench_workers {sub}": _module("trainer.bench_workers", sub) for sub in ("bare", "data-prep")
     },
     "trainer.checkpoint_bench": _module("trainer.checkpoint_bench"),
+    "trainer.llm.load_bench": _module("trainer.llm.load_bench"),
     "trainer.gpu_check": ([*PY, "trainer.gpu_check", "--help"], "usage: gpu_check.py"),
     "trainer.mpi_launch": _module("trainer.mpi_launch"),
     "trainer.mpi_worker": _module("trainer.mpi_worker"),

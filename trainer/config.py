@@ -337,9 +337,11 @@ def _require_creatable(path: str, key: str) -> None:
 
 
 LLM_METHODS = {"lora", "full"}
+LLM_EXPORTS = {"adapter", "merged"}
 # Module names LoRA may target: "all-linear" (peft: every linear layer but the output head) or a
 # comma-separated list of module name suffixes such as q_proj,v_proj.
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+_JINJA = re.compile(r"\{[{%]")  # a template has a Jinja expression or statement; a file name has none
 
 
 @dataclass(kw_only=True)
@@ -371,7 +373,24 @@ class LlmConfig:
     seq_len: int = field(default=512, metadata=_help("tokens per training sequence"))
     packing: bool = field(
         default=True,
-        metadata=_help("concatenate examples into full seq_len sequences (no padding); false: one per row"),
+        metadata=_help(
+            "whole conversations into seq_len sequences, best fit, each attending only to itself; "
+            "false: one per row"
+        ),
+    )
+    chat_template: str = field(
+        default="",
+        metadata=_help(
+            "a Jinja chat template, or a file holding one, that replaces the tokenizer's (a base model "
+            "without one, or another format); empty: the model's own"
+        ),
+    )
+    export: str = field(
+        default="adapter",
+        metadata=_help(
+            "what a LoRA run writes: 'adapter' (adapter/, loaded onto the base with peft) or 'merged' "
+            "(model/, the base with the adapter merged in: a plain transformers model)"
+        ),
     )
 
     def __post_init__(self) -> None:
@@ -399,6 +418,23 @@ class LlmConfig:
             "llm.lora_targets", self.lora_targets, "'all-linear' or module names, comma-separated",
         )  # fmt: skip
         _require(self.seq_len >= 8, "llm.seq_len", self.seq_len, ">= 8")
+        _require(self.export in LLM_EXPORTS, "llm.export", self.export, " | ".join(sorted(LLM_EXPORTS)))
+        _require(
+            self.export == "adapter" or self.method == "lora", "llm.export", self.export,
+            "'adapter' (the default) with llm.method=full: full fine-tuning exports the whole model already",
+        )  # fmt: skip
+        if self.chat_template and not _JINJA.search(self.chat_template):
+            _require(
+                Path(self.chat_template).is_file(), "llm.chat_template", self.chat_template,
+                "a Jinja template ({% for message in messages %}...) or a file holding one (no such file)",
+            )  # fmt: skip
+
+    @property
+    def chat_template_text(self) -> str:
+        """The template itself: the value, or the file it names."""
+        if not self.chat_template or _JINJA.search(self.chat_template):
+            return self.chat_template
+        return Path(self.chat_template).read_text()
 
     @property
     def target_modules(self) -> str | list[str]:

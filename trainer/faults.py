@@ -13,7 +13,8 @@ PyTorchJob `restartPolicy: ExitCode` and the TrainJob runtime rendered by `workl
   137  killed by SIGKILL (OOM kill, grace period over), as the launcher reports it: 128 + 9
   143  stopped by SIGTERM after a checkpoint (Spot reclaim, eviction): 128 + 15
        (or, with no step to checkpoint yet, while waiting for the node's tokenized data)
-  200  storage unavailable: S3 unreachable, no credentials yet, or failing after the retries; or the
+  200  storage unavailable: S3 unreachable, no credentials yet, or failing after the retries; the
+       Hugging Face Hub unreachable while an hf: model is staged (trainer/llm/source.py); or the
        output volume full when the final outputs are written (the final checkpoint is committed: the
        restart only rewrites the outputs)
   201  a GPU job that sees no GPU (device plugin not ready, a GPU fallen off the bus): never trains on CPU

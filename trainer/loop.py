@@ -371,6 +371,8 @@ def _train_with(
     metrics.say(f"device {prec.gpu}: precision {prec.name} ({prec.reason})")
     _enable_mfu(metrics, model, env, prec, seq_len=seq_len)
     model = _wrap(model, t, env, prec)
+    if cfg.llm.model:  # FSDP from a model directory: each rank reads its own shard now (trainer/llm/load.py)
+        llm.load_weights(model)
     optimizer = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad],  # LoRA: the adapters only
         lr=t.lr,
@@ -643,5 +645,5 @@ def _write_output(path: Path, write, checkpoint: str | None) -> None:
 def _digest(module: nn.Module) -> str:
     h = hashlib.sha256()
     for p in module.parameters():
-        h.update(p.detach().cpu().numpy().tobytes())
+        h.update(p.detach().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())  # bf16 has no numpy
     return h.hexdigest()

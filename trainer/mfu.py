@@ -7,7 +7,8 @@ torchtitan/models/llama3/model/args.py `get_nparams_and_flops`, the successor of
 
     6 * N + 12 * l * h * q * t
 
-N: parameters without the embedding tables (a lookup is not a matmul), l layers, h attention heads of
+N: parameters without the embedding tables (a lookup is not a matmul; a table tied to the output head
+counts, since the head is one), l layers, h attention heads of
 q dimensions each, t tokens attended over (the training sequence length). 6 * N is one multiply-add per
 parameter forward and two backward; the attention term counts the two matmuls of q with K and of the
 scores with V in the same way (causal sparsity and flash attention's recomputation not counted).
@@ -64,9 +65,12 @@ def flops_per_token(
 
 
 def non_embedding_params(model: nn.Module) -> int:
-    """Parameters of `model` outside its `nn.Embedding` tables (each shared parameter counted once)."""
-    embedding = {id(p) for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
-    return sum(p.numel() for p in model.parameters() if id(p) not in embedding)
+    """Parameters of `model` that a matmul uses: all but those only an `nn.Embedding` looks up, each
+    shared parameter counted once. An input embedding tied to the output head (Qwen2.5-0.5B and -1.5B,
+    Gemma, Llama 3.2 1B) counts: the head multiplies every token by it, vocabulary x width per token."""
+    lookup = {id(p) for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters(False)}
+    other = {id(p) for m in model.modules() if not isinstance(m, nn.Embedding) for p in m.parameters(False)}
+    return sum(p.numel() for p in model.parameters() if id(p) not in lookup or id(p) in other)
 
 
 def peak_flops(device_name: str, dtype: torch.dtype | None) -> float | None:

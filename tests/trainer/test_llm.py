@@ -72,7 +72,7 @@ def test_the_loss_counts_the_assistant_turns_and_their_end_of_turn_only():
     tok = tiny.tokenizer()
     ids, labels = data.encode(tok, CHAT, "test")
     labelled = tok.decode([t for t in labels if t != data.IGNORE])
-    assert labelled == "dop<|im_end|>\nedon<|im_end|>\n"
+    assert labelled == "dop<|im_end|>edon<|im_end|>"  # ChatML's newline after <|im_end|> is markup
     assert [t for t, lab in zip(ids, labels, strict=True) if lab != data.IGNORE] == [
         t for t in labels if t != data.IGNORE
     ]
@@ -104,18 +104,93 @@ def test_a_chat_template_that_rewrites_earlier_turns_is_refused_naming_the_recor
         data.encode(tok, CHAT, "record 7")
 
 
-def test_packing_fills_every_sequence_and_keeps_every_token_and_label_in_order():
+def _conversation(n: int) -> list[dict[str, str]]:
+    return [{"role": "user", "content": f"question {n} " + "x" * (n % 7)},
+            {"role": "assistant", "content": f"answer {n} " + "y" * (n % 5)}]  # fmt: skip
+
+
+def test_packing_keeps_each_conversation_whole_in_one_sequence_best_fit():
     tok = tiny.tokenizer()
-    examples = [data.encode(tok, CHAT, "a"), data.encode(tok, CHAT[:3], "b")]
-    packed = data.pack(examples, 16)
-    assert all(len(ids) == 16 for ids, _ in packed[:-1]) and 0 < len(packed[-1][0]) <= 16
-    assert [t for ids, _ in packed for t in ids] == examples[0][0] + examples[1][0]
-    assert [t for _, lab in packed for t in lab] == examples[0][1] + examples[1][1]
-    batch = data.Collate(tok.pad_token_id)(packed[-2:])  # the short last one is padded and masked
-    short = len(packed[-1][0])
-    assert batch["attention_mask"][1, short:].sum() == 0
-    assert (batch["labels"][1, short:] == data.IGNORE).all()
-    assert batch["attention_mask"][0].all()
+    examples = [data.encode(tok, _conversation(n), "a") for n in range(40)]
+    seq_len = 96
+    rows = data.pack(examples, seq_len)
+    assert all(len(row.ids) == sum(row.lengths) <= seq_len for row in rows)
+    # Every conversation is a contiguous run of one row, with its labels: none is cut from its reply.
+    found = sorted(
+        (tuple(row.ids[start : start + n]), tuple(row.labels[start : start + n]))
+        for row in rows
+        for start, n in zip([sum(row.lengths[:k]) for k in range(len(row.lengths))], row.lengths, strict=True)
+    )
+    assert found == sorted((tuple(ids), tuple(labels)) for ids, labels in examples)
+    # Best fit: no more rows than the tokens need, but for one partly filled row at most.
+    assert len(rows) <= -(-sum(map(len, (e[0] for e in examples))) // seq_len) + 1
+    # A conversation longer than seq_len becomes one truncated row, as without packing.
+    long = data.pack([examples[0], (list(range(200)), [5] * 200)], seq_len)
+    assert [r.lengths for r in long] == [[seq_len], [len(examples[0][0])]]
+
+
+def test_a_packed_conversation_sees_only_itself_its_logits_equal_its_own_alone():
+    tok = tiny.tokenizer()
+    first, second = data.encode(tok, CHAT, "a"), data.encode(tok, CHAT[:3], "b")
+    rows = data.pack([first, second], 256)
+    assert len(rows) == 1 and rows[0].lengths == [len(first[0]), len(second[0])]
+    batch = data.Collate(tok.pad_token_id)(rows)
+    mask, positions = batch["document_mask"][0, 0], batch["position_ids"][0]
+    a, b = rows[0].lengths
+    assert not mask[a : a + b, :a].any()  # the second conversation never attends to the first
+    assert positions[a : a + b].tolist() == list(range(b))  # and counts its positions from its own start
+    assert mask[a + b :, : a + b].sum() == 0 and mask[a + b :, a + b :].diagonal().all()  # padding: alone
+    task.register_attention()
+    torch.manual_seed(0)
+    model = tiny.model(tok, attention=task.ATTENTION).eval()  # as the trainer loads it
+    torch.manual_seed(0)
+    reference = tiny.model(tok, attention="sdpa").eval()  # transformers' own SDPA and mask creation
+    reference.config.use_cache = False  # transformers detects packing only without a KV cache
+    with torch.no_grad():
+        packed = model(**data.forward_inputs(batch)).logits[0]
+        alone = [model(input_ids=torch.tensor([ids])).logits[0] for ids, _ in (first, second)]
+        # transformers' padding-free packing (position ids, no mask: transformers builds it): the same
+        by_positions = reference(input_ids=batch["input_ids"], position_ids=batch["position_ids"]).logits[0]
+    assert torch.allclose(packed[:a], alone[0], atol=1e-5)
+    assert torch.allclose(packed[a : a + b], alone[1], atol=1e-5)
+    assert torch.allclose(packed[: a + b], by_positions[: a + b], atol=1e-5)
+
+
+def _host_reads(monkeypatch) -> list[str]:
+    """The names of the tensor methods that make the host wait for the device, as they are called."""
+    reads: list[str] = []
+    for name in ("item", "tolist", "__bool__"):
+        original = getattr(torch.Tensor, name)
+        monkeypatch.setattr(
+            torch.Tensor, name, lambda t, *a, _o=original, _n=name: reads.append(_n) or _o(t, *a)
+        )
+    return reads
+
+
+def test_the_forward_gets_no_attention_mask_unless_a_row_is_packed_and_never_reads_the_device(monkeypatch):
+    tok = tiny.tokenizer()
+    model = _lora().eval()
+    seen = []
+
+    def record(_module, _args, kwargs):
+        seen.append(kwargs.get("attention_mask"))
+
+    model.get_base_model().model.register_forward_pre_hook(record, with_kwargs=True)
+    padded = _batch(tok)  # two rows, the second right-padded
+    packed = data.Collate(tok.pad_token_id)(data.pack([data.encode(tok, CHAT, "a")] * 2, 256))
+    reads = _host_reads(monkeypatch)
+    with torch.no_grad():
+        logits = model(**data.forward_inputs(padded)).logits
+        model(**data.forward_inputs(packed))
+    assert reads == []  # transformers' "sdpa" reads the mask (or the position ids) on the host each forward
+    monkeypatch.undo()
+    length = packed["input_ids"].shape[1]
+    assert seen[0] is None and seen[1].shape[1:] == (1, length, length)
+    # Right padding under causal attention: every real token's logits are what a padding mask gives.
+    with torch.no_grad():
+        masked = model(input_ids=padded["input_ids"], attention_mask=padded["attention_mask"]).logits
+    real = padded["attention_mask"].bool()
+    assert torch.allclose(logits[real], masked[real], atol=1e-5)
 
 
 def test_the_llm_task_without_its_extra_exits_2_naming_the_extra(tmp_path, monkeypatch, capsys):
@@ -152,6 +227,110 @@ def test_the_metrics_endpoint_serves_the_llm_figures(tmp_path):
     gauges = {g.name: g.samples[0].value for g in m._SharedFilesCollector(tmp_path).collect()}
     assert gauges["trainer_tokens_per_second"] == 5e4 and gauges["trainer_mfu_ratio"] == 0.4
     assert gauges["trainer_val_loss"] == 2.0 and gauges["trainer_val_perplexity"] == 7.389
+
+
+def _trained_lora(**overrides) -> torch.nn.Module:
+    """The tiny LoRA model with non-zero adapters (as after training), eval mode."""
+    model = _lora(**overrides)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(std=0.05)
+    return model.eval()
+
+
+def test_a_merged_export_is_a_plain_model_whose_logits_are_the_base_with_the_adapter(tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    tok = tiny.tokenizer()
+    model = _trained_lora()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    assert task.export(LlmConfig(model="tiny"), model, tok, CPU, tmp_path / "a") == "adapter"
+    assert task.export(LlmConfig(model="tiny", export="merged"), model, tok, CPU, tmp_path / "m") == "model"
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())  # training model as it was
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "m" / "model").eval()
+    torch.manual_seed(0)
+    with_adapter = PeftModel.from_pretrained(tiny.model(tok), tmp_path / "a" / "adapter").eval()
+    ids = _batch(tok)["input_ids"]
+    with torch.no_grad():
+        expected, got = with_adapter(input_ids=ids).logits, merged(input_ids=ids).logits
+        with with_adapter.disable_adapter():
+            base = with_adapter(input_ids=ids).logits
+    assert torch.allclose(got, expected, atol=1e-5) and not torch.allclose(got, base, atol=1e-3)
+    assert not any("lora" in k for k in merged.state_dict()) and merged.config.use_cache
+    assert model.peft_config["default"].r == 8 and any("lora_B" in n for n, _ in model.named_parameters())
+
+
+def test_the_export_writes_only_into_its_directory_and_a_full_disk_raises_enospc(tmp_path, monkeypatch):
+    import errno
+
+    import peft.peft_model
+    import transformers.modeling_utils
+
+    from trainer.shards import is_disk_full
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    model, tok = _trained_lora(), tiny.tokenizer()
+    for export in ("adapter", "merged"):
+        task.export(LlmConfig(model="tiny", export=export), model, tok, CPU, tmp_path / export)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adapter", "merged"]  # no cache, nothing else
+    assert [p.name for p in (tmp_path / "merged").iterdir()] == ["model"]
+
+    def full(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device", filename)
+
+    monkeypatch.setattr(peft.peft_model, "safe_save_file", full)
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", full)
+    for export in ("adapter", "merged"):
+        with pytest.raises(OSError) as raised:
+            task.export(LlmConfig(model="tiny", export=export), model, tok, CPU, tmp_path / "full" / export)
+        assert is_disk_full(raised.value)  # what the loop's full-disk handling recognises: exit 200
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adapter", "full", "merged"]
+    assert sorted(p.name for p in (tmp_path / "full").iterdir()) == ["adapter", "merged"]
+
+
+@pytest.fixture
+def one_process_group(tmp_path):
+    """A gloo process group of one rank (FSDP over a world of one): what fully_shard and DCP need."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_sharded_loading_builds_nothing_whole_then_fills_every_weight_as_a_whole_load(
+    tmp_path, one_process_group
+):
+    from torch.distributed.fsdp import fully_shard
+
+    from trainer.llm import load, load_bench
+    from trainer.model import transformer_blocks
+
+    directory = tmp_path / "model"  # bf16 on disk, fp32 in training, the embedding tied to the head
+    params = load_bench.save_model(directory, width=128, layers=2, vocab=300, tied=True)
+    cfg = LlmConfig(model=str(directory), lora_dropout=0.0)
+    torch.manual_seed(0)
+    model, deferred = task.build_sharded(cfg, directory, load_dtype=torch.float32, grad_checkpointing=False)
+    assert all(p.is_meta for p in model.parameters())  # no weight exists before fully_shard
+    assert sum(t.numel() for t in deferred.kept.values()) < 0.1 * params  # adapters and buffers only
+    for block in reversed(transformer_blocks(model)):
+        fully_shard(block)
+    fully_shard(model)
+    mine, whole = load.materialize(model, deferred, torch.device("cpu"))
+    assert mine == whole > params * 4  # one rank holds it all (and the adapters)
+    torch.manual_seed(0)
+    reference = task.build(cfg, directory, None, load_dtype=torch.float32, grad_checkpointing=False)
+    expected = dict(reference.named_parameters())
+    assert expected.keys() == dict(model.named_parameters()).keys()
+    different = [n for n, p in model.named_parameters() if not torch.equal(p.full_tensor(), expected[n])]
+    assert different == []  # base weights from the files, adapters initialised as in a whole load
+    inner = model.get_base_model()
+    assert inner.lm_head.weight is inner.model.embed_tokens.weight  # still tied
+    rotary = dict(reference.named_buffers())
+    assert all(torch.equal(b, rotary[n]) for n, b in model.named_buffers())
 
 
 def _saved_tiny(into):
@@ -195,13 +374,30 @@ def test_a_hub_model_is_staged_once_into_its_cache_and_later_starts_read_the_cac
 def test_perplexity_is_the_exponent_of_the_validation_loss_per_labelled_token():
     model = _lora()
     tok = tiny.tokenizer()
-    val = data.Sequences([data.encode(tok, CHAT, "a"), data.encode(tok, CHAT[:3], "b")])
+    val = data.Sequences([data.Row(ids, labels, [len(ids)]) for ids, labels in
+                          (data.encode(tok, CHAT, "a"), data.encode(tok, CHAT[:3], "b"))])  # fmt: skip
     loader = torch.utils.data.DataLoader(val, batch_size=1, collate_fn=data.Collate(tok.pad_token_id))
     result = task.evaluate(model, loader, CPU, None)
     total = sum(task.token_loss(model, data.Collate(tok.pad_token_id)([row]))[0].item() for row in val.rows)
     assert result["val_tokens"] == val.label_tokens()
     assert result["val_loss"] == pytest.approx(total / val.label_tokens())
     assert result["val_perplexity"] == pytest.approx(math.exp(result["val_loss"]))
+
+
+def test_evaluation_reads_the_device_once_however_many_batches(monkeypatch):
+    model = _lora()
+    tok = tiny.tokenizer()
+    ids, labels = data.encode(tok, CHAT, "a")
+    loader = [data.Collate(tok.pad_token_id)([(ids, labels)])] * 3  # batches made: the model's reads only
+    reads = []
+    for name in ("item", "tolist", "__bool__"):  # what makes the host wait for the device
+        original = getattr(torch.Tensor, name)
+        monkeypatch.setattr(
+            torch.Tensor, name, lambda t, *a, _o=original, _n=name: reads.append(_n) or _o(t, *a)
+        )
+    result = task.evaluate(model, loader, CPU, None)
+    monkeypatch.undo()
+    assert reads == ["tolist"] and result["val_tokens"] == 3 * sum(t != data.IGNORE for t in labels)
 
 
 def test_the_job_config_accepts_the_llm_section_and_the_sample_records(tmp_path):

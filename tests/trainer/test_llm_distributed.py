@@ -1,12 +1,16 @@
-"""LoRA over FSDP with 2 processes under torchrun (gloo), activation checkpointing and LoRA dropout on:
-adapter-only sharded checkpoints, a bit-exact resume across a SIGTERM, and the 2-process checkpoint
-resharded into one process, whose export peft loads."""
+"""The LLM task with 2 processes (gloo), from a model directory saved in bf16 as the Hub serves models:
+LoRA over FSDP in bf16 with activation checkpointing and LoRA dropout on, its base weights read shard by
+shard, one validation sequence for two ranks: adapter-only sharded checkpoints, a bit-exact resume across
+a SIGTERM, the 2-process checkpoint resharded into one process, whose export peft loads; LoRA over DDP in
+bf16 exporting a merged model."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,17 +24,40 @@ from trainer.loop import run
 
 SAMPLE = REPO / "workloads" / "examples" / "llm-chat.jsonl"
 STEPS = 16
+# One short record: a single validation sequence, so that rank 1 has none.
+VALIDATION = {"prompt": "What is 33 + 5?", "response": "33 + 5 = 38."}
+CPU = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> dict[str, Path]:
+    """The tiny model (seed 0) saved with save_pretrained in bf16, as a Hub model is, with its tokenizer;
+    and the one-record validation file."""
+    root = tmp_path_factory.mktemp("saved")
+    torch.manual_seed(0)
+    tok = tiny.tokenizer()
+    tiny.model(tok).bfloat16().save_pretrained(root / "model")
+    tok.save_pretrained(root / "model")
+    (root / "val.jsonl").write_text(json.dumps(VALIDATION) + "\n")
+    return {"model": root / "model", "val": root / "val.jsonl"}
+
+
+def _llm(saved: dict[str, Path]) -> dict:
+    return {**LLM, "llm.model": saved["model"], "data.val_source": saved["val"]}
+
+
 LLM = {
-    "llm.model": "tiny",
     "llm.seq_len": 64,
     "llm.lora_dropout": 0.1,  # the resume must restore each rank's RNG stream too
     "data.source": SAMPLE,
     "train.parallelism": "fsdp",
+    "train.precision": "bf16",
     "train.grad_checkpointing": "true",
     "train.batch_size": 2,
     "train.max_steps": STEPS,
     "train.warmup_steps": 2,
     "train.log_every": 1,
+    "train.eval_every": 1,
     "train.lr": 0.003,
     "checkpoint.every_steps": 1,
     "checkpoint.keep": 100,
@@ -56,15 +83,29 @@ def _flat(state: dict, prefix: str = "") -> dict[str, torch.Tensor]:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    """An uninterrupted 2-process run, checkpointed at every step."""
+def reference(tmp_path_factory, saved):
+    """An uninterrupted 2-process FSDP run, checkpointed and evaluated at every step."""
     out = tmp_path_factory.mktemp("reference") / "out"
-    done = launch(out, **LLM)
+    done = launch(out, **_llm(saved))
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "warning: 1 validation sequence(s) for 2 ranks: 1 rank(s) hold none" in done.stdout
+    share = re.search(r"MiB of parameters on this rank, ([0-9.]+) of the model's", done.stdout)
+    assert share and float(share[1]) <= 0.6, done.stdout  # rank 0 read only its shard of the weights
     return out
 
 
-def test_resume_after_sigterm_is_bit_exact_and_the_checkpoint_reshards_into_one_process(reference, tmp_path):
+def test_a_rank_without_validation_data_takes_part_in_every_evaluation(reference, saved):
+    tok = tiny.tokenizer()
+    _, labels = data.encode(tok, data.read_records(saved["val"])[0], "val")
+    evals = metrics(reference, "eval")
+    assert [r["step"] for r in evals] == list(range(1, STEPS + 1))  # each a collective of both ranks
+    assert {r["val_tokens"] for r in evals} == {sum(t != data.IGNORE for t in labels)}  # rank 1 adds none
+
+
+def test_resume_after_sigterm_is_bit_exact_and_the_checkpoint_reshards_into_one_process(
+    reference, saved, tmp_path
+):
+    LLM = _llm(saved)
     run_dir = (reference / "ckpt" / (reference / "ckpt" / "latest").read_text()).parent
     step3 = _state(run_dir / "step-000000003", tmp_path)
     model_keys = list(step3["model"])
@@ -93,11 +134,12 @@ def test_resume_after_sigterm_is_bit_exact_and_the_checkpoint_reshards_into_one_
     different = [k for k in ours if not torch.equal(ours[k], theirs[k])]
     assert not different, different[:5]
 
-    # The 2-process (FSDP) checkpoint in one process: resharded on load, evaluated and exported.
+    # The 2-process (FSDP) checkpoint in one process: resharded on load, evaluated (fp32, the base loaded
+    # whole) and exported.
     single = tmp_path / "single"
     cfg = build({
-        "llm": {"model": "tiny", "seq_len": 64, "lora_dropout": 0.1},
-        "data": {"source": str(SAMPLE)},
+        "llm": {"model": str(saved["model"]), "seq_len": 64, "lora_dropout": 0.1},
+        "data": {"source": str(SAMPLE), "val_source": str(saved["val"])},
         "train": {"max_steps": step, "batch_size": 2, "warmup_steps": 2, "device": "cpu"},
         "checkpoint": {"dir": str(ckpt)},
         "output": {"dir": str(single), "metrics_port": 0},
@@ -106,23 +148,50 @@ def test_resume_after_sigterm_is_bit_exact_and_the_checkpoint_reshards_into_one_
     summary = json.loads((single / "summary.json").read_text())
     assert summary["steps"] == step and summary["world_size"] == 1
     assert summary["val_perplexity"] == pytest.approx(torch.tensor(summary["val_loss"]).exp().item())
+    # The FSDP run's evaluation of that step (bf16, its base read shard by shard) is the same model's.
+    fsdp = next(r for r in metrics(reference, "eval") if r["step"] == step)
+    assert fsdp["val_loss"] == pytest.approx(summary["val_loss"], rel=2e-2)
 
-    # The export is what peft loads onto the base model (built from the same seed), and it holds exactly
+    # The export is what peft loads onto the base model (the saved directory), and it holds exactly
     # the checkpoint's adapters: the same validation loss the run reported, from a fresh process's view.
     from peft import PeftModel
     from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
 
     exported = load_file(single / "adapter" / "adapter_model.safetensors")
-    saved = {k.replace(".default.", "."): v for k, v in ours.items() if k.startswith("model.")}
-    assert {f"model.{k}" for k in exported} == set(saved)
-    assert all(torch.equal(v, saved[f"model.{k}"]) for k, v in exported.items())
-    torch.manual_seed(0)
+    in_checkpoint = {k.replace(".default.", "."): v for k, v in ours.items() if k.startswith("model.")}
+    assert {f"model.{k}" for k in exported} == set(in_checkpoint)
+    assert all(torch.equal(v, in_checkpoint[f"model.{k}"]) for k, v in exported.items())
     tok = tiny.tokenizer()
-    loaded = PeftModel.from_pretrained(tiny.model(tok), single / "adapter")
+    base = AutoModelForCausalLM.from_pretrained(saved["model"], dtype=torch.float32)
+    loaded = PeftModel.from_pretrained(base, single / "adapter")
     _, val = data.sequences(cfg.data, cfg.llm, tok, tmp_path)
     loader = torch.utils.data.DataLoader(val, batch_size=4, collate_fn=data.Collate(tok.pad_token_id))
-    cpu = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
-    assert task.evaluate(loaded, loader, cpu, None)["val_loss"] == pytest.approx(
+    assert task.evaluate(loaded, loader, CPU, None)["val_loss"] == pytest.approx(
         summary["val_loss"], rel=1e-6
     )
     assert metrics(single, "eval")[-1]["val_loss"] == summary["val_loss"]
+
+
+def test_lora_over_ddp_in_bf16_from_a_saved_model_exports_a_merged_model(saved, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "out"
+    steps = {
+        "train.max_steps": 2,
+        "train.warmup_steps": 1,
+        "train.eval_every": 2,
+        "checkpoint.every_steps": 2,
+    }
+    done = launch(out, **{**_llm(saved), **steps, "train.parallelism": "ddp", "llm.export": "merged"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["ranks_identical"] and summary["model"] == f"{out}/model"
+    merged = AutoModelForCausalLM.from_pretrained(out / "model")
+    assert merged.dtype == torch.bfloat16  # as the model was published
+    assert not any("lora" in k for k in merged.state_dict())
+    tok = tiny.tokenizer()
+    loader = [data.Collate(tok.pad_token_id)([data.encode(tok, data.read_records(saved["val"])[0], "val")])]
+    assert task.evaluate(merged, loader, CPU, torch.bfloat16)["val_loss"] == pytest.approx(
+        summary["val_loss"], rel=2e-2
+    )

@@ -58,5 +58,25 @@ def test_embedding_tables_do_not_count_and_a_shared_weight_counts_once():
     assert mfu.non_embedding_params(Tied()) == 8 * 8 + 8
 
 
+def test_an_output_head_tied_to_the_input_embedding_counts_as_the_matmul_it_is():
+    """Qwen2.5-0.5B (dev-llm's model), built on the meta device from its config.json's shape, against a
+    hand count: its LM head shares the embedding table and was left out, reading MFU x0.736."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    shape = {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "vocab_size": 151936,
+             "num_attention_heads": 14, "num_key_value_heads": 2, "tie_word_embeddings": True}  # fmt: skip
+    with torch.device("meta"):
+        model = Qwen2ForCausalLM(Qwen2Config(**shape))
+    d, kv, ffn = 896, 2 * 64, 4864
+    layer = (d * d + d) + 2 * (d * kv + kv) + d * d + 3 * d * ffn + 2 * d  # q, k, v (biased), o, MLP, norms
+    head = 151936 * d  # the embedding table, used by the head's matmul
+    assert mfu.non_embedding_params(model) == 24 * layer + d + head == 494_032_768
+    per_token = mfu.flops_per_token(
+        non_embedding_params=mfu.non_embedding_params(model), layers=24, heads=14, head_dim=64, seq_len=512
+    )
+    without_head = 6 * (24 * layer + d) + 12 * 24 * 14 * 64 * 512
+    assert without_head / per_token == pytest.approx(0.736, abs=5e-4)
+
+
 def test_mfu_spreads_the_tokens_over_the_gpus():
     assert mfu.mfu(tokens_per_s=1000.0, flops_per_token=1e9, peak_per_gpu=1e12, gpus=4) == pytest.approx(0.25)

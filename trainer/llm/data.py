@@ -1,5 +1,5 @@
 """Chat and instruction records -> token ids in the model's chat template, with labels on the assistant's
-tokens only, packed into sequences of `llm.seq_len`.
+tokens only, packed into sequences of `llm.seq_len` whose conversations do not see each other.
 
 A record (one JSON object per line) is either a chat, {"messages": [{"role": "system"|"user"|"assistant",
 "content": "..."}, ...]}, or an instruction, {"prompt": "...", "response": "...", "system": "..."
@@ -7,21 +7,30 @@ A record (one JSON object per line) is either a chat, {"messages": [{"role": "sy
 turn, including the template's end-of-turn token (so the model learns to stop), and nothing of the system
 and user turns nor of the template's own markup. Which tokens those are is found by rendering the
 conversation up to each assistant turn with the generation prompt (where the reply starts) and up to its
-end (where it stops), which works for any template that renders a conversation's beginning the same
-whatever follows; a template that does not is refused, naming the record.
+end, which works for any template that renders a conversation's beginning the same whatever follows (a
+template that does not is refused, naming the record); the reply's labels stop at the last special token
+of that span, its end-of-turn token (`<|im_end|>`, `<|eot_id|>`, `</s>`), so markup a template writes
+after it (ChatML's newline) is not trained.
 
-Packing concatenates the examples and cuts the stream every seq_len tokens: no padding, every token of
-every sequence trains. Attention is causal over the whole sequence, across example boundaries (as
-concatenate-and-chunk packing does); without packing each example is one row, truncated to seq_len.
+Packing places whole conversations into sequences of at most seq_len tokens, best fit decreasing (the
+longest first, each into the fullest sequence it fits), so no reply is cut from its prompt. Each token
+attends only to earlier tokens of its own conversation, with positions counted from its conversation's
+start: the batch carries a block-diagonal causal mask and per-conversation position ids (the attention
+transformers' own padding-free packing derives from position ids on SDPA), built here in the DataLoader
+rather than on the device. A conversation longer than seq_len is truncated to one sequence, as without
+packing, where each example is one row. A batch without packed rows carries no mask at all: with right
+padding and causal attention no real token sees the padding (trainer/llm/task.py ATTENTION says why no
+mask matters on a GPU).
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
@@ -33,6 +42,15 @@ from trainer.storage import fetch_to_local
 IGNORE = -100  # the label of a token the loss leaves out (PyTorch's cross_entropy ignore_index)
 ROLES = ("system", "user", "assistant")
 Messages = list[dict[str, str]]
+
+
+class Row(NamedTuple):
+    """One training sequence: its token ids, labels and the lengths of the conversations it holds, in
+    order (attention stays within each)."""
+
+    ids: list[int]
+    labels: list[int]
+    lengths: list[int]
 
 
 def read_records(path: Path) -> list[Messages]:
@@ -78,10 +96,19 @@ def _ids(tok: Any, messages: Messages, generation_prompt: bool) -> list[int]:
     return list(tok(text, add_special_tokens=False)["input_ids"])
 
 
+def _special_ids(tok: Any) -> set[int]:
+    """The tokenizer's special tokens: its named ones and every added token marked special (ChatML's
+    <|im_start|> and <|im_end|> are added tokens, not named ones)."""
+    added = {i for i, token in tok.added_tokens_decoder.items() if token.special}
+    return added | set(tok.all_special_ids)
+
+
 def encode(tok: Any, messages: Messages, where: str) -> tuple[list[int], list[int]]:
-    """(token ids, labels) of one conversation: labels are the ids on assistant turns, IGNORE elsewhere."""
+    """(token ids, labels) of one conversation: labels are the ids of each assistant reply up to its
+    end-of-turn token, IGNORE elsewhere."""
     ids = _ids(tok, messages, False)
     labels = [IGNORE] * len(ids)
+    special = _special_ids(tok)
     for k, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
@@ -93,54 +120,111 @@ def encode(tok: Any, messages: Messages, where: str) -> tuple[list[int], list[in
                 "when more follow, so the reply's tokens cannot be told apart; use a template that does "
                 "not rewrite earlier turns, or one assistant turn per record"
             )
-        labels[start : len(upto)] = ids[start : len(upto)]
+        ends = [i for i in range(start, len(upto)) if ids[i] in special]
+        end = ends[-1] + 1 if ends else len(upto)  # no end-of-turn token: the turn as rendered
+        labels[start:end] = ids[start:end]
     return ids, labels
 
 
-def pack(examples: list[tuple[list[int], list[int]]], seq_len: int) -> list[tuple[list, list]]:
-    """Concatenate and cut every seq_len tokens; the last sequence may be shorter (Collate pads it)."""
-    ids = [t for e, _ in examples for t in e]
-    labels = [t for _, lab in examples for t in lab]
-    blocks = []
-    for start in range(0, len(ids), seq_len):
-        block_ids, block_labels = ids[start : start + seq_len], labels[start : start + seq_len]
-        blocks.append((block_ids, block_labels))
-    return blocks
+def pack(examples: list[tuple[list[int], list[int]]], seq_len: int) -> list[Row]:
+    """Whole conversations into rows of at most seq_len tokens, best fit decreasing; one longer than
+    seq_len is truncated to a row of its own. Deterministic: every rank packs the same rows."""
+    sizes = [min(len(ids), seq_len) for ids, _ in examples]
+    rows: list[list[int]] = []  # the examples of each row, in the order they were placed
+    spaces: list[int] = []  # sorted free space of the rows that have some, each value once ...
+    with_space: dict[int, list[int]] = {}  # ... and the rows with that much free
+    for i in sorted(range(len(examples)), key=lambda i: -sizes[i]):
+        k = bisect.bisect_left(spaces, sizes[i])  # the least free space that still fits
+        if k == len(spaces):
+            row, free = len(rows), seq_len
+            rows.append([])
+        else:
+            free = spaces[k]
+            row = with_space[free].pop()
+            if not with_space[free]:
+                del with_space[free], spaces[k]
+        rows[row].append(i)
+        free -= sizes[i]
+        if free:
+            if free not in with_space:
+                bisect.insort(spaces, free)
+            with_space.setdefault(free, []).append(row)
+    return [
+        Row(
+            [t for i in members for t in examples[i][0][: sizes[i]]],
+            [t for i in members for t in examples[i][1][: sizes[i]]],
+            [sizes[i] for i in members],
+        )
+        for members in rows
+    ]
 
 
 @dataclass
 class Sequences(Dataset):
-    rows: list[tuple[list[int], list[int]]]
+    rows: list[Row]
 
     def __len__(self) -> int:
         return len(self.rows)
 
-    def __getitem__(self, i: int) -> tuple[list[int], list[int]]:
+    def __getitem__(self, i: int) -> Row:
         return self.rows[i]
 
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps(self.rows).encode()).hexdigest()
 
     def label_tokens(self) -> int:
-        return sum(sum(t != IGNORE for t in labels) for _, labels in self.rows)
+        return sum(sum(t != IGNORE for t in row.labels) for row in self.rows)
 
 
 class Collate:
-    """Pad a batch to its longest row (rounded up to a multiple of 8); padding is masked and IGNOREd."""
+    """A batch of rows (Row, or (ids, labels) for one conversation), right-padded to its longest row
+    rounded up to a multiple of 8; padding is IGNOREd.
+
+    `attention_mask` marks the real tokens (the loop counts them); it never reaches the model. A batch with
+    a row of several conversations also has `document_mask` (batch, 1, length, length: query attends to
+    key, causal within each conversation; the padding is a segment of its own, so no row of the mask is
+    empty) and `position_ids` counted from each conversation's start (forward_inputs passes them on)."""
 
     def __init__(self, pad_id: int):
         self.pad_id = pad_id
 
-    def __call__(self, batch: list[tuple[list[int], list[int]]]) -> dict[str, torch.Tensor]:
-        length = -(-max(len(ids) for ids, _ in batch) // 8) * 8
-        input_ids = torch.full((len(batch), length), self.pad_id, dtype=torch.long)
-        labels = torch.full((len(batch), length), IGNORE, dtype=torch.long)
-        attention_mask = torch.zeros(len(batch), length, dtype=torch.long)
-        for row, (ids, labs) in enumerate(batch):
-            input_ids[row, : len(ids)] = torch.tensor(ids)
-            labels[row, : len(labs)] = torch.tensor(labs)
-            attention_mask[row, : len(ids)] = 1
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+    def __call__(self, batch: list) -> dict[str, torch.Tensor]:
+        rows = [row if isinstance(row, Row) else Row(row[0], row[1], [len(row[0])]) for row in batch]
+        length = -(-max(len(row.ids) for row in rows) // 8) * 8
+        input_ids = torch.full((len(rows), length), self.pad_id, dtype=torch.long)
+        labels = torch.full((len(rows), length), IGNORE, dtype=torch.long)
+        attention_mask = torch.zeros(len(rows), length, dtype=torch.long)
+        for r, row in enumerate(rows):
+            input_ids[r, : len(row.ids)] = torch.tensor(row.ids)
+            labels[r, : len(row.labels)] = torch.tensor(row.labels)
+            attention_mask[r, : len(row.ids)] = 1
+        out = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+        if any(len(row.lengths) > 1 for row in rows):
+            out |= _documents(rows, length)
+        return out
+
+
+def _documents(rows: list[Row], length: int) -> dict[str, torch.Tensor]:
+    segments = torch.empty(len(rows), length, dtype=torch.long)
+    positions = torch.empty(len(rows), length, dtype=torch.long)
+    for r, row in enumerate(rows):
+        start = 0
+        for k, n in enumerate([*row.lengths, length - sum(row.lengths)]):  # the padding last
+            segments[r, start : start + n] = k
+            positions[r, start : start + n] = torch.arange(n)
+            start += n
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    same = segments[:, :, None] == segments[:, None, :]
+    return {"document_mask": (same & causal).unsqueeze(1), "position_ids": positions}
+
+
+def forward_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """What the model's forward takes of a batch: the token ids and, for packed rows, the document mask
+    and position ids. No padding mask: right padding is never attended to under causal attention."""
+    inputs = {"input_ids": batch["input_ids"]}
+    if "document_mask" in batch:
+        inputs |= {"attention_mask": batch["document_mask"], "position_ids": batch["position_ids"]}
+    return inputs
 
 
 def sequences(
@@ -155,18 +239,20 @@ def sequences(
         val_records = [records[i] for i in val_rows]
         records = [records[i] for i in train_rows]
 
-    def rows(recs: list[Messages], source: str) -> list[tuple[list[int], list[int]]]:
+    def rows(recs: list[Messages], source: str) -> list[Row]:
         examples = [encode(tok, m, f"{source} record {i + 1}") for i, m in enumerate(recs)]
         if llm.packing:
             return pack(examples, llm.seq_len)
-        return [(ids[: llm.seq_len], labels[: llm.seq_len]) for ids, labels in examples]
+        return [Row(ids[: llm.seq_len], labels[: llm.seq_len], [min(len(ids), llm.seq_len)])
+                for ids, labels in examples]  # fmt: skip
 
     train = Sequences(rows(records, data.source))
     val = Sequences(rows(val_records, data.val_source or data.source))
-    for name, split in (("training", train), ("validation", val)):
+    for name, split, source in (("training", train, data.source), ("validation", val, data.val_source)):
         if not split.label_tokens():
             raise DataError(
-                f"{data.source}: the {name} split has no assistant tokens within llm.seq_len={llm.seq_len}"
+                f"{source or data.source}: the {name} split has no assistant tokens within "
+                f"llm.seq_len={llm.seq_len}"
             )
     return train, val
 

@@ -50,8 +50,9 @@ def tokenizer() -> Any:
     return fast
 
 
-def model(tok: Any) -> Any:
-    """A LlamaForCausalLM of SHAPE for `tok`'s vocabulary, initialised from the current torch seed."""
+def model(tok: Any, attention: str = "sdpa") -> Any:
+    """A LlamaForCausalLM of SHAPE for `tok`'s vocabulary, initialised from the current torch seed, with
+    the attention implementation `attention` (a name transformers' AttentionInterface knows)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
@@ -62,4 +63,6 @@ def model(tok: Any) -> Any:
         tie_word_embeddings=False,
         **SHAPE,
     )
-    return LlamaForCausalLM(config)
+    model = LlamaForCausalLM(config)
+    model.set_attn_implementation(attention)
+    return model

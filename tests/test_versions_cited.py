@@ -20,7 +20,12 @@ import pytest
 from infra import pins
 
 REPO = Path(__file__).resolve().parents[1]
-NOT_OURS = ("upstream/", "sim/vendored/", "tests/fixtures/")
+NOT_OURS = (
+    "upstream/",
+    "sim/vendored/",
+    "tests/fixtures/",
+    "tests/test_versions_cited.py",
+)  # the last: its own examples
 TEXT = (".py", ".md", ".yaml", ".yml", ".toml", ".txt", ".sh", "Dockerfile", "Makefile")
 # A space, @, / or - (a chart archive's name), or == (a pip pin), then the version; not ":" (an image tag
 # is the image's version, not the chart's).

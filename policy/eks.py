@@ -1,6 +1,6 @@
 """EKS control plane and node rules, on the engine's child resources (aws:eks/*, aws:ec2/launchTemplate,
-Karpenter objects) and on the pulumi-eks component inputs (all our mocks see of eks.Cluster and
-eks.ManagedNodeGroup)."""
+Karpenter objects) and on the pulumi-eks component inputs (what the program itself registers of eks.Cluster
+and eks.ManagedNodeGroup; their children come from the provider)."""
 
 from __future__ import annotations
 

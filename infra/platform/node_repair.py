@@ -10,8 +10,7 @@ So a `transforms` resource option on the component adds it to the child. Transfo
 not in our process: it keeps a remote (multi-language) component's transforms and runs them on every
 resource that the component's provider registers beneath it (pulumi pkg/resource/deploy/source_eval.go,
 RegisterResource: `pendingTransforms` saved for `remote` registrations, then the transforms of every
-parent). Under Pulumi mocks nothing registers the child, so tests call `node_repair_transform` on a
-NodeGroup's inputs directly.
+parent). The transform is a pure function of a NodeGroup's inputs, so it is tested on those inputs.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "sim" / "vendored"
 
 K8S = "release-1.35"
+TERMINATOR = "pkg/controllers/node/termination/terminator"
 STAGING = "staging/src/k8s.io"
 # (repository, tag, path, (first, last) line or None for the whole file)
 SOURCES: list[tuple[str, str, str, tuple[int, int] | None]] = [
@@ -60,6 +61,9 @@ SOURCES: list[tuple[str, str, str, tuple[int, int] | None]] = [
         f"{STAGING}/apiextensions-apiserver/pkg/apiserver/schema/pruning/algorithm_test.go",
         (1, 610),
     ),
+    # Karpenter 1.14.1's specs of the functions sim/karpenter_disruption.py ports.
+    ("kubernetes-sigs/karpenter", "v1.14.1", "pkg/utils/pod/suite_test.go", (1, 246)),
+    ("kubernetes-sigs/karpenter", "v1.14.1", f"{TERMINATOR}/suite_test.go", (221, 283)),
 ]
 # Where a file's text was first read, when that was not the tag itself (the search tools' read_file): a
 # commit or stored copy whose lines are the same, as checked against the tag's staging repository.
@@ -73,6 +77,9 @@ NOTES: dict[str, str] = {
     "kubernetes/apimachinery v0.35.7",
     f"{STAGING}/apiextensions-apiserver/pkg/apiserver/schema/pruning/algorithm_test.go": "read_file id "
     "173246349; identical to kubernetes/apiextensions-apiserver v0.35.7",
+    "pkg/utils/pod/suite_test.go": "read_file id 52636684223 (an earlier file, whose 246 lines v1.14.1 "
+    "keeps unchanged)",
+    f"{TERMINATOR}/suite_test.go": "read_file id 54655719692 (the v1.14.1 file)",
 }
 
 

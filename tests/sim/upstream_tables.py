@@ -27,3 +27,8 @@ def assert_covered(upstream: Iterable[str], transcribed: Iterable[str], skipped:
     assert not set(transcribed) & set(skipped), "a case is both transcribed and skipped"
     named, cases = set(transcribed) | set(skipped), set(upstream)
     assert named == cases, f"not run: {sorted(cases - named)}; not upstream's: {sorted(named - cases)}"
+
+
+def ginkgo_cases(relative: str) -> list[str]:
+    """The descriptions of a vendored Ginkgo suite's `It("...")` specs, in file order."""
+    return re.findall(r'\bIt\(\s*"((?:[^"\\]|\\.)*)"', (VENDORED / relative).read_text())

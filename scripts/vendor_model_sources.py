@@ -64,6 +64,8 @@ SOURCES: list[tuple[str, str, str, tuple[int, int] | None]] = [
     # Karpenter 1.14.1's specs of the functions sim/karpenter_disruption.py ports.
     ("kubernetes-sigs/karpenter", "v1.14.1", "pkg/utils/pod/suite_test.go", (1, 246)),
     ("kubernetes-sigs/karpenter", "v1.14.1", f"{TERMINATOR}/suite_test.go", (221, 283)),
+    # The Pulumi CLI's config merge (the commit sim/pulumi/merge_config.py was read at).
+    ("pulumi/pulumi", "1b59498", "pkg/workspace/config_test.go", None),
 ]
 # Where a file's text was first read, when that was not the tag itself (the search tools' read_file): a
 # commit or stored copy whose lines are the same, as checked against the tag's staging repository.
@@ -80,6 +82,7 @@ NOTES: dict[str, str] = {
     "pkg/utils/pod/suite_test.go": "read_file id 52636684223 (an earlier file, whose 246 lines v1.14.1 "
     "keeps unchanged)",
     f"{TERMINATOR}/suite_test.go": "read_file id 54655719692 (the v1.14.1 file)",
+    "pkg/workspace/config_test.go": "read at pulumi/pulumi@b9b4efd7ff6a; identical to the file at 1b59498",
 }
 
 

@@ -66,6 +66,9 @@ SOURCES: list[tuple[str, str, str, tuple[int, int] | None]] = [
     ("kubernetes-sigs/karpenter", "v1.14.1", f"{TERMINATOR}/suite_test.go", (221, 283)),
     # The Pulumi CLI's config merge (the commit sim/pulumi/merge_config.py was read at).
     ("pulumi/pulumi", "1b59498", "pkg/workspace/config_test.go", None),
+    # pulumi-eks v4.3.0's tests of the provider checks sim/pulumi/eks_rules.py ports.
+    ("pulumi/pulumi-eks", "0f5a544", "nodejs/eks/cluster/authenticationMode.test.ts", None),
+    ("pulumi/pulumi-eks", "0f5a544", "nodejs/eks/cluster/cluster.test.ts", None),
 ]
 # Where a file's text was first read, when that was not the tag itself (the search tools' read_file): a
 # commit or stored copy whose lines are the same, as checked against the tag's staging repository.
@@ -83,6 +86,10 @@ NOTES: dict[str, str] = {
     "keeps unchanged)",
     f"{TERMINATOR}/suite_test.go": "read_file id 54655719692 (the v1.14.1 file)",
     "pkg/workspace/config_test.go": "read at pulumi/pulumi@b9b4efd7ff6a; identical to the file at 1b59498",
+    "nodejs/eks/cluster/authenticationMode.test.ts": "read at pulumi/pulumi-eks@3328fbefede6; identical "
+    "to the file at 0f5a544",
+    "nodejs/eks/cluster/cluster.test.ts": "read at pulumi/pulumi-eks@3328fbefede6; identical to the file "
+    "at 0f5a544",
 }
 
 

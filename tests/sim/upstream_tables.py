@@ -32,3 +32,9 @@ def assert_covered(upstream: Iterable[str], transcribed: Iterable[str], skipped:
 def ginkgo_cases(relative: str) -> list[str]:
     """The descriptions of a vendored Ginkgo suite's `It("...")` specs, in file order."""
     return re.findall(r'\bIt\(\s*"((?:[^"\\]|\\.)*)"', (VENDORED / relative).read_text())
+
+
+def jest_cases(relative: str) -> list[str]:
+    """The names of a vendored Jest file's `it("...")`, `test("...")` and `test.each(...)("...")` cases."""
+    text = (VENDORED / relative).read_text()
+    return re.findall(r'(?:\bit|\btest|\btest\.each\(\w+\))\(\s*"((?:[^"\\]|\\.)*)"', text)

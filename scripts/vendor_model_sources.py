@@ -66,7 +66,7 @@ SOURCES: list[tuple[str, str, str, tuple[int, int] | None]] = [
     ("kubernetes-sigs/karpenter", "v1.14.1", f"{TERMINATOR}/suite_test.go", (221, 283)),
     # The Pulumi CLI's config merge (the commit sim/pulumi/merge_config.py was read at).
     ("pulumi/pulumi", "1b59498", "pkg/workspace/config_test.go", None),
-    # pulumi-eks v4.3.0's tests of the provider checks sim/pulumi/eks_rules.py ports.
+    # The tests of the provider checks sim/pulumi/eks_rules.py ports, at the commit it was read at.
     ("pulumi/pulumi-eks", "0f5a544", "nodejs/eks/cluster/authenticationMode.test.ts", None),
     ("pulumi/pulumi-eks", "0f5a544", "nodejs/eks/cluster/cluster.test.ts", None),
 ]

@@ -1,4 +1,4 @@
-"""pulumi-eks's own unit tests (pulumi/pulumi-eks v4.3.0, 0f5a544) run on sim/pulumi/eks_rules.py.
+"""pulumi-eks's own unit tests, at the commit the model was read at (0f5a544), run on sim/pulumi/eks_rules.py.
 
 Vendored under sim/vendored/pulumi/pulumi-eks/0f5a544/: nodejs/eks/cluster/authenticationMode.test.ts
 (validateAuthenticationMode, supportsConfigMap, supportsAccessEntries) and cluster/cluster.test.ts

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from decimal import Decimal
+from decimal import ROUND_UP, Decimal, localcontext
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
@@ -173,33 +173,43 @@ def _gpu_resource(accelerator: str) -> str:
     return CATALOG[accelerator].resource_name
 
 
-_QUANTITY = re.compile(r"^([0-9.]+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
-_SUFFIX = {
-    None: Decimal(1),
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal(10) ** 3,
-    "M": Decimal(10) ** 6,
-    "G": Decimal(10) ** 9,
-    "T": Decimal(10) ** 12,
-    "P": Decimal(10) ** 15,
-    "E": Decimal(10) ** 18,
-    "Ki": Decimal(2) ** 10,
-    "Mi": Decimal(2) ** 20,
-    "Gi": Decimal(2) ** 30,
-    "Ti": Decimal(2) ** 40,
-    "Pi": Decimal(2) ** 50,
-    "Ei": Decimal(2) ** 60,
-}
+# A Kubernetes quantity as k8s.io/apimachinery pkg/api/resource quantity.go ParseQuantity reads it: a sign,
+# digits with an optional fraction, then a suffix: binary (Ki..Ei), decimal (n, u, m, k, M..E) or a decimal
+# exponent (e3, E-6). No whitespace. tests/sim/test_scheduling_upstream.py runs upstream's table on it.
+_QUANTITY = re.compile(r"([+-]?)([0-9]*)(?:\.([0-9]*))?([eEinumkKMGTP]*[+-]?[0-9]*)")
+_DECIMAL_SUFFIX = {"": 0, "n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_BINARY_SUFFIX = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+_EXPONENT = re.compile(r"[eE]([+-]?[0-9]+)")
+_NANO = Decimal("1e-9")
+_MAX_BINARY = Decimal(2**63 - 1)  # quantity.go maxAllowed: a binary quantity saturates at int64's maximum
 
 
 def quantity(value: str | int | float) -> Decimal:
-    """A Kubernetes resource quantity ("500m", "864Gi", "8") as a number."""
-    match = _QUANTITY.match(str(value).strip())
-    if not match:
-        raise ValueError(f"not a Kubernetes quantity: {value!r}")
-    return Decimal(match.group(1)) * _SUFFIX[match.group(2)]
+    """A Kubernetes resource quantity ("500m", "864Gi", "8", "1e3") as a number, rounded up to the
+    nanounit as the API server stores it."""
+    text = str(value)
+    match = _QUANTITY.fullmatch(text) if text else None
+    if match is None:
+        raise ValueError(
+            f"not a Kubernetes quantity: {value!r} (a number, then optionally Ki..Ei, n, u, m, k, M..E "
+            "or an exponent such as e3; no spaces)"
+        )
+    sign, whole, fraction, suffix = match.groups()
+    with localcontext() as ctx:
+        ctx.prec = 200  # exact: the largest suffix and int64 digits need far fewer
+        number = Decimal(f"{whole or 0}.{fraction}" if fraction else whole or "0")
+        if suffix in _BINARY_SUFFIX:
+            amount = min(number * 2 ** _BINARY_SUFFIX[suffix], _MAX_BINARY)
+        elif suffix in _DECIMAL_SUFFIX:
+            amount = number.scaleb(_DECIMAL_SUFFIX[suffix])
+        elif exponent := _EXPONENT.fullmatch(suffix):
+            amount = number.scaleb(int(exponent.group(1)))
+        else:
+            raise ValueError(f"not a Kubernetes quantity: {value!r}: unknown suffix {suffix!r}")
+        if isinstance(amount.as_tuple().exponent, int) and amount.as_tuple().exponent < -9:
+            # ParseQuantity rounds a non-zero amount up to the smallest it can hold: asked for some, get some.
+            amount = amount.quantize(_NANO, rounding=ROUND_UP)
+    return -amount if sign == "-" else amount
 
 
 # Kueue ResourceFlavors the platform creates (infra/addons/training.py kueue_objects): CPU and EFA flavors

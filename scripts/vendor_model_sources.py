@@ -1,13 +1,16 @@
-"""Copy the controller source that sim/operators/pods.py models into sim/vendored/.
+"""Copy the upstream files the models in sim/ are checked against into sim/vendored/: the controller
+source sim/operators/pods.py models, and upstream's own test tables for the ported functions.
 
     .venv/bin/python scripts/vendor_model_sources.py                   # raw.githubusercontent.com
     .venv/bin/python scripts/vendor_model_sources.py --git-dir-root D  # bare clones D/<owner>+<name>/repo
 
 Each file is the upstream text at the pinned tag, whole or the listed line range, under
-sim/vendored/<owner>/<name>/<tag>/<path>; PROVENANCE.txt lists repository, tag, path and lines.
+sim/vendored/<owner>/<name>/<tag>/<path>; PROVENANCE.txt lists repository, tag, path and lines, and for
+a file first copied from another commit holding the same text, that commit (NOTES).
 tests/sim/test_operator_pods.py reads the constants the model copies (label keys, ports, default
-images, the init-container template) from these files, so a model that drifts from its source fails there.
-Change a tag here when its operator's pin changes (infra/pins.py), rerun, and fix what the tests report.
+images, the init-container template) from these files; the tests/sim/test_*_upstream.py modules run the
+vendored test tables' cases (sim/models.yaml `upstream_tests`). Change a tag here when its pin changes
+(infra/pins.py, pyproject.toml), rerun, and fix what the tests report.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "sim" / "vendored"
 
+K8S = "release-1.35"
+TERMINATOR = "pkg/controllers/node/termination/terminator"
+STAGING = "staging/src/k8s.io"
 # (repository, tag, path, (first, last) line or None for the whole file)
 SOURCES: list[tuple[str, str, str, tuple[int, int] | None]] = [
     # Training Operator v1.9.2 (PyTorchJob, MPIJob); the repository is kubeflow/trainer now.
@@ -40,7 +46,51 @@ SOURCES: list[tuple[str, str, str, tuple[int, int] | None]] = [
     ("kubernetes-sigs/kueue", "v0.19.2", "pkg/controller/constants/constants.go", (20, 40)),
     ("kubernetes-sigs/kueue", "v0.19.2", "apis/kueue/v1beta2/topology_types.go", (70, 82)),
     ("kubernetes-sigs/kueue", "v0.19.2", "pkg/controller/jobs/trainjob/trainjob_controller.go", (70, 80)),
+    # Test tables of the Kubernetes functions the models port (release-1.35: the platform's version).
+    ("kubernetes/kubernetes", K8S, f"{STAGING}/api/core/v1/toleration_test.go", (1, 255)),
+    (
+        "kubernetes/kubernetes",
+        K8S,
+        f"{STAGING}/component-helpers/scheduling/corev1/nodeaffinity/nodeaffinity_test.go",
+        (372, 1057),
+    ),
+    ("kubernetes/kubernetes", K8S, f"{STAGING}/apimachinery/pkg/api/resource/quantity_test.go", (267, 554)),
+    (
+        "kubernetes/kubernetes",
+        K8S,
+        f"{STAGING}/apiextensions-apiserver/pkg/apiserver/schema/pruning/algorithm_test.go",
+        (1, 610),
+    ),
+    # Karpenter 1.14.1's specs of the functions sim/karpenter_disruption.py ports.
+    ("kubernetes-sigs/karpenter", "v1.14.1", "pkg/utils/pod/suite_test.go", (1, 246)),
+    ("kubernetes-sigs/karpenter", "v1.14.1", f"{TERMINATOR}/suite_test.go", (221, 283)),
+    # The Pulumi CLI's config merge (the commit sim/pulumi/merge_config.py was read at).
+    ("pulumi/pulumi", "1b59498", "pkg/workspace/config_test.go", None),
+    # The tests of the provider checks sim/pulumi/eks_rules.py ports, at the commit it was read at.
+    ("pulumi/pulumi-eks", "0f5a544", "nodejs/eks/cluster/authenticationMode.test.ts", None),
+    ("pulumi/pulumi-eks", "0f5a544", "nodejs/eks/cluster/cluster.test.ts", None),
 ]
+# Where a file's text was first read, when that was not the tag itself (the search tools' read_file): a
+# commit or stored copy whose lines are the same, as checked against the tag's staging repository.
+NOTES: dict[str, str] = {
+    f"{STAGING}/api/core/v1/toleration_test.go": "read at kubernetes/kubernetes@aceb89debc26; identical "
+    "to kubernetes/api v0.35.7 core/v1/toleration_test.go",
+    f"{STAGING}/component-helpers/scheduling/corev1/nodeaffinity/nodeaffinity_test.go": "lines 362-1047 "
+    "of a 2021 copy (read_file id 35213290), identical to these lines of kubernetes/component-helpers "
+    "v0.35.7",
+    f"{STAGING}/apimachinery/pkg/api/resource/quantity_test.go": "read_file id 32563121; identical to "
+    "kubernetes/apimachinery v0.35.7",
+    f"{STAGING}/apiextensions-apiserver/pkg/apiserver/schema/pruning/algorithm_test.go": "read_file id "
+    "173246349; identical to kubernetes/apiextensions-apiserver v0.35.7",
+    "pkg/utils/pod/suite_test.go": "read_file id 52636684223 (an earlier file, whose 246 lines v1.14.1 "
+    "keeps unchanged)",
+    f"{TERMINATOR}/suite_test.go": "read_file id 54655719692 (the v1.14.1 file)",
+    "pkg/workspace/config_test.go": "read at pulumi/pulumi@b9b4efd7ff6a; identical to the file at 1b59498",
+    "nodejs/eks/cluster/authenticationMode.test.ts": "read at pulumi/pulumi-eks@3328fbefede6; identical "
+    "to the file at 0f5a544",
+    "nodejs/eks/cluster/cluster.test.ts": "read at pulumi/pulumi-eks@3328fbefede6; identical to the file "
+    "at 0f5a544",
+}
 
 
 def _read(repo: str, tag: str, path: str, git_dir_root: Path | None) -> str:
@@ -58,7 +108,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
     parser.add_argument("--git-dir-root", type=Path, default=None)
     args = parser.parse_args(argv)
-    provenance = []
     for repo, tag, path, lines in SOURCES:
         text = _read(repo, tag, path, args.git_dir_root)
         if lines is not None:
@@ -67,13 +116,20 @@ def main(argv: list[str] | None = None) -> int:
         target = OUT / repo / tag / path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
-        shown = f"lines {lines[0]}-{lines[1]}" if lines else "whole file"
-        provenance.append(f"https://github.com/{repo}/blob/{tag}/{path} ({shown})")
-        print(f"{repo}@{tag} {path}: {shown}")
-    (OUT / "PROVENANCE.txt").write_text(
-        "Copied by scripts/vendor_model_sources.py from:\n" + "\n".join(provenance) + "\n"
-    )
+        print(f"{repo}@{tag} {path}")
+    (OUT / "PROVENANCE.txt").write_text(provenance())
     return 0
+
+
+def provenance() -> str:
+    """PROVENANCE.txt: one line per vendored file, then where it was first read when that was elsewhere."""
+    lines = ["Copied by scripts/vendor_model_sources.py from:"]
+    for repo, tag, path, span in SOURCES:
+        shown = f"lines {span[0]}-{span[1]}" if span else "whole file"
+        lines.append(f"https://github.com/{repo}/blob/{tag}/{path} ({shown})")
+        if path in NOTES:
+            lines.append(f"    first read: {NOTES[path]}")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

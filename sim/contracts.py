@@ -93,10 +93,85 @@ TYPES: dict[str, type | tuple[type, ...]] = {
 }
 
 
-def validate(value: Any, schema: dict[str, Any], path: str, errors: list[str]) -> None:
+META_FIELDS = ("apiVersion", "kind", "metadata")
+
+
+def pruned_fields(value: Any, schema: dict[str, Any] | None, resource_root: bool = False) -> list[str]:
+    """The fields the API server drops from `value` under the structural `schema` (None: no schema),
+    sorted, as apiextensions-apiserver pkg/apiserver/schema/pruning/algorithm.go PruneWithOptions reports
+    them ("spec.a", "[1].b"). `resource_root`: the object is a whole resource (its apiVersion, kind and
+    metadata stay). `value` is not changed."""
+    if resource_root:
+        schema = {**(schema or {}), "x-kubernetes-embedded-resource": True}
+    found: list[str] = []
+    _prune(value, schema, "", found)
+    return sorted(found)
+
+
+def _key(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _field_schema(schema: dict[str, Any], key: str) -> tuple[bool, dict[str, Any] | None]:
+    """(declared, the schema a field's value is pruned by): its property, else additionalProperties (a
+    boolean there stands for no schema: everything below is dropped)."""
+    if key in (schema.get("properties") or {}):
+        return True, schema["properties"][key]
+    if "additionalProperties" in schema:
+        extra = schema["additionalProperties"]
+        return True, extra if isinstance(extra, dict) else None
+    return False, None
+
+
+def _prune(value: Any, schema: dict[str, Any] | None, path: str, found: list[str]) -> None:
+    if schema is not None and schema.get("x-kubernetes-preserve-unknown-fields"):
+        _skip_prune(value, schema, path, found)
+    elif isinstance(value, dict):
+        for key, child in value.items():
+            if schema is None:
+                found.append(_key(path, key))
+                continue
+            if schema.get("x-kubernetes-embedded-resource") and key in META_FIELDS:
+                continue
+            declared, sub = _field_schema(schema, key)
+            if declared:
+                _prune(child, sub, _key(path, key), found)
+            elif key not in META_FIELDS or path:
+                found.append(_key(path, key))  # dropped, and not reported at the root: apiVersion, kind
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _prune(item, None if schema is None else schema.get("items"), f"{path}[{i}]", found)
+
+
+def _skip_prune(value: Any, schema: dict[str, Any] | None, path: str, found: list[str]) -> None:
+    """x-kubernetes-preserve-unknown-fields: unknown fields stay, declared ones are pruned by their schema."""
+    if schema is None:
+        return
+    if isinstance(value, dict):
+        for key, child in value.items():
+            if schema.get("x-kubernetes-embedded-resource") and key in META_FIELDS:
+                continue
+            declared, sub = _field_schema(schema, key)
+            if declared:
+                _prune(child, sub, _key(path, key), found)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _skip_prune(item, schema.get("items"), f"{path}[{i}]", found)
+
+
+def validate(
+    value: Any, schema: dict[str, Any], path: str, errors: list[str], resource_root: bool = False
+) -> None:
     """Append to `errors` every way `value` breaks the structural `schema` (a CRD's openAPIV3Schema
-    node) as the API server's structural validation and pruning would see it (apiextensions-apiserver
-    pkg/apiserver/schema/pruning/algorithm.go: a field the schema does not declare is dropped)."""
+    node): what structural validation refuses, and every field pruning would drop (pruned_fields), which
+    would silently do nothing. `resource_root`: `value` is a whole resource (metadata is the API's)."""
+    _validate(value, schema, path, errors)
+    dropped = pruned_fields(value, schema, resource_root)
+    errors += [f"{_key(path, field)}: unknown field (the API server drops it)" for field in dropped]
+
+
+def _validate(value: Any, schema: dict[str, Any], path: str, errors: list[str]) -> None:
+    """Value validation: types, enums, bounds, patterns, required fields, allOf/anyOf/oneOf."""
     if value is None:
         if not schema.get("nullable"):
             errors.append(f"{path}: null is not allowed")
@@ -108,13 +183,13 @@ def validate(value: Any, schema: dict[str, Any], path: str, errors: list[str]) -
             errors.append(f"{path}: expected int or string, got {type(value).__name__}")
         return
     for sub in schema.get("allOf", []):
-        validate(value, sub, path, errors)
+        _validate(value, sub, path, errors)
     for key in ("anyOf", "oneOf"):
         if key in schema:
             branch_errors = []
             for sub in schema[key]:
                 errs: list[str] = []
-                validate(value, sub, path, errs)
+                _validate(value, sub, path, errs)
                 branch_errors.append(errs)
             if all(branch_errors):
                 errors.append(f"{path}: matches no branch of {key}: {branch_errors[0][:1]}")
@@ -156,7 +231,7 @@ def _check_list(value: list[Any], schema: dict[str, Any], path: str, errors: lis
     items = schema.get("items")
     if isinstance(items, dict):
         for i, item in enumerate(value):
-            validate(item, items, f"{path}[{i}]", errors)
+            _validate(item, items, f"{path}[{i}]", errors)
 
 
 def _check_object(value: dict[str, Any], schema: dict[str, Any], path: str, errors: list[str]) -> None:
@@ -168,13 +243,9 @@ def _check_object(value: dict[str, Any], schema: dict[str, Any], path: str, erro
     for key, sub in value.items():
         here = f"{path}.{key}"
         if props is not None and key in props:
-            validate(sub, props[key], here, errors)
+            _validate(sub, props[key], here, errors)
         elif isinstance(extra, dict):
-            validate(sub, extra, here, errors)
-        elif extra is True or schema.get("x-kubernetes-preserve-unknown-fields"):
-            continue
-        elif props is not None:
-            errors.append(f"{here}: unknown field (known: {', '.join(sorted(props))[:200]})")
+            _validate(sub, extra, here, errors)
 
 
 def object_errors(obj: dict[str, Any], schema: dict[str, Any]) -> list[str]:

@@ -11,6 +11,7 @@ kubernetes-sigs/karpenter v1.14.1:
   DisruptionTarget and its own grace); it waits for the rest, and deletes them without that condition at
   T = the node's termination time - the pod's grace (DeleteExpiringPods), the termination time being
   deletion + terminationGracePeriod, or now for a forceful termination. Without a termination time it waits.
+  do-not-disrupt holds while "true", or for a duration since the pod started (IsDoNotDisruptActive).
 - Expiry (nodeclaim/expiration/controller.go) deletes the NodeClaim at expireAfter, whatever runs on it; a
   Spot interruption (aws/karpenter-provider-aws v1.14.1 pkg/controllers/interruption/utils.go
   actionForMessage: CordonAndDrain) deletes it too; node repair and instance-health events annotate the
@@ -30,7 +31,8 @@ import yaml
 
 SPOT_NOTICE_SECONDS = 120
 # awslabs/amazon-eks-ami nodeadm internal/kubelet/config.go withVersionToggles: from 1.34 on.
-AMI_SHUTDOWN_GRACE = {"from": "1.34", "total": 150, "critical": 30}
+AMI_SHUTDOWN_FROM = (1, 34)
+AMI_SHUTDOWN_GRACE = {"total": 150, "critical": 30}
 
 KEEPS_RUNNING = "keeps running; the node goes once the job ends"
 EVICTED = "evicted: DisruptionTarget, SIGTERM with the pod's grace"
@@ -40,14 +42,66 @@ KILLED = "killed with its instance: no SIGTERM, the pod GC marks it DisruptionTa
 FORCED = "deleted at once (grace 1 s): no checkpoint, no DisruptionTarget"
 
 
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|µs|μs|ms|s|m|h))+")
+_PART = re.compile(r"([0-9]*\.?[0-9]*)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def go_duration(text: str) -> float:
+    """Seconds in a Go duration (time.ParseDuration: "1h30m", "-5m", "1.5h", "300ms", "0"), as Karpenter
+    and the kubelet read them; ValueError names the text otherwise."""
+    sign, body = (-1.0, text[1:]) if text[:1] == "-" else (1.0, text.removeprefix("+"))
+    if body == "0":
+        return 0.0
+    if not _DURATION.fullmatch(body):
+        raise ValueError(f"time: invalid duration {text!r}")
+    return sign * sum(float(n) * _UNITS[unit] for n, unit in _PART.findall(body))
+
+
 def seconds(duration: str) -> float:
     """A Karpenter/kubelet duration ("720h", "1h30m", "90s"); "Never" is infinite."""
-    if duration == "Never":
-        return float("inf")
-    parts = re.fullmatch(r"((\d+)h)?((\d+)m)?((\d+)s)?", duration)
-    assert parts and duration, f"not a duration: {duration!r}"
-    h, m, s = (int(parts.group(i) or 0) for i in (2, 4, 6))
-    return h * 3600 + m * 60 + s
+    return float("inf") if duration == "Never" else go_duration(duration)
+
+
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+
+
+def do_not_disrupt_active(annotations: dict[str, str], running_s: float | None) -> bool:
+    """utils/pod/scheduling.go IsDoNotDisruptActive: "true" protects for good; a positive duration
+    protects until the pod has run that long (`running_s`: since its status.startTime; None: unknown,
+    which protects); any other value is ignored (Karpenter emits an event)."""
+    value = annotations.get(DO_NOT_DISRUPT)
+    if value is None:
+        return False
+    if value == "true":
+        return True
+    try:
+        protected = go_duration(value)
+    except ValueError:
+        return False
+    if protected <= 0:
+        return False
+    return running_s is None or running_s < protected
+
+
+def is_disruptable(
+    phase: str, annotations: dict[str, str], running_s: float | None, *, terminating: bool = False
+) -> bool:
+    """IsDisruptable: a pod that is not active (terminal, or being deleted) never blocks disruption;
+    an active one does while do-not-disrupt is active."""
+    active = phase not in ("Succeeded", "Failed") and not terminating
+    return not active or not do_not_disrupt_active(annotations, running_s)
+
+
+def expiring_pod_grace(pod_grace_s: float | None, node_termination_in_s: float | None) -> int | None:
+    """terminator.go DeleteExpiringPods for one pod: None while it may wait (no node termination time, or
+    its whole grace still fits before it); else the grace it is deleted with now, what is left of the
+    node's, at least 1 s (never a force delete)."""
+    if pod_grace_s is None or node_termination_in_s is None:
+        return None
+    if node_termination_in_s - pod_grace_s >= 0:
+        return None  # now is not after the node's termination time minus the pod's grace
+    return max(int(node_termination_in_s), 1)
 
 
 def is_candidate(pool_spec: dict, method_class: str, *, do_not_disrupt_pod: bool) -> bool:
@@ -67,7 +121,7 @@ def shutdown_grace(node_class_spec: dict, kubernetes_version: str) -> int | None
             critical = seconds(config.get("shutdownGracePeriodCriticalPods", "0s"))
             return int(seconds(config["shutdownGracePeriod"]) - critical)
     major, minor = (int(x) for x in kubernetes_version.split("."))
-    if (major, minor) >= tuple(int(x) for x in AMI_SHUTDOWN_GRACE["from"].split(".")):
+    if (major, minor) >= AMI_SHUTDOWN_FROM:
         return AMI_SHUTDOWN_GRACE["total"] - AMI_SHUTDOWN_GRACE["critical"]
     return None
 

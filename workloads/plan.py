@@ -23,7 +23,7 @@ from infra.contract import AcceleratorPool, quantity
 from sim.kubernetes.scheduling import (
     PodTemplate,
     Verdict,
-    matches_expression,
+    node_selector_matches,
     nodes_by_type,
     queue_use,
     quota_problems,
@@ -172,11 +172,9 @@ def _allowed_types(templates: Sequence[PodTemplate], pool: AcceleratorPool) -> l
         it
         for it in pool.instance_types
         if all(
-            not t.node_terms
+            t.node_terms is None
             or any(
-                all(matches_expression(pool.node_labels_for(it, c), e) for e in term)
-                for term in t.node_terms
-                for c in pool.capacity_types
+                node_selector_matches(t.node_terms, pool.node_labels_for(it, c)) for c in pool.capacity_types
             )
             for t in templates
         )

@@ -10,8 +10,11 @@ pkg/apiserver/schema/cel/validation.go and k8s.io/apiserver pkg/cel/common/equal
   correlates: object properties and map values by key, `x-kubernetes-list-type: map` items by their
   map keys; items of atomic lists and sets never correlate. With `optionalOldSelf: true` it also runs
   without an old value, `oldSelf` then being an optional (`hasValue()`, `value()`, `orValue()`);
-- a rule that evaluates to false, or fails to evaluate, rejects the request with its
-  `messageExpression` (falling back to `message` if that fails), its `message`, or "failed rule: <rule>".
+- rules run on non-null values only; a rule that evaluates to false, or fails to evaluate, rejects the
+  request with its `messageExpression` (falling back to `message` if that fails or gives a blank,
+  multi-line or over-long string), its `message`, or "failed rule: <rule>";
+- on an update, a failing rule that does not name oldSelf is ratcheted (a warning, not a rejection) where
+  the value, or its nearest correlatable ancestor, is unchanged (CRDValidationRatcheting, GA in 1.33).
 Functions beyond cel-python's standard set come from the Kubernetes CEL libraries the rules call
 (`find` from the regex library, `split` from the strings extension); a rule that calls anything else
 fails when the rules are loaded, so no rule is ever skipped silently.
@@ -20,7 +23,7 @@ fails when the rules are loaded, so no rule is ever skipped silently.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,7 +164,8 @@ def _compile(env: celpy.Environment, text: str, where: str) -> tuple[Any, bool]:
                 raise RuleError(f"{where}: {text!r} reads an unknown variable {name!r}")
         elif name not in known:
             raise RuleError(f"{where}: {text!r} calls {name!r}, which this evaluator does not implement")
-    return env.program(tree, functions=K8S_FUNCTIONS), transition
+    functions: Any = K8S_FUNCTIONS  # cel-python's annotation lists only its own value types
+    return env.program(tree, functions=functions), transition
 
 
 def _comprehension_variables(tree: lark.Tree) -> set[str]:
@@ -178,18 +182,35 @@ def _comprehension_variables(tree: lark.Tree) -> set[str]:
 
 
 class CrdRules:
-    """Every CRD in `crd_dir`, its schemas indexed by (apiVersion, kind), every rule compiled."""
+    """Every CRD in `crd_dir` (or the given `documents`: (file, CRD)), its schemas indexed by
+    (apiVersion, kind), every rule compiled."""
 
-    def __init__(self, crd_dir: Path = CRD_DIR):
-        if not crd_dir.is_dir():
+    def __init__(self, crd_dir: Path = CRD_DIR, documents: Iterable[tuple[str, dict]] | None = None):
+        if documents is None and not crd_dir.is_dir():
             raise RuleError(f"{crd_dir} is missing: the CEL checks need the upstream CRDs")
         self.env = celpy.Environment()
         self.schemas: dict[tuple[str, str], dict] = {}
         self.rules: list[Rule] = []
         self._by_node: dict[int, list[Rule]] = {}
         self.evaluations: list[Evaluation] = []
-        for file, crd in contracts.crd_documents(crd_dir):  # parsed once per process, shared read-only
+        # Failures the API server turns into warnings: the value is unchanged from the old object's.
+        self.ratcheted: list[Violation] = []
+        # Parsed once per process, shared read-only.
+        for file, crd in contracts.crd_documents(crd_dir) if documents is None else documents:
             self._load(file, crd)
+
+    @classmethod
+    def for_schema(cls, schema: dict, kind: str = "Test") -> CrdRules:
+        """The rules of one openAPIV3Schema, as a CRD of group `test` version v1 would hold them."""
+        names = {"kind": kind}
+        crd = {
+            "spec": {
+                "group": "test",
+                "names": names,
+                "versions": [{"name": "v1", "schema": {"openAPIV3Schema": schema}}],
+            }
+        }
+        return cls(documents=[("test", crd)])
 
     def _load(self, file: str, crd: dict) -> None:
         group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
@@ -197,6 +218,8 @@ class CrdRules:
             schema = version["schema"]["openAPIV3Schema"]
             self.schemas[(f"{group}/{version['name']}", kind)] = schema
             for path, node in _schema_nodes(schema, ""):
+                if node.get("x-kubernetes-validations") and id(node) in self._by_node:
+                    continue  # one node reached twice (a YAML alias): its rules run once per value
                 for raw in node.get("x-kubernetes-validations", []):
                     self._add(file, kind, version["name"], path, node, raw)
 
@@ -231,14 +254,27 @@ class CrdRules:
         if schema is None:
             raise RuleError(f"no CRD for {obj.get('apiVersion')} {obj.get('kind')} in the upstream CRDs")
         new = default(copy.deepcopy(obj), schema)
-        prior = MISSING if old is None else default(copy.deepcopy(old), schema)
+        prior = None if old is None else default(copy.deepcopy(old), schema)
         name = obj.get("metadata", {}).get("name", "?")
-        return list(self._walk(obj["kind"], name, new, prior, schema, ""))
+        return self.validate_value(obj["kind"], name, new, prior, schema)
 
-    def _walk(self, kind: str, name: str, value: Any, old: Any, node: dict, path: str) -> Iterator[Violation]:
+    def validate_value(self, kind: str, name: str, value: Any, old: Any, schema: dict) -> list[Violation]:
+        """The violations of `value` under `schema` (one of this instance's schema nodes), `old` being the
+        value it replaces (None: a create). Defaults are not applied here."""
+        ratchet = _Ratchet() if old is None else _Ratchet((value, old))
+        prior = MISSING if old is None else old
+        return list(self._walk(kind, name, value, prior, schema, "", ratchet))
+
+    def _walk(
+        self, kind: str, name: str, value: Any, old: Any, node: dict, path: str, ratchet: _Ratchet
+    ) -> Iterator[Violation]:
+        if value is None:
+            return  # validation.go: rules run on non-null values only
         for rule in self._by_node.get(id(node), []):
             violation = self._run(kind, name, rule, value, old, path)
-            if violation is not None:
+            if violation is not None and not rule.transition and ratchet.unchanged():
+                self.ratcheted.append(violation)  # CRDValidationRatcheting (GA in 1.33): a warning
+            elif violation is not None:
                 yield violation
         if isinstance(value, dict):
             props = node.get("properties") or {}
@@ -247,11 +283,13 @@ class CrdRules:
                 sub = props.get(key, extra if isinstance(extra, dict) else None)
                 if sub is not None:
                     prior = old.get(key, MISSING) if isinstance(old, dict) else MISSING
-                    yield from self._walk(kind, name, child, prior, sub, f"{path}.{key}")
+                    yield from self._walk(kind, name, child, prior, sub, f"{path}.{key}", ratchet.key(key))
         elif isinstance(value, list) and isinstance(node.get("items"), dict):
             for i, item in enumerate(value):
                 prior = _correlate(node, old, item)
-                yield from self._walk(kind, name, item, prior, node["items"], f"{path}[{i}]")
+                yield from self._walk(
+                    kind, name, item, prior, node["items"], f"{path}[{i}]", ratchet.item(item, prior)
+                )
 
     def _run(self, kind: str, name: str, rule: Rule, value: Any, old: Any, path: str) -> Violation | None:
         if rule.transition and old is MISSING and not rule.optional_old_self:
@@ -260,9 +298,9 @@ class CrdRules:
         if rule.transition:
             prior = MISSING if old is MISSING else celpy.json_to_cel(old)
             activation["oldSelf"] = CelOptional(prior) if rule.optional_old_self else prior
+        error: Exception | str | None = None
         try:
             result = rule.program.evaluate(activation)
-            error = None
         except (CELEvalError, TypeError, ValueError, KeyError) as err:
             result, error = None, err
         if error is None and not isinstance(result, celtypes.BoolType):
@@ -277,15 +315,49 @@ class CrdRules:
         return Violation(kind, name, path, rule, message)
 
 
+MAX_MESSAGE = 5120  # validation.go evalMessageExpression: a longer message falls back
+
+
 def _message(rule: Rule, activation: dict[str, Any]) -> str:
+    """The messageExpression's string, unless it fails, is not a string, is blank, has a line break or is
+    longer than MAX_MESSAGE (validation.go evalMessageExpression); then message, or "failed rule: <rule>"."""
     if rule.message_program is not None:
         try:
             text = rule.message_program.evaluate(activation)
-            if isinstance(text, str):  # `+` on strings gives a plain str
-                return str(text)
         except (CELEvalError, TypeError, ValueError, KeyError):
-            pass  # as the API server: an erroring messageExpression falls back to message
+            text = None
+        if isinstance(text, str) and text.strip() and "\n" not in text and len(text) <= MAX_MESSAGE:
+            return str(text)  # `+` on strings gives a plain str
     return rule.message or f"failed rule: {rule.rule}"
+
+
+@dataclass(frozen=True)
+class _Ratchet:
+    """Where a value sits for ratcheting (validation.go ratchetingOptions, common/equality.go
+    CorrelatedObject): the (new, old) pair of the node when it correlates with an old value, else the
+    nearest ancestor's that does. A failure is ratcheted when that pair is unchanged."""
+
+    current: tuple[Any, Any] | None = None
+    parent: tuple[Any, Any] | None = None
+
+    def unchanged(self) -> bool:
+        pair = self.current if self.current is not None else self.parent
+        return pair is not None and pair[0] == pair[1]
+
+    def key(self, field: str) -> _Ratchet:
+        if self.current is None:
+            return self
+        if self.parent is None and field in ("apiVersion", "kind"):
+            return _Ratchet()  # the root's type fields are never ratcheted
+        new, old = self.current
+        both = isinstance(old, dict) and field in old and field in new
+        return _Ratchet((new[field], old[field]) if both else None, self.current)
+
+    def item(self, new: Any, old: Any) -> _Ratchet:
+        """A list item: it correlates only in a map list (`old` is MISSING otherwise)."""
+        if self.current is None:
+            return self
+        return _Ratchet(None if old is MISSING else (new, old), self.current)
 
 
 def _correlate(node: dict, old: Any, item: Any) -> Any:

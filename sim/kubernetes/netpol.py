@@ -61,18 +61,20 @@ def _policy_types(spec: dict[str, Any]) -> list[str]:
     return ["Ingress", *(["Egress"] if "egress" in spec else [])]
 
 
-def _in_block(ip: str, block: dict[str, Any]) -> bool:
+def in_ip_block(ip: str, block: dict[str, Any]) -> bool:
+    """Whether `ip` is in the ipBlock's cidr and none of its excepts."""
     addr = ipaddress.ip_address(ip)
     if addr not in ipaddress.ip_network(block["cidr"]):
         return False
     return not any(addr in ipaddress.ip_network(e) for e in block.get("except") or [])
 
 
-def _peer_matches(
+def peer_matches(
     peer: dict[str, Any], policy_ns: str, other: Endpoint, namespaces: dict[str, dict[str, str]]
 ) -> bool:
+    """Whether a rule's peer (of a policy in `policy_ns`) matches `other`."""
     if "ipBlock" in peer:
-        return _in_block(other.ip, peer["ipBlock"])
+        return in_ip_block(other.ip, peer["ipBlock"])
     if other.namespace is None:
         return False  # selectors match pods only
     if "namespaceSelector" in peer:
@@ -82,7 +84,8 @@ def _peer_matches(
     return ns_ok and selects(peer.get("podSelector"), other.labels)
 
 
-def _port_matches(rule_ports: list[dict[str, Any]] | None, dst: Endpoint, port: int, protocol: str) -> bool:
+def port_matches(rule_ports: list[dict[str, Any]] | None, dst: Endpoint, port: int, protocol: str) -> bool:
+    """Whether a rule's ports admit `port`/`protocol` on `dst` (a named port is `dst`'s)."""
     if not rule_ports:
         return True
     for p in rule_ports:
@@ -123,9 +126,9 @@ def _direction_allows(
         for rule in policy["spec"].get(key) or []:
             peers = rule.get(peers_key)
             peer_ok = not peers or any(
-                _peer_matches(x, policy["metadata"]["namespace"], peer, namespaces) for x in peers
+                peer_matches(x, policy["metadata"]["namespace"], peer, namespaces) for x in peers
             )
-            if peer_ok and _port_matches(rule.get("ports"), dst, port, protocol):
+            if peer_ok and port_matches(rule.get("ports"), dst, port, protocol):
                 return True
     return False
 

@@ -15,6 +15,7 @@ returns and `pulumi up` creates.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -22,13 +23,8 @@ from typing import Any
 
 from infra.accelerators import CATALOG
 from infra.contract import EFA_RESOURCE, AcceleratorPool, DevicePlugin, PoolTaint, Toleration, quantity
-from sim.operators.pods import (
-    KUEUE_QUEUE_LABEL,
-    OperatorPod,
-    OperatorSettings,
-    operator_pods,
-    pod_requests,
-)
+from sim.kubernetes.pod_resources import missing_quota_resources, pod_requests, quota_usage
+from sim.operators.pods import KUEUE_QUEUE_LABEL, OperatorPod, OperatorSettings, operator_pods
 from workloads.platform import PlatformFacts
 
 _BASIC = {"cpu", "memory", "ephemeral-storage", "pods"}
@@ -41,21 +37,19 @@ REPLICA_SPECS = {"PyTorchJob": "pytorchReplicaSpecs", "MPIJob": "mpiReplicaSpecs
 
 
 def tolerated(tolerations: Sequence[Toleration], taint: PoolTaint) -> bool:
-    """Kubernetes' rule (k8s.io/api core/v1/toleration.go ToleratesTaint): the effect matches when the
-    toleration's is empty or equal; an empty key with Exists matches every key; Exists ignores the
-    value, Equal compares it."""
-    for tol in tolerations:
-        if tol.effect and tol.effect != taint.effect:
-            continue
-        if not tol.key:
-            if tol.operator == "Exists":
-                return True
-            continue
-        if tol.key != taint.key:
-            continue
-        if tol.operator == "Exists" or tol.value == taint.value:
-            return True
-    return False
+    """Whether any of `tolerations` tolerates `taint`: k8s.io/api core/v1/toleration.go ToleratesTaint at
+    release-1.35 with the alpha comparison operators (Gt, Lt) off, as EKS runs it."""
+    return any(_tolerates(t, taint) for t in tolerations)
+
+
+def _tolerates(tol: Toleration, taint: PoolTaint) -> bool:
+    if tol.effect and tol.effect != taint.effect:
+        return False  # an empty effect matches every effect
+    if tol.key and tol.key != taint.key:
+        return False  # an empty key matches every key (validation allows it only with Exists)
+    if tol.operator == "Exists":
+        return True
+    return tol.operator in ("", "Equal") and tol.value == taint.value
 
 
 def serves(plugin: DevicePlugin, labels: Mapping[str, str], taints: Sequence[PoolTaint]) -> bool:
@@ -72,8 +66,8 @@ class PodTemplate:
     job: str  # "<Kind>/<name>/<replica>"
     count: int
     node_selector: dict[str, str]
-    # Required node affinity: terms ORed, each a list of matchExpressions ANDed.
-    node_terms: list[list[dict[str, Any]]]
+    # Required node affinity's nodeSelectorTerms (ORed); None when the pod requires none.
+    node_terms: list[dict[str, Any]] | None
     tolerations: list[Toleration]
     requests: dict[str, str]  # per pod
     queue: str | None = None  # the ClusterQueue (Kueue) or Queue (Volcano) admitting the job
@@ -117,35 +111,160 @@ def _template(name: str, count: int, pod: OperatorPod, queue: str | None) -> Pod
     required = (
         spec.get("affinity", {}).get("nodeAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution")
     )
-    terms = [t.get("matchExpressions", []) for t in required["nodeSelectorTerms"]] if required else []
+    terms = None if required is None else list(required.get("nodeSelectorTerms") or [])
     return PodTemplate(
         job=name,
         count=count,
         node_selector=dict(spec.get("nodeSelector", {})),
         node_terms=terms,
         tolerations=[Toleration(**t) for t in spec.get("tolerations", [])],
-        requests=pod_requests(spec),
+        requests={k: str(v) for k, v in pod_requests(spec).items()},
         queue=queue,
         held=pod.held,
     )
 
 
+# Node affinity as k8s.io/component-helpers scheduling/corev1/nodeaffinity/nodeaffinity.go matches it, with
+# k8s.io/apimachinery pkg/labels/selector.go (NewRequirement, Requirement.Matches) at release-1.35.
+NODE_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_INT64 = range(-(2**63), 2**63)
+
+
+def _int64(text: str) -> int | None:
+    """strconv.ParseInt(text, 10, 64), or None when it fails."""
+    if not re.fullmatch(r"[+-]?[0-9]+", text) or int(text) not in _INT64:
+        return None
+    return int(text)
+
+
+def _key_error(key: str) -> str | None:
+    """validateLabelKey (a qualified name: an optional DNS-subdomain prefix and '/', then a name)."""
+    prefix, _, name = key.rpartition("/")
+    if "/" in prefix or (prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix))):
+        return "prefix part must be a lowercase RFC 1123 subdomain"
+    if len(name) > 63 or not _NAME.fullmatch(name):
+        return (
+            "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+            "with an alphanumeric character"
+        )
+    return None
+
+
+def requirement_errors(expr: Mapping[str, Any], path: str = "") -> list[tuple[str, str]]:
+    """(field, detail) for each way one NodeSelectorRequirement of matchExpressions fails to parse
+    (nodeSelectorRequirementsAsSelector, labels.NewRequirement). A term with any matches no node."""
+    key, op, values = expr.get("key", ""), expr.get("operator"), list(expr.get("values") or [])
+    if op not in NODE_SELECTOR_OPERATORS:
+        return [
+            (f"{path}.operator", f"Unsupported value: {op!r}: supported values: {NODE_SELECTOR_OPERATORS}")
+        ]
+    errors = [(f"{path}.key", e) for e in [_key_error(key)] if e]
+    if op in ("In", "NotIn") and not values:
+        errors.append((f"{path}.values", "for 'in', 'notin' operators, values set can't be empty"))
+    if op in ("Exists", "DoesNotExist") and values:
+        errors.append((f"{path}.values", "values set must be empty for exists and does not exist"))
+    if op in ("Gt", "Lt"):
+        if len(values) != 1:
+            errors.append((f"{path}.values", "for 'Gt', 'Lt' operators, exactly one value is required"))
+        errors += [
+            (f"{path}.values[{i}]", "for 'Gt', 'Lt' operators, the value must be an integer")
+            for i, v in enumerate(values)
+            if _int64(v) is None
+        ]
+    errors += [
+        (f"{path}.values[{i}]", "a valid label must be an empty string or consist of alphanumeric characters")
+        for i, v in enumerate(values)
+        if len(v) > 63 or (v and not _NAME.fullmatch(v))
+    ]
+    return errors
+
+
 def matches_expression(labels: Mapping[str, str], expr: Mapping[str, Any]) -> bool:
-    """One node selector requirement (core/v1 NodeSelectorRequirement), matched as k8s.io/component-helpers
-    scheduling/corev1/nodeaffinity/nodeaffinity.go does (nodeSelectorRequirementsAsSelector)."""
-    key, op, values = expr["key"], expr["operator"], expr.get("values", [])
+    """One parsed requirement against a node's labels (Requirement.Matches)."""
+    key, op, values = expr["key"], expr["operator"], list(expr.get("values") or [])
     if op == "In":
-        return labels.get(key) in values
+        return key in labels and labels[key] in values
     if op == "NotIn":
-        return labels.get(key) not in values
+        return key not in labels or labels[key] not in values
     if op == "Exists":
         return key in labels
     if op == "DoesNotExist":
         return key not in labels
-    if op in ("Gt", "Lt") and key in labels:
-        node, wanted = int(labels[key]), int(values[0])
+    if op in ("Gt", "Lt") and key in labels and len(values) == 1:
+        node, wanted = _int64(labels[key]), _int64(values[0])
+        if node is None or wanted is None:
+            return False  # a label that is not an integer matches neither
         return node > wanted if op == "Gt" else node < wanted
     return False
+
+
+def _field_errors(expr: Mapping[str, Any], path: str) -> list[tuple[str, str]]:
+    """nodeSelectorRequirementsAsFieldSelector: In or NotIn with exactly one value."""
+    if expr.get("operator") not in ("In", "NotIn"):
+        return [
+            (f"{path}.operator", f"Unsupported value: {expr.get('operator')!r}: supported values: In, NotIn")
+        ]
+    if len(expr.get("values") or []) != 1:
+        return [(f"{path}.values", "must have one element")]
+    return []
+
+
+def term_errors(term: Mapping[str, Any], path: str = "") -> list[tuple[str, str]]:
+    """newNodeSelectorTerm's parse errors for one NodeSelectorTerm."""
+    return [
+        *(
+            e
+            for i, x in enumerate(term.get("matchExpressions") or [])
+            for e in requirement_errors(x, f"{path}.matchExpressions[{i}]")
+        ),
+        *(
+            e
+            for i, x in enumerate(term.get("matchFields") or [])
+            for e in _field_errors(x, f"{path}.matchFields[{i}]")
+        ),
+    ]
+
+
+def node_selector_errors(terms: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """NewNodeSelector's errors: every term's, empty terms skipped."""
+    return [e for i, t in enumerate(terms) for e in term_errors(t, f"nodeSelectorTerms[{i}]")]
+
+
+def term_matches(term: Mapping[str, Any], labels: Mapping[str, str], node_name: str = "") -> bool:
+    """nodeSelectorTerm.match: an empty term or one that fails to parse matches nothing; matchFields
+    (metadata.name only) apply to a node that has a name."""
+    expressions, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
+    if not (expressions or fields) or term_errors(term):
+        return False
+    if not all(matches_expression(labels, e) for e in expressions):
+        return False
+    node_fields = {"metadata.name": node_name} if node_name else {}
+    return not node_fields or all(
+        (node_fields.get(f["key"], "") == f["values"][0]) == (f["operator"] == "In") for f in fields
+    )
+
+
+def node_selector_matches(
+    terms: Sequence[Mapping[str, Any]], labels: Mapping[str, str], node_name: str = ""
+) -> bool:
+    """LazyErrorNodeSelector.Match: the terms ORed; no terms match nothing."""
+    return any(term_matches(t, labels, node_name) for t in terms)
+
+
+def required_affinity_matches(
+    spec: Mapping[str, Any], labels: Mapping[str, str], node_name: str = ""
+) -> bool:
+    """GetRequiredNodeAffinity(pod).Match(node): the pod's nodeSelector and its required node affinity."""
+    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+        return False
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    return required is None or node_selector_matches(
+        required.get("nodeSelectorTerms") or [], labels, node_name
+    )
 
 
 def _node_problems(t: PodTemplate, pool: AcceleratorPool, platform: PlatformFacts) -> list[str]:
@@ -160,9 +279,7 @@ def _node_problems(t: PodTemplate, pool: AcceleratorPool, platform: PlatformFact
             missing = {k: v for k, v in t.node_selector.items() if labels.get(k) != v}
             if missing:
                 found.append(f"nodeSelector {missing} not on its nodes")
-            if t.node_terms and not any(
-                all(matches_expression(labels, e) for e in term) for term in t.node_terms
-            ):
+            if t.node_terms is not None and not node_selector_matches(t.node_terms, labels):
                 found.append(f"required node affinity excludes {it}")
             for taint in pool.taints:
                 if taint.effect != "PreferNoSchedule" and not tolerated(t.tolerations, taint):
@@ -373,23 +490,6 @@ def unschedulable(verdicts: Iterable[Verdict]) -> list[str]:
     ]
 
 
-# The resources a ResourceQuota tracks that every container of a pod must then state (kubernetes
-# pkg/quota/v1/evaluator/core/pods.go Constraints: "must specify" for containers and init containers).
-_MUST_STATE = {"requests.cpu", "requests.memory", "limits.cpu", "limits.memory", "cpu", "memory"}
-
-
-def _pod_limits(spec: Mapping[str, Any]) -> dict[str, Decimal]:
-    """Effective limits, as pod_requests: the largest init container's or the containers' sum."""
-    total: dict[str, Decimal] = {}
-    for c in spec["containers"]:
-        for k, v in ((c.get("resources") or {}).get("limits") or {}).items():
-            total[k] = total.get(k, Decimal(0)) + quantity(v)
-    for c in spec.get("initContainers") or []:
-        for k, v in ((c.get("resources") or {}).get("limits") or {}).items():
-            total[k] = max(total.get(k, Decimal(0)), quantity(v))
-    return total
-
-
 def quota_problems(
     objects: Sequence[Mapping[str, Any]],
     platform: PlatformFacts,
@@ -397,32 +497,24 @@ def quota_problems(
     settings: OperatorSettings | None = None,
 ) -> list[str]:
     """The job namespace's ResourceQuota against the pods the operators create: each pod states every
-    tracked cpu/memory request and limit (else the API server refuses it), and `gangs` times the job's
-    pods (a restarted gang starts while the old one terminates: workloads/render.py QUOTA_GANGS), counted
-    as the quota counts them (requests.X, limits.X, bare X as requests, pods), fit `hard`."""
+    tracked cpu/memory request and limit (else the API server refuses it: sim/kubernetes/pod_resources.py
+    missing_quota_resources), and `gangs` times the job's pods (a restarted gang starts while the old one
+    terminates: workloads/render.py QUOTA_GANGS), counted as the quota counts them (quota_usage), fit
+    `hard`."""
     quotas = [o for o in objects if o["kind"] == "ResourceQuota"]
     pods = operator_pods(objects, platform, settings)
     problems = []
     for quota in quotas:
         hard = {k: quantity(v) for k, v in quota["spec"]["hard"].items()}
-        used: dict[str, Decimal] = {"pods": Decimal(len(pods))}
+        used: dict[str, Decimal] = {}
         for pod in pods:
             name = pod.pod["metadata"].get("name") or pod.pod["metadata"]["generateName"]
-            for container in [*pod.spec.get("initContainers", []), *pod.spec["containers"]]:
-                resources = container.get("resources") or {}
-                for key in sorted(_MUST_STATE & set(hard)):
-                    kind, _, resource = key.rpartition(".")
-                    if resource not in (resources.get(kind or "requests") or {}):
-                        problems.append(
-                            f"{name}: container {container['name']} states no {key} "
-                            f"(ResourceQuota {quota['metadata']['name']} tracks it)"
-                        )
-            for resource, amount in pod_requests(pod.spec).items():
-                used[f"requests.{resource}"] = used.get(f"requests.{resource}", Decimal(0)) + quantity(amount)
-            for resource, limit in _pod_limits(pod.spec).items():
-                used[f"limits.{resource}"] = used.get(f"limits.{resource}", Decimal(0)) + limit
+            if missing := missing_quota_resources(pod.spec, hard):
+                problems.append(f"{name}: {missing} (ResourceQuota {quota['metadata']['name']} tracks them)")
+            for key, amount in quota_usage(pod.spec).items():
+                used[key] = used.get(key, Decimal(0)) + amount
         for key, most in hard.items():
-            wanted = used.get(key, used.get(f"requests.{key}", Decimal(0))) * gangs
+            wanted = used.get(key, Decimal(0)) * gangs
             if wanted > most:
                 problems.append(
                     f"ResourceQuota {quota['metadata']['name']}: {key} {wanted:g} for {gangs} "

@@ -31,7 +31,6 @@ from infra.contract import (
     KUEUE_EFA_FLAVOR,
     QueueQuota,
     kueue_gpu_flavor,
-    quantity,
 )
 from workloads.jobs import KUEUE_QUEUE_LABEL
 from workloads.platform import PlatformFacts
@@ -783,17 +782,3 @@ def operator_pods(
         elif obj["kind"] == "RayJob":
             pods += ray_job_pods(obj, settings)
     return pods
-
-
-def pod_requests(spec: Mapping[str, Any]) -> dict[str, str]:
-    """A pod's effective requests (what the scheduler and a ResourceQuota count): per resource, the larger
-    of the largest init container's and the sum of the containers' (kubernetes pkg/api/v1/resource
-    PodRequests; no pod overhead here)."""
-    total: dict[str, Any] = {}
-    for container in spec["containers"]:
-        for k, v in _requests(container).items():
-            total[k] = total.get(k, 0) + quantity(v)
-    for container in spec.get("initContainers") or []:
-        for k, v in _requests(container).items():
-            total[k] = max(total.get(k, 0), quantity(v))
-    return {k: f"{v}" for k, v in total.items()}

@@ -2,7 +2,8 @@
 the CLI merges them before every preview and update. A port of pulumi/pulumi pkg/workspace/config.go
 (`mergeConfig`, `createConfigValue`, `validateStackConfigValues`; commit 1b59498, 2026-08) and of the
 stack-file loading it relies on (sdk/go/common/workspace/project.go: a key without a namespace is the
-project's). Environments (ESC, a stack file's `environment:`) are not ported: this project uses none, and
+project's; sdk/go/common/resource/config/map.go Get: a key's name is a path into an object value).
+Environments (ESC, a stack file's `environment:`) are not ported: this project uses none, and
 `merge_config` refuses a stack file that names one instead of ignoring it.
 
 Values come out as the engine hands them to the language host (RunRequest.config, then PULUMI_CONFIG):
@@ -13,6 +14,7 @@ decrypted, their keys listed apart (PULUMI_CONFIG_SECRET_KEYS). Pure: no Pulumi 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -145,19 +147,26 @@ def merge_config(
     name = str(project["name"])
     stack: dict[str, ConfigValue] = {}
     for key, raw in ((stack_file or {}).get("config") or {}).items():
-        stack[parse_key(name, key)] = config_value(raw, decrypt)
+        try:
+            stack[parse_key(name, key)] = config_value(raw, decrypt)
+        except ProjectConfigError:
+            raise
+        except Exception as err:  # the secrets provider's own failure, named by key
+            raise ProjectConfigError(f"could not decrypt configuration key '{key}': {err}") from err
 
     types = project_config_types(project)
     missing = []
     for key in sorted(types):
         decl = types[key]
         full = parse_key(name, key)
-        if full in stack:
+        if lookup(stack, full) is not None:
             continue
         if not decl.has_value and not decl.has_default:
             if full.split(":", 1)[0] == name:
                 missing.append(key)
             continue
+        if len(_path(full.split(":", 1)[1])) > 1:
+            raise ProjectConfigError(f"a default or value for the nested key '{key}' is not modelled here")
         # A default wins over a value when both are given (the Go code assigns the default last).
         stack[full] = config_value(decl.default if decl.has_default else decl.value)
 
@@ -168,24 +177,75 @@ def merge_config(
         )
     if validate:
         for key in sorted(types):
-            decl = types[key]
-            value = stack.get(parse_key(name, key))
-            if value is None or decl.type is None:
-                continue
-            if decl.secret and not value.secure:
-                raise ProjectConfigError(
-                    f"Stack '{stack_name}' with configuration key '{key}' must be encrypted as it's secret"
-                )
-            content: Any = json.loads(value.value) if value.object else value.value
-            if not _valid(decl.type, decl.items, content):
-                raise ProjectConfigError(
-                    f"Stack '{stack_name}' with configuration key '{key}' must be of type "
-                    f"'{_type_name(decl.type, decl.items)}'"
-                )
+            decl, value = types[key], lookup(stack, parse_key(name, key))
+            if value is not None and decl.type is not None:
+                validate_value(stack_name, key, decl, value)
     return MergedConfig(
         values={k: v.value for k, v in sorted(stack.items())},
         secret_keys=sorted(k for k, v in stack.items() if v.secure),
     )
+
+
+def validate_value(stack_name: str, key: str, decl: ProjectConfigType, value: ConfigValue) -> None:
+    """validateStackConfigValue: a declared secret must be encrypted, and the value of the declared type
+    (an object value is judged as the JSON it holds)."""
+    if decl.secret and not value.secure:
+        raise ProjectConfigError(
+            f"Stack '{stack_name}' with configuration key '{key}' must be encrypted as it's secret"
+        )
+    try:
+        content: Any = json.loads(value.value) if value.object else value.value
+    except json.JSONDecodeError as err:
+        raise ProjectConfigError(
+            f"Stack '{stack_name}' with configuration key '{key}' holds invalid JSON: {err}"
+        ) from err
+    if decl.type is not None and not _valid(decl.type, decl.items, content):
+        shown = _type_name(decl.type, decl.items)
+        raise ProjectConfigError(
+            f"Stack '{stack_name}' with configuration key '{key}' must be of type '{shown}'"
+        )
+
+
+# A config key's name is a property path (sdk/go/common/resource/properties_path.go ParsePropertyPathStrict):
+# `a.b`, `a[0]`, `a["b.c"]`.
+_SEGMENT = re.compile(r'\["((?:[^"\\]|\\.)*)"\]|\[([0-9]+)\]|\.?([^.\[\]]+)')
+
+
+def _path(name: str) -> list[str | int]:
+    segments: list[str | int] = []
+    for quoted, index, plain in _SEGMENT.findall(name):
+        segments.append(int(index) if index else quoted or plain)
+    return segments
+
+
+def _go_text(value: Any) -> ConfigValue:
+    """object.marshalValue: a string as is, a number or boolean as its JSON text, anything else as JSON."""
+    if isinstance(value, str):
+        return ConfigValue(value)
+    if isinstance(value, bool) or value is None:
+        return ConfigValue(json.dumps(value))
+    if isinstance(value, float) and value.is_integer():
+        return ConfigValue(str(int(value)))  # Go's encoding/json writes 1.0 as 1
+    if isinstance(value, int | float):
+        return ConfigValue(json.dumps(value))
+    return ConfigValue(json.dumps(value, separators=(",", ":"), sort_keys=True), object=True)
+
+
+def lookup(stack: Mapping[str, ConfigValue], key: str) -> ConfigValue | None:
+    """config.Map.Get(key, path=true): the key's name is a path into its first segment's object value."""
+    namespace, _, name = key.partition(":")
+    path = _path(name)
+    root = stack.get(f"{namespace}:{path[0]}") if path else None
+    if root is None or len(path) == 1:
+        return root
+    node: Any = json.loads(root.value) if root.object else root.value
+    for segment in path[1:]:
+        in_list = isinstance(segment, int) and isinstance(node, list) and segment < len(node)
+        in_map = isinstance(segment, str) and isinstance(node, dict) and segment in node
+        if not (in_list or in_map):
+            return None
+        node = node[segment]
+    return _go_text(node)
 
 
 def _format_missing(keys: list[str]) -> str:

@@ -34,7 +34,7 @@ def _podmonitor_schema() -> dict:
 
 def _validate(obj: dict, schema: dict) -> list[str]:
     errors: list[str] = []
-    contracts.validate(obj, schema, obj["kind"], errors)
+    contracts.validate(obj, schema, obj["kind"], errors, resource_root=True)
     return errors
 
 

@@ -458,6 +458,12 @@ CASES = [
         },
         {"type": "ingress", "protocol": "tcp", "fromPort": 22, "toPort": 22, "cidrBlocks": ["0.0.0.0/0"]},
     ),
+    (  # a security group's inline rule, spelled for IPv6: ipv6CidrBlocks
+        "network-no-internet-admin-ports",
+        "aws:ec2/securityGroup:SecurityGroup",
+        {"ingress": [{"protocol": "tcp", "fromPort": 443, "toPort": 443, "ipv6CidrBlocks": ["::/0"]}]},
+        {"ingress": [{"protocol": "tcp", "fromPort": 22, "toPort": 22, "ipv6CidrBlocks": ["::/0"]}]},
+    ),
     (
         "k8s-rbac-no-cluster-admin-grants",
         "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding",

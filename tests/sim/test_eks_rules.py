@@ -14,8 +14,6 @@ from sim.pulumi import eks_rules as rules
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = "[resource cluster-node]"
-ENTRY = {"entry1": {"principalArn": "roleArn"}}
-MAPPING = [{"roleArn": "roleArn", "groups": ["test-group"], "username": "test-role"}]
 
 
 @pytest.fixture(scope="module")
@@ -45,71 +43,6 @@ def test_instance_roles_with_api_mode_is_what_pulumi_eks_refused(synthesized):
         f"api-mode-no-config-map-mappings: {cluster['name']}: The 'instanceRoles' property does not "
         "support non-empty values when 'authenticationMode' is set to 'API'."
     ]
-
-
-# Transcribed from pulumi-eks nodejs/eks/cluster/authenticationMode.test.ts (v4.3.0): each case's
-# arguments and the error validateAuthenticationMode throws (None: it must not throw).
-UPSTREAM_AUTH_MODE_CASES = [
-    (
-        {"authenticationMode": "INVALID_MODE"},
-        "Invalid value for authenticationMode: INVALID_MODE. Allowed values are: CONFIG_MAP, "
-        "API_AND_CONFIG_MAP, API.",
-    ),
-    (
-        {"authenticationMode": "API", "roleMappings": MAPPING},
-        "The 'roleMappings' property does not support non-empty values when 'authenticationMode' is set "
-        "to 'API'.",
-    ),
-    (
-        {"authenticationMode": "API", "userMappings": MAPPING},
-        "The 'userMappings' property does not support non-empty values when 'authenticationMode' is set "
-        "to 'API'.",
-    ),
-    (
-        {"authenticationMode": "API", "instanceRoles": [ROLE]},
-        "The 'instanceRoles' property does not support non-empty values when 'authenticationMode' is set "
-        "to 'API'.",
-    ),
-    ({"authenticationMode": "API", "instanceRoles": []}, None),
-    (
-        {"authenticationMode": "CONFIG_MAP", "accessEntries": ENTRY},
-        "The 'accessEntries' property is not supported when 'authenticationMode' is set to 'CONFIG_MAP'.",
-    ),
-    (
-        {"accessEntries": ENTRY},
-        "The 'accessEntries' property is not supported when 'authenticationMode' is not set.",
-    ),
-    (
-        {
-            "authenticationMode": "CONFIG_MAP",
-            "roleMappings": MAPPING,
-            "userMappings": MAPPING,
-            "instanceRoles": [ROLE],
-        },
-        None,
-    ),
-    (
-        {
-            "authenticationMode": "API_AND_CONFIG_MAP",
-            "roleMappings": MAPPING,
-            "userMappings": MAPPING,
-            "instanceRoles": [ROLE],
-            "accessEntries": ENTRY,
-        },
-        None,
-    ),
-    ({"authenticationMode": "API", "accessEntries": ENTRY}, None),
-    ({"authenticationMode": "API"}, None),
-    ({"authenticationMode": "CONFIG_MAP"}, None),
-    ({"authenticationMode": "API_AND_CONFIG_MAP"}, None),
-]
-
-
-@pytest.mark.parametrize(("args", "error"), UPSTREAM_AUTH_MODE_CASES)
-def test_authentication_mode_rules_match_upstream_unit_tests(args, error):
-    auth_rules = [r for r in rules.RULES if r.source == rules.AUTH_MODE]
-    found = [m for r in auth_rules if (m := r.check(args))]
-    assert found == ([error] if error else [])
 
 
 # (rule, bad inputs, the error pulumi-eks throws). Node group rules get (group, cluster) inputs.

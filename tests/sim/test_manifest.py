@@ -1,5 +1,6 @@
 """sim/models.yaml stays true: every model in sim/ is listed once, with upstream versions that are the
-ones the platform pins, source paths the model cites, and tests and vendored files that exist."""
+ones the platform pins, source paths the model cites, tests and vendored files that exist, and, for every
+port, the upstream test tables a test module runs on it (or why upstream has none)."""
 
 from __future__ import annotations
 
@@ -91,3 +92,58 @@ def test_a_version_that_drifts_from_its_pin_is_caught():
         test_a_model_names_its_upstream_at_the_pinned_version(
             {"kind": "port", "what": "x", "refresh": "x", "upstream": [drifted]}
         )
+
+
+# Ports whose upstream test tables are being added by another change; each leaves this set when its
+# `upstream_tests` lands (test_every_port_names_its_upstream_tests then fails until it does).
+UPSTREAM_TESTS_PENDING = {"operator-pods", "operator-outcomes", "kuberay-validation"}
+UPSTREAM_TEST_FILE = re.compile(r"(_test\.go|\.test\.ts)$")
+
+
+def ports_without_upstream_tests(models: list[dict]) -> set[str]:
+    return {m["name"] for m in models if m["kind"] == "port" and "upstream_tests" not in m}
+
+
+def test_every_port_names_its_upstream_tests():
+    assert ports_without_upstream_tests(MODELS) == UPSTREAM_TESTS_PENDING
+
+
+@pytest.mark.parametrize("model", [m for m in MODELS if "upstream_tests" in m], ids=lambda m: m["name"])
+def test_a_models_upstream_tests_exist_and_are_run(model):
+    tables = model["upstream_tests"]
+    if "none" in tables:
+        assert tables["none"] and set(tables) == {"none"}, "say why upstream has no table, and only that"
+        return
+    module = REPO / tables["module"]
+    assert module.is_file() and module.name.startswith("test_"), tables["module"]
+    text = module.read_text()
+    files, transcribed = tables.get("files") or [], tables.get("not_vendored") or []
+    assert files or transcribed, "name the vendored tables, or the transcribed ones and why"
+    for file in files:
+        assert (SIM / "vendored" / file).is_file(), file
+        assert Path(file).name in text, f"{tables['module']} does not read {file}"
+    for entry in transcribed:
+        assert entry["source"] and entry["why"], entry
+
+
+def test_every_vendored_test_table_belongs_to_a_model():
+    vendored = {
+        str(p.relative_to(SIM / "vendored"))
+        for p in (SIM / "vendored").rglob("*")
+        if p.is_file() and UPSTREAM_TEST_FILE.search(p.name)
+    }
+    listed = {f for m in MODELS for f in (m.get("upstream_tests") or {}).get("files") or []}
+    assert vendored == listed
+
+
+def test_a_port_without_its_tables_is_caught():
+    """The checks can fail: a new port without upstream_tests, and a module that runs no vendored table."""
+    assert ports_without_upstream_tests(
+        [*MODELS, {"name": "new", "kind": "port"}]
+    ) - UPSTREAM_TESTS_PENDING == {"new"}
+    unread = {
+        "module": "tests/sim/test_scheduling.py",
+        "files": ["pulumi/pulumi/1b59498/pkg/workspace/config_test.go"],
+    }
+    with pytest.raises(AssertionError, match="does not read"):
+        test_a_models_upstream_tests_exist_and_are_run({"upstream_tests": unread})

@@ -296,8 +296,8 @@ def test_the_quota_refuses_an_init_container_without_a_memory_limit():
     assert unlimited != settings.pytorch_init_template
     problems = quota_problems(objects, platform, settings=replace(settings, pytorch_init_template=unlimited))
     assert problems == [
-        f"zimdb-multinode-worker-{i}: container init-pytorch states no limits.memory (ResourceQuota "
-        "zimdb-multinode tracks it)"
+        f"zimdb-multinode-worker-{i}: must specify limits.memory for: init-pytorch (ResourceQuota "
+        "zimdb-multinode tracks them)"
         for i in range(3)
     ]
 

@@ -145,6 +145,28 @@ def all_reduce_max(env: DistEnv, value: int) -> int:
     return int(t.item())
 
 
+def sum_over_ranks(env: DistEnv, values: torch.Tensor) -> list[float]:
+    """`values` (a tensor on the device; summed in place) over every rank, read by the host once."""
+    if env.distributed:
+        dist.all_reduce(values)
+    return values.tolist()
+
+
+class GlobalSum:
+    """A device tensor's sum over the ranks, started now (asynchronously) and waited for where it is first
+    needed. On a GPU the wait only orders the device's work after the all-reduce: the host never blocks."""
+
+    def __init__(self, env: DistEnv, value: torch.Tensor) -> None:
+        self._value = value
+        self._work = dist.all_reduce(value, async_op=True) if env.distributed else None
+
+    def result(self) -> torch.Tensor:
+        if self._work is not None:
+            self._work.wait()
+            self._work = None
+        return self._value
+
+
 def barrier(env: DistEnv) -> None:
     if env.distributed:
         dist.barrier()

@@ -138,7 +138,7 @@ def test_a_run_that_fails_frees_its_metrics_port_for_the_next_run(tmp_path, monk
     def data_refused(*args):
         raise DataError("no rows")
 
-    monkeypatch.setattr("trainer.loop._prepare_data", data_refused)
+    monkeypatch.setattr("trainer.tasks.prepare_classifier_data", data_refused)
     port = reserved_port()
     cfg = from_args(trainer_args(tmp_path, **{"output.metrics_port": port}))
     with pytest.raises(DataError):

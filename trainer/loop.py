@@ -14,7 +14,6 @@ On a GPU the CPU can then queue the next step's kernels while the current one ru
 from __future__ import annotations
 
 import contextlib
-import math
 import tempfile
 import time
 from collections.abc import Iterator
@@ -42,6 +41,7 @@ from trainer.guards import NonFiniteGuard, StepWatchdog, fused_kernel
 from trainer.llm import task as llm_task
 from trainer.metrics import Exporter, Metrics
 from trainer.model import attention_shape, transformer_blocks
+from trainer.schedule import LrSchedule
 from trainer.storage import LocalStorage, Storage, open_storage
 
 RUN_SCRATCH = "trainer-run"  # $TMPDIR/trainer-run-<random>: one per process and run
@@ -104,7 +104,8 @@ class Trainer:
             weight_decay=self.t.weight_decay,
             fused=fused_kernel(env.device),
         )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(self.t))
+        t = self.t
+        self.schedule = LrSchedule(t.lr, t.warmup_steps, t.max_steps, t.min_lr_ratio)
         self.scaler = torch.amp.GradScaler(env.device.type, enabled=self.prec.needs_scaler)
         self.guard = NonFiniteGuard(env.device, scaler_skips=self.scaler.is_enabled())
         torch.manual_seed(self.t.seed + 1 + env.rank)  # dropout differs per rank, reproducibly
@@ -153,10 +154,22 @@ class Trainer:
             state = self.ckpt.restore(self.env, state, self.model, self.optimizer)
         if state is not None:
             self.metrics.say(f"resuming from {self.ckpt.location(state['step'])} (step {state['step']})")
-            self.scheduler.load_state_dict(state["scheduler"])
             _restore_scaler(self.scaler, state.get("scaler"), self.metrics)
             self.step, self.epoch, self.samples = state["step"], state["epoch"], _samples_done(state)
+            self._resume_schedule(state)
         self.metrics.say(f"{self.model_line}; steps {self.step}..{self.t.max_steps}")
+
+    def _resume_schedule(self, state: dict[str, Any]) -> None:
+        """The checkpoint's schedule; a new segment when train.max_steps changed (trainer/schedule.py)."""
+        saved_max = state["config"]["train"]["max_steps"]
+        self.schedule = self.schedule.resumed(self.step, state.get("schedule"), saved_max)
+        if saved_max != self.t.max_steps:
+            self.metrics.say(
+                f"train.max_steps {saved_max} -> {self.t.max_steps}: the learning rate goes from "
+                f"{self.schedule.peak * self.schedule.start_factor:.3g} back up to {self.t.lr:g} over "
+                f"{self.schedule.warmup_steps} steps, then decays to {self.t.lr * self.t.min_lr_ratio:.3g} "
+                f"by step {self.t.max_steps}"
+            )
 
     # -- the loop -----------------------------------------------------------------------------------------
 
@@ -210,6 +223,7 @@ class Trainer:
         self.window.steps += 1
 
     def _optimizer_step(self, step_loss: torch.Tensor) -> None:
+        self.schedule.apply(self.optimizer, self.step)
         if self.scaler.is_enabled() and self.t.grad_clip:
             self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the fp16-scaled ones
         self.guard.step(
@@ -219,7 +233,6 @@ class Trainer:
             self.scaler.step(self.optimizer)
             self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
 
     def log_progress(self) -> None:
         """A progress line: the loss since the last one, learning rate, throughput, skipped steps."""
@@ -234,7 +247,7 @@ class Trainer:
             "train",
             self.step,
             loss=loss,
-            lr=self.scheduler.get_last_lr()[0],
+            lr=self.schedule.lr(self.step),  # the next step's
             samples_per_s=steps * self.samples_per_step / elapsed,
             tokens_per_s=tokens / elapsed,
             **gpu,
@@ -324,7 +337,7 @@ class Trainer:
             "epoch": self.epoch,
             "samples": self.samples,
             "tokenizer": self.task.spec,
-            "scheduler": self.scheduler.state_dict(),
+            "schedule": self.schedule.state(),
             "scaler": self.scaler.state_dict(),
             "config": self.cfg.to_dict(),
         }
@@ -425,16 +438,6 @@ def _open_sinks(cfg: JobConfig, env: DistEnv, workdir: Path, launch: str, s3_cli
     )
     ckpt.check_writable()  # exit 2 now, not a traceback at the first checkpoint interval
     return Sinks(output, local_out, metrics, ckpt)
-
-
-def _lr_lambda(cfg: TrainConfig):
-    def factor(step: int) -> float:
-        if step < cfg.warmup_steps:
-            return (step + 1) / cfg.warmup_steps
-        progress = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)
-        return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-    return factor
 
 
 def _micro_batches(loader, epoch: int, done: int) -> Iterator[tuple[int, int, dict[str, torch.Tensor]]]:

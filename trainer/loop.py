@@ -41,7 +41,7 @@ from trainer.guards import NonFiniteGuard, StepWatchdog, fused_kernel
 from trainer.llm import task as llm_task
 from trainer.metrics import Exporter, Metrics
 from trainer.model import attention_shape, transformer_blocks
-from trainer.schedule import LrSchedule
+from trainer.schedule import LrSchedule, param_groups
 from trainer.storage import LocalStorage, Storage, open_storage
 
 RUN_SCRATCH = "trainer-run"  # $TMPDIR/trainer-run-<random>: one per process and run
@@ -99,10 +99,7 @@ class Trainer:
         )  # fmt: skip
         self.model = self._build_model()
         self.optimizer = torch.optim.AdamW(
-            [p for p in self.model.parameters() if p.requires_grad],  # LoRA: the adapters only
-            lr=self.t.lr,
-            weight_decay=self.t.weight_decay,
-            fused=fused_kernel(env.device),
+            param_groups(self.model, self.t.weight_decay), lr=self.t.lr, fused=fused_kernel(env.device)
         )
         t = self.t
         self.schedule = LrSchedule(t.lr, t.warmup_steps, t.max_steps, t.min_lr_ratio)

@@ -19,6 +19,7 @@ from trainer.checkpoint import MANIFEST, POINTER, TRAIN_STATE, CheckpointManager
 from trainer.config import ConfigError, from_args
 from trainer.dist import DistEnv
 from trainer.loop import run as run_in_process
+from trainer.schedule import param_groups
 from trainer.storage import LocalStorage, S3Storage
 
 ONE = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
@@ -83,6 +84,22 @@ def test_saved_checkpoint_loads_back_with_every_file_in_the_manifest(local, tmp_
     assert state["step"] == 10 and loaded.step_of_weights() == 10.0
     optim = loaded.optimizer.state_dict()["state"][0]
     assert torch.equal(optim["exp_avg"], trainee.optimizer.state_dict()["state"][0]["exp_avg"])
+
+
+def test_a_checkpoint_of_a_single_parameter_group_loads_into_the_decay_and_no_decay_groups(local, tmp_path):
+    """Checkpoints written before biases and norm weights left weight decay have one AdamW group."""
+    old = Trainee(10)  # one group
+    assert save(local, 10, old)
+    grouped = Trainee(-1)
+    grouped.model.zero_grad(set_to_none=True)  # as a run resumes: a fresh optimizer, no gradients yet
+    grouped.optimizer = torch.optim.AdamW(param_groups(grouped.model, 0.5))
+    ckpt = CheckpointManager(LocalStorage(tmp_path / "ckpt"), workdir=tmp_path)
+    assert ckpt.restore(ONE, ckpt.begin(ONE, resume=True), grouped.model, grouped.optimizer)["step"] == 10
+    assert [g["weight_decay"] for g in grouped.optimizer.param_groups] == [0.5, 0.0]
+    assert grouped.step_of_weights() == 10.0
+    for before, after in zip(old.model.parameters(), grouped.model.parameters(), strict=True):
+        saved, loaded = old.optimizer.state[before], grouped.optimizer.state[after]
+        assert torch.equal(saved["exp_avg"], loaded["exp_avg"]) and torch.equal(saved["step"], loaded["step"])
 
 
 def test_only_the_last_k_complete_checkpoints_of_the_run_are_kept(local):

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from trainer_runs import trainer_args
 
 from trainer.config import ModelConfig, from_args
@@ -107,3 +108,11 @@ def test_a_finished_run_extended_by_raising_max_steps_warms_up_again(tmp_path, k
     said = "train.max_steps 10 -> 20: the learning rate goes from 0.0001 back up to 0.001 over 4 steps"
     assert said in capsys.readouterr().out
     assert max(second) == pytest.approx(PEAK) and second[-1] == pytest.approx(MIN * PEAK)
+
+    # The run's optimizer (in its checkpoint): no weight decay on biases and norm weights.
+    latest = tmp_path / "ckpt" / (tmp_path / "ckpt" / "latest").read_text()
+    dcp_to_torch_save(latest, tmp_path / "state.pt")
+    groups = torch.load(tmp_path / "state.pt", weights_only=False)["optim"]["param_groups"]
+    decay = {name: group["weight_decay"] for group in groups for name in group["params"]}
+    assert decay["head.weight"] == decay["embed.weight"] == 0.01
+    assert decay["head.bias"] == decay["norm.weight"] == decay["layers.0.norm1.bias"] == 0.0

@@ -152,6 +152,13 @@ def sum_over_ranks(env: DistEnv, values: torch.Tensor) -> list[float]:
     return values.tolist()
 
 
+def max_over_ranks(env: DistEnv, values: torch.Tensor) -> list[int]:
+    """`values` (integers on the device; maximised in place) over every rank, read by the host once."""
+    if env.distributed:
+        dist.all_reduce(values, op=dist.ReduceOp.MAX)
+    return [int(v) for v in values.tolist()]
+
+
 class GlobalSum:
     """A device tensor's sum over the ranks, started now (asynchronously) and waited for where it is first
     needed. On a GPU the wait only orders the device's work after the all-reduce: the host never blocks."""

@@ -14,9 +14,11 @@ On a GPU the CPU can then queue the next step's kernels while the current one ru
 from __future__ import annotations
 
 import contextlib
+import functools
+import math
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple, cast
 
@@ -29,12 +31,13 @@ from trainer import checkpoint, data, faults, mfu, outputs, precision, tasks, to
 from trainer.config import ConfigError, JobConfig, TrainConfig
 from trainer.dist import (
     DistEnv,
+    GlobalSum,
     StopFlag,
-    all_reduce_max,
-    all_reduce_sum,
     barrier,
     launch_id,
+    max_over_ranks,
     setup,
+    sum_over_ranks,
     teardown,
 )
 from trainer.guards import NonFiniteGuard, StepWatchdog, fused_kernel
@@ -108,9 +111,13 @@ class Trainer:
         torch.manual_seed(self.t.seed + 1 + env.rank)  # dropout differs per rank, reproducibly
         self.step, self.epoch, self.samples = 0, 0, 0
         self._restore(state)
-        self.window = _Window()
+        self.window = _Window(env.device)
         self.last_eval: dict[str, float] = {}
         self.samples_per_step = self.t.batch_size * self.t.grad_accum_steps * env.world_size
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.env.device.type == "cuda"
 
     @property
     def fsdp(self) -> bool:
@@ -179,9 +186,7 @@ class Trainer:
             stopping = self.stop.poll(self.env)  # timed: a hung peer never votes
             self.watchdog.beat()
             if first:
-                self.metrics.record(
-                    "first_step", self.step, seconds_since_start=round(time.time() - self.started, 2)
-                )
+                self._after_first_step()
                 first = False
             if self._due(self.t.log_every):
                 self.log_progress()
@@ -199,54 +204,79 @@ class Trainer:
         return self.step % every == 0 or self.step == self.t.max_steps
 
     def train_step(self, batches: Iterator[tuple[int, int, tasks.Batch]]) -> None:
-        """One optimizer step over `train.grad_accum_steps` micro-batches."""
-        accum = self.t.grad_accum_steps
-        step_loss = torch.zeros((), device=self.env.device)
-        for micro in range(accum):
+        """One optimizer step over `train.grad_accum_steps` micro-batches. Each micro-batch's loss sum is
+        divided by the step's global count (every micro-batch on every rank: tasks.py), times the world
+        size, because DDP and FSDP average the ranks' gradients."""
+        micro = []
+        for _ in range(self.t.grad_accum_steps):
             self.epoch, self.samples, batch = next(batches)
-            batch = {k: v.to(self.env.device, non_blocking=True) for k, v in batch.items()}
+            micro.append({k: v.to(self.env.device, non_blocking=True) for k, v in batch.items()})
+        per_rank = self._count_per_rank(micro)  # the LM's is all-reduced while the first forward runs
+        loss_sum = torch.zeros((), device=self.env.device)
+        count: torch.Tensor | int = 0
+        tokens: torch.Tensor | int = 0
+        for i, batch in enumerate(micro):
             with (
-                _sync_context(self.model, micro == accum - 1),
+                _sync_context(self.model, i == len(micro) - 1),
                 precision.autocast(self.env.device, self.prec.dtype),
             ):
-                total, count = self.task.loss(self.model, batch)
-                loss = total / (count.clamp(min=1) if torch.is_tensor(count) else count) / accum
-            self.scaler.scale(loss).backward()
-            step_loss += loss.detach()
-            self.window.tokens += batch["attention_mask"].sum()
-        self._optimizer_step(step_loss)
-        self.window.loss += step_loss
+                total, units = self.task.loss(self.model, batch)
+            self.scaler.scale(total / per_rank()).backward()
+            loss_sum, count = loss_sum + total.detach(), count + units
+            tokens = tokens + batch["attention_mask"].sum()
+        self._optimizer_step(loss_sum)
+        self.window.add(loss_sum, count, tokens, finite=~self.guard.last_bad, grad_norm=self.guard.grad_norm)
         self.step += 1
-        self.window.steps += 1
 
-    def _optimizer_step(self, step_loss: torch.Tensor) -> None:
+    def _count_per_rank(self, micro: list[tasks.Batch]) -> Callable[[], torch.Tensor | float]:
+        """The step's global count of loss units over the world size, when first asked for. The
+        classifier's is known (every micro-batch holds train.batch_size examples); the LM's labelled
+        tokens are counted on the device and summed over the ranks by one collective per step."""
+        if self.task.count is None:
+            return lambda: float(self.t.batch_size * self.t.grad_accum_steps)
+        counting = GlobalSum(self.env, torch.stack([self.task.count(b) for b in micro]).sum())
+        world = self.env.world_size
+        return functools.cache(lambda: counting.result().clamp(min=1).float() / world)
+
+    def _optimizer_step(self, loss_sum: torch.Tensor) -> None:
         self.schedule.apply(self.optimizer, self.step)
-        if self.scaler.is_enabled() and self.t.grad_clip:
-            self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the fp16-scaled ones
-        self.guard.step(
-            self.optimizer, self.model.parameters(), step_loss, self.t.grad_clip
-        )  # unless not finite
+        if self.scaler.is_enabled():
+            self.scaler.unscale_(self.optimizer)  # clip and report the true gradients, not fp16-scaled ones
+        # The optimizer steps unless the gradients are not finite (the guard decides on the device).
+        self.guard.step(self.optimizer, self.model.parameters(), loss_sum, self.t.grad_clip)
         if self.scaler.is_enabled():
             self.scaler.step(self.optimizer)
             self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
 
+    def _after_first_step(self) -> None:
+        """The first step of a process compiles and warms up: throughput is measured from its end."""
+        if self.env.device.type == "cuda":
+            torch.cuda.synchronize(self.env.device)  # once per run: its queued work is not the next's
+        since = round(time.time() - self.started, 2)
+        self.metrics.record("first_step", self.step, seconds_since_start=since)
+        self.window.restart_clock()
+
     def log_progress(self) -> None:
-        """A progress line: the loss since the last one, learning rate, throughput, skipped steps."""
+        """A progress line: the loss since the last one (per token for the LM, per example for the
+        classifier; skipped steps left out), the next step's learning rate, the last step's gradient
+        norm, throughput, skipped steps so far."""
         bad_steps = self._check_finite()
-        loss, tokens, elapsed, steps = self.window.close(self.env)
-        gpu = (
-            {"gpu_mem_gb": round(torch.cuda.max_memory_allocated() / 2**30, 3)}
-            if self.env.device.type == "cuda"
-            else {}
-        )
+        window = self.window.close(self.env)
+        rates = {}
+        if window.timed_steps:  # none when the first step of the process is the only one
+            rates = {
+                "samples_per_s": window.timed_steps * self.samples_per_step / window.seconds,
+                "tokens_per_s": window.tokens / window.seconds,
+            }
+        gpu = {"gpu_mem_gb": round(torch.cuda.max_memory_allocated() / 2**30, 3)} if self.on_gpu else {}
         self.metrics.record(
             "train",
             self.step,
-            loss=loss,
-            lr=self.schedule.lr(self.step),  # the next step's
-            samples_per_s=steps * self.samples_per_step / elapsed,
-            tokens_per_s=tokens / elapsed,
+            loss=window.loss,
+            lr=self.schedule.lr(self.step),
+            grad_norm=window.grad_norm,
+            **rates,
             **gpu,
             **({"bad_steps": bad_steps} if bad_steps else {}),
         )
@@ -299,29 +329,20 @@ class Trainer:
             if not self.last_eval:  # resumed at the last step: report the model as it stands
                 self.evaluate()
             latest = self.ckpt.latest_name()
-            window = self.window
+            timed = self.window.total_steps * self.samples_per_step
             summary = {
                 "steps": self.step,
                 "world_size": self.env.world_size,
                 **self.last_eval,
-                "samples_per_s": window.total_steps * self.samples_per_step / window.total_s
-                if window.total_s
-                else None,
+                "samples_per_s": timed / self.window.total_s if self.window.total_s else None,
                 "wall_s": round(time.time() - self.started, 1),
                 "checkpoint": latest and f"{self.ckpt.storage.uri}/{latest}",
             }
-            output, local_out = self.sinks.output, self.sinks.local_out
+            sinks, task = self.sinks, self.task
             outputs.write_outputs(
-                self.cfg,
-                self.env,
-                self.model,
-                output,
-                local_out,
-                self.task.spec,
-                self.metrics,
-                summary,
-                self.task.tokenizer,
-            )
+                self.cfg, self.env, self.model, sinks.output, sinks.local_out, task.spec, self.metrics,
+                summary, task.tokenizer,
+            )  # fmt: skip
         return 0
 
     # -- checkpoints and the non-finite guard -------------------------------------------------------------
@@ -350,7 +371,8 @@ class Trainer:
 
     def _check_finite(self) -> int:
         """Every rank, where it syncs anyway: exit 3 past train.max_bad_steps; the bad steps so far."""
-        streak = all_reduce_max(self.env, self.guard.worst_streak())
+        guard = self.guard
+        streak, skipped = max_over_ranks(self.env, torch.stack([guard.worst, guard.skipped]))
         if streak > self.t.max_bad_steps:
             self.ckpt.wait()  # a background checkpoint began before the streak: let it land
             self._record_checkpoints()
@@ -360,17 +382,44 @@ class Trainer:
                 f"update); no checkpoint after it; latest is still {self.ckpt.latest_name() or 'nothing'}. "
                 "Lower train.lr or check the data, then resume"
             )
-        return all_reduce_max(self.env, int(self.guard.skipped.item()))
+        return skipped
+
+
+class _WindowTotals(NamedTuple):
+    loss: float  # per loss unit, over every rank; NaN when every step of the window was skipped
+    grad_norm: float  # of the window's last step
+    tokens: float  # non-padding tokens of the timed steps, every rank
+    timed_steps: int
+    seconds: float
 
 
 class _Window:
-    """Loss, tokens and time since the last progress line; eval and checkpoint time is left out."""
+    """What the steps since the last progress line add up to. The sums stay on the device and are read
+    at the progress line only: the loss sum and count of the steps that were not skipped (one non-finite
+    step does not make the window's loss NaN), the tokens and the last gradient norm. The time counts
+    the timed steps: not the first step of a process (`restart_clock`), nor evaluations and checkpoints
+    (`paused`)."""
 
-    def __init__(self) -> None:
-        self.start, self.steps = time.perf_counter(), 0
-        self.loss: torch.Tensor | float = 0.0  # summed on the device: read at the progress line only
-        self.tokens: torch.Tensor | float = 0.0
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
         self.total_steps, self.total_s = 0, 0.0
+        self._start()
+
+    def _start(self) -> None:
+        zero = functools.partial(torch.zeros, (), dtype=torch.float64, device=self.device)
+        self.loss, self.count, self.tokens, self.grad_norm = zero(), zero(), zero(), zero()
+        self.timed_steps, self.start = 0, time.perf_counter()
+
+    def add(self, loss_sum, count, tokens, *, finite: torch.Tensor, grad_norm: torch.Tensor) -> None:
+        self.loss += torch.where(finite, loss_sum, 0.0)
+        self.count += torch.where(finite, count, 0)
+        self.tokens += tokens
+        self.grad_norm.copy_(grad_norm)
+        self.timed_steps += 1
+
+    def restart_clock(self) -> None:
+        self.tokens.zero_()
+        self.timed_steps, self.start = 0, time.perf_counter()
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -380,14 +429,17 @@ class _Window:
         finally:
             self.start += time.perf_counter() - t0
 
-    def close(self, env: DistEnv) -> tuple[float, float, float, int]:
-        """(mean loss over ranks, global tokens, seconds, steps) of the window; starts the next one."""
-        loss_sum, tokens = all_reduce_sum(env, [float(self.loss), float(self.tokens)])
-        elapsed = time.perf_counter() - self.start
-        steps, loss = self.steps, loss_sum / (self.steps * env.world_size)
-        self.total_steps, self.total_s = self.total_steps + steps, self.total_s + elapsed
-        self.start, self.loss, self.tokens, self.steps = time.perf_counter(), 0.0, 0.0, 0
-        return loss, tokens, elapsed, steps
+    def close(self, env: DistEnv) -> _WindowTotals:
+        """The window's totals over every rank (one collective, one read); starts the next window."""
+        sums = torch.stack([self.loss, self.count, self.tokens, self.grad_norm])
+        loss, count, tokens, norm = sum_over_ranks(env, sums)
+        seconds = time.perf_counter() - self.start
+        totals = _WindowTotals(loss / count if count else math.nan, norm / env.world_size, tokens,
+                               self.timed_steps, seconds)  # fmt: skip
+        if self.timed_steps:
+            self.total_steps, self.total_s = self.total_steps + self.timed_steps, self.total_s + seconds
+        self._start()
+        return totals
 
 
 # -- set-up helpers -------------------------------------------------------------------------------------

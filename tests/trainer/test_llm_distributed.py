@@ -1,6 +1,8 @@
-"""LoRA over FSDP with 2 processes under torchrun (gloo), activation checkpointing and LoRA dropout on:
-adapter-only sharded checkpoints, a bit-exact resume across a SIGTERM, and the 2-process checkpoint
-resharded into one process, whose export peft loads."""
+"""LoRA over FSDP with 2 processes under torchrun (gloo), activation checkpointing on: adapter-only sharded
+checkpoints, a bit-exact resume across a SIGTERM, the 2-process checkpoint resharded into one process,
+whose export peft loads, and the same adapter as one process trains with the same global batch in one
+micro-batch or four. LoRA dropout is off so that the three can agree; the resume of every rank's RNG
+stream is covered by the classifier's 2-process resume (dropout on, tests/trainer/test_distributed.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +12,11 @@ import signal
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-from trainer_runs import REPO, launch, metrics, start_and_wait_for_step
+from trainer_runs import REPO, launch, metrics, start_and_wait_for_step, trainer_args
 
-from trainer.config import build
+from trainer.config import build, from_args
 from trainer.dist import DistEnv
 from trainer.llm import data, task, tiny
 from trainer.loop import run
@@ -23,7 +26,7 @@ STEPS = 16
 LLM = {
     "llm.model": "tiny",
     "llm.seq_len": 64,
-    "llm.lora_dropout": 0.1,  # the resume must restore each rank's RNG stream too
+    "llm.lora_dropout": 0.0,  # the same model from 1 and 2 ranks (each rank draws its own dropout)
     "data.source": SAMPLE,
     "train.parallelism": "fsdp",
     "train.grad_checkpointing": "true",
@@ -96,7 +99,7 @@ def test_resume_after_sigterm_is_bit_exact_and_the_checkpoint_reshards_into_one_
     # The 2-process (FSDP) checkpoint in one process: resharded on load, evaluated and exported.
     single = tmp_path / "single"
     cfg = build({
-        "llm": {"model": "tiny", "seq_len": 64, "lora_dropout": 0.1},
+        "llm": {"model": "tiny", "seq_len": 64, "lora_dropout": 0.0},
         "data": {"source": str(SAMPLE)},
         "train": {"max_steps": step, "batch_size": 2, "warmup_steps": 2, "device": "cpu"},
         "checkpoint": {"dir": str(ckpt)},
@@ -110,7 +113,6 @@ def test_resume_after_sigterm_is_bit_exact_and_the_checkpoint_reshards_into_one_
     # The export is what peft loads onto the base model (built from the same seed), and it holds exactly
     # the checkpoint's adapters: the same validation loss the run reported, from a fresh process's view.
     from peft import PeftModel
-    from safetensors.torch import load_file
 
     exported = load_file(single / "adapter" / "adapter_model.safetensors")
     saved = {k.replace(".default.", "."): v for k, v in ours.items() if k.startswith("model.")}
@@ -126,3 +128,30 @@ def test_resume_after_sigterm_is_bit_exact_and_the_checkpoint_reshards_into_one_
         summary["val_loss"], rel=1e-6
     )
     assert metrics(single, "eval")[-1]["val_loss"] == summary["val_loss"]
+
+
+def _adapter(out) -> torch.Tensor:
+    weights = load_file(out / "adapter" / "adapter_model.safetensors")
+    return torch.cat([weights[k].flatten() for k in sorted(weights)])
+
+
+def test_one_rank_with_four_or_one_by_four_micro_batches_trains_the_two_rank_adapter(
+    reference, tmp_path, keep_sigterm_handler
+):
+    """The loss is the sum of the token losses over the labelled tokens of the whole global batch (every
+    micro-batch on every rank): packed sequences hold different numbers of labelled tokens, so a mean of
+    per-micro-batch means (the loss before) trained three different adapters here."""
+    # The same run in one process (no recomputation: the same arithmetic, in less time).
+    once = {**LLM, "checkpoint.every_steps": 1000, "train.device": "cpu", "train.grad_checkpointing": "false"}
+    for name, split in {
+        "batch-4": {"train.batch_size": 4},
+        "batch-1x4": {"train.batch_size": 1, "train.grad_accum_steps": 4},
+    }.items():
+        assert run(from_args(trainer_args(tmp_path / name, **{**once, **split}))) == 0, name
+    two_ranks = _adapter(reference)  # 2 ranks x batch 2, FSDP
+    for name in ("batch-4", "batch-1x4"):
+        difference = (_adapter(tmp_path / name) - two_ranks).norm() / two_ranks.norm()
+        assert difference <= 1e-5, f"{name}: relative difference {difference:.2e}"
+    losses = {name: metrics(tmp_path / name, "train")[-1]["loss"] for name in ("batch-4", "batch-1x4")}
+    assert losses["batch-4"] == pytest.approx(metrics(reference, "train")[-1]["loss"], rel=1e-4)
+    assert losses["batch-1x4"] == pytest.approx(losses["batch-4"], rel=1e-4)  # per token, however split

@@ -120,7 +120,7 @@ def test_the_stop_vote_runs_on_the_cpu_in_the_background_and_is_read_a_step_late
     monkeypatch.setattr(dist, "all_reduce", recording)
     before = signal.getsignal(signal.SIGTERM)
     try:
-        stop = StopFlag()
+        stop = StopFlag(interval_s=0)  # a vote at every step boundary
         assert stop.poll(TWO_RANKS) is False  # nothing voted yet; the first vote starts
         stop.requested = True  # SIGTERM during the next step
         assert stop.poll(TWO_RANKS) is False  # the vote from before it

@@ -258,6 +258,10 @@ class TrainConfig:
         _require(self.max_bad_steps >= 0, "train.max_bad_steps", self.max_bad_steps, ">= 0")
 
 
+# A checkpoint as `latest` names it: run-<id>/step-<9 digits>, or step-<9 digits> (older flat layout).
+CHECKPOINT_NAME = re.compile(r"(run-[A-Za-z0-9_-]+/)?step-[0-9]{9}")
+
+
 @dataclass(kw_only=True)
 class CheckpointConfig:
     dir: str = field(
@@ -270,6 +274,14 @@ class CheckpointConfig:
     resume: bool = field(
         default=True,
         metadata=_help("resume the run `latest` names; false: a new run (other runs' checkpoints stay)"),
+    )
+    resume_from: str = field(
+        default="",
+        metadata=_help(
+            "a checkpoint of checkpoint.dir to resume from instead, as `latest` names one "
+            "(run-<id>/step-<N>, or its full location under checkpoint.dir): training goes on from it in "
+            "a new run, which a restart resumes (not the chosen checkpoint again); empty: `latest`"
+        ),
     )
     async_save: bool = field(
         default=True,
@@ -288,6 +300,14 @@ class CheckpointConfig:
         _require(self.keep >= 2, "checkpoint.keep", self.keep, ">= 2")
         _require(self.upload_retries >= 1, "checkpoint.upload_retries", self.upload_retries, ">= 1")
         _require(self.retry_backoff_s >= 0, "checkpoint.retry_backoff_s", self.retry_backoff_s, ">= 0")
+        if self.resume_from:
+            _require(self.resume, "checkpoint.resume", self.resume, "true when checkpoint.resume_from is set")
+            self.resume_from = self.resume_from.removeprefix(self.dir.rstrip("/") + "/")
+            _require(
+                bool(CHECKPOINT_NAME.fullmatch(self.resume_from)), "checkpoint.resume_from", self.resume_from,
+                f"run-<id>/step-<N> (as {self.dir.rstrip('/')}/latest names a checkpoint) or its location "
+                "under checkpoint.dir",
+            )  # fmt: skip
 
 
 @dataclass(kw_only=True)

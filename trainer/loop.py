@@ -127,12 +127,13 @@ class Trainer:
 
     def _resume_state(self) -> dict[str, Any] | None:
         """The train state of the checkpoint to continue from (rank 0 picks; see checkpoint.py)."""
-        state = self.ckpt.begin(self.env, resume=self.cfg.checkpoint.resume)
+        c = self.cfg.checkpoint
+        state = self.ckpt.begin(self.env, resume=c.resume, resume_from=c.resume_from)
         if state is not None and state["step"] > self.t.max_steps:
             # Going on would train nothing and publish the checkpoint's model as this run's result.
             raise ConfigError(
                 f"train.max_steps: {self.t.max_steps} is below the step of the checkpoint this run resumes "
-                f"({self.ckpt.location(state['step'])}, step {state['step']}); allowed: >= {state['step']} "
+                f"({self.ckpt.source(state)}, step {state['step']}); allowed: >= {state['step']} "
                 "to go on training, or --checkpoint.resume false (or another checkpoint.dir) for a new run"
             )
         return state
@@ -157,7 +158,7 @@ class Trainer:
         if state is not None:
             state = self.ckpt.restore(self.env, state, self.model, self.optimizer)
         if state is not None:
-            self.metrics.say(f"resuming from {self.ckpt.location(state['step'])} (step {state['step']})")
+            self.metrics.say(f"resuming from {self.ckpt.source(state)} (step {state['step']})")
             _restore_scaler(self.scaler, state.get("scaler"), self.metrics)
             self.step, self.epoch, self.samples = state["step"], state["epoch"], _samples_done(state)
             self._resume_schedule(state)
@@ -358,6 +359,7 @@ class Trainer:
             "schedule": self.schedule.state(),
             "scaler": self.scaler.state_dict(),
             "config": self.cfg.to_dict(),
+            "resumed_from": self.cfg.checkpoint.resume_from,  # a restart of this run resumes it, not that
         }
         saved = self.ckpt.save(self.env, self.step, self.model, self.optimizer, extra, blocking=blocking)
         self._record_checkpoints()

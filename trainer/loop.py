@@ -84,17 +84,18 @@ class Trainer:
         s3_client: Any = None,
     ) -> None:
         self.cfg, self.t, self.env, self.stop, self.started = cfg, cfg.train, env, stop, started
+        t = cfg.train
         workdir, launch = _scratch(env, cleanup)
         self.sinks = _open_sinks(cfg, env, workdir, launch, s3_client)
         self.metrics, self.ckpt = self.sinks.metrics, self.sinks.ckpt
         cleanup.callback(self.metrics.close)  # the metrics port is free for the next run
-        self.watchdog = StepWatchdog(self.t.step_timeout_s)
+        self.watchdog = StepWatchdog(t.step_timeout_s)
         cleanup.callback(self.watchdog.close)
         self.metrics.say(
             f"world size {env.world_size}, device {env.device}, checkpoints in {self.ckpt.storage.uri}"
         )
         state = self._resume_state()
-        self.prec = precision.choose(self.t.precision, env.device)
+        self.prec = precision.choose(t.precision, env.device)
         self.task = tasks.prepare(
             cfg, env, workdir=workdir, launch=launch, resumed_tokenizer=state["tokenizer"] if state else None,
             load_dtype=llm_task.load_dtype(cfg, self.prec.dtype, self.fsdp), metrics=self.metrics,
@@ -102,18 +103,17 @@ class Trainer:
         )  # fmt: skip
         self.model = self._build_model()
         self.optimizer = torch.optim.AdamW(
-            param_groups(self.model, self.t.weight_decay), lr=self.t.lr, fused=fused_kernel(env.device)
+            param_groups(self.model, t.weight_decay), lr=t.lr, fused=fused_kernel(env.device)
         )
-        t = self.t
         self.schedule = LrSchedule(t.lr, t.warmup_steps, t.max_steps, t.min_lr_ratio)
         self.scaler = torch.amp.GradScaler(env.device.type, enabled=self.prec.needs_scaler)
         self.guard = NonFiniteGuard(env.device, scaler_skips=self.scaler.is_enabled())
-        torch.manual_seed(self.t.seed + 1 + env.rank)  # dropout differs per rank, reproducibly
+        torch.manual_seed(t.seed + 1 + env.rank)  # dropout differs per rank, reproducibly
         self.step, self.epoch, self.samples = 0, 0, 0
         self._restore(state)
         self.window = _Window(env.device)
         self.last_eval: dict[str, float] = {}
-        self.samples_per_step = self.t.batch_size * self.t.grad_accum_steps * env.world_size
+        self.samples_per_step = t.batch_size * t.grad_accum_steps * env.world_size
 
     @property
     def on_gpu(self) -> bool:
@@ -252,7 +252,7 @@ class Trainer:
 
     def _after_first_step(self) -> None:
         """The first step of a process compiles and warms up: throughput is measured from its end."""
-        if self.env.device.type == "cuda":
+        if self.on_gpu:
             torch.cuda.synchronize(self.env.device)  # once per run: its queued work is not the next's
         since = round(time.time() - self.started, 2)
         self.metrics.record("first_step", self.step, seconds_since_start=since)

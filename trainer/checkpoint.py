@@ -164,25 +164,32 @@ class CheckpointManager:
                 "--checkpoint.dir"
             ) from None
 
-    def begin(self, env: DistEnv, *, resume: bool) -> dict[str, Any] | None:
+    def begin(self, env: DistEnv, *, resume: bool, resume_from: str = "") -> dict[str, Any] | None:
         """Every rank: pick this run and, when resuming, the checkpoint to continue from. Returns its
-        train state (tokenizer, step, data position, ...; the model follows in restore()) or None."""
+        train state (tokenizer, step, data position, ...; the model follows in restore()) or None.
+        `resume_from` (run-<id>/step-<N>): continue from that checkpoint in a new run, unless the run
+        `latest` names is the one that began there (a restart), which is resumed instead."""
         decision: Any = None
         if env.is_main:
             try:
-                decision = self._choose(resume)
-            except CheckpointUnavailable as err:
+                decision = self._choose(resume, resume_from)
+            except (CheckpointUnavailable, ConfigError) as err:
                 decision = err
         decision = broadcast_object(env, decision)
-        if isinstance(decision, CheckpointUnavailable):
+        if isinstance(decision, CheckpointUnavailable | ConfigError):
             raise decision
         self.run, self._fallbacks, state = decision
-        self._saved_step = state["step"] if state else None
+        self._saved_step = state["step"] if state and state["source_run"] == self.run else None
         return state
 
-    def _choose(self, resume: bool) -> tuple[str, list[str], dict[str, Any] | None]:
+    def _choose(self, resume: bool, resume_from: str = "") -> tuple[str, list[str], dict[str, Any] | None]:
         runs = [n for n in self._list(self.storage) if _is_run(n)]
-        if resume:
+        if resume_from:
+            chosen = self._resumed_from(resume_from, runs)
+            if chosen is not None:
+                return chosen
+            resume = False
+        elif resume:
             run, candidates = self._candidates(runs)
             for i, name in enumerate(candidates):
                 try:
@@ -195,6 +202,12 @@ class CheckpointManager:
                     self._run_storage(run).uri,
                 )
         run = new_run_id()
+        if resume_from:
+            state = self._chosen(resume_from)
+            log.warning(
+                "starting run %s from %s/%s (checkpoint.resume_from)", run, self.storage.uri, resume_from
+            )
+            return run, [], {**state, "resumed_from": resume_from}
         if runs:
             log.warning(
                 "starting run %s in %s%s; the checkpoints of %d other run(s) there (%s) are left untouched",
@@ -205,6 +218,38 @@ class CheckpointManager:
                 ", ".join(runs[-3:]),
             )
         return run, [], None
+
+    def _resumed_from(
+        self, resume_from: str, runs: list[str]
+    ) -> tuple[str, list[str], dict[str, Any]] | None:
+        """The run `latest` names and its state when it began at `resume_from` (this is its restart)."""
+        run, candidates = self._candidates(runs) if self._get(self.storage, POINTER) else ("", [])
+        for i, name in enumerate(candidates):
+            try:
+                state = self._train_state(run, name)
+            except CheckpointRefused as err:
+                log.error("refusing %s; trying the previous checkpoint of the run", err)
+                continue
+            return (run, candidates[i + 1 :], state) if state.get("resumed_from") == resume_from else None
+        return None
+
+    def _chosen(self, resume_from: str) -> dict[str, Any]:
+        """The train state of checkpoint.resume_from; a missing or damaged one is a config error (exit 2):
+        no restart brings it back, and no other checkpoint is what was asked for."""
+        run, _, name = resume_from.rpartition("/")
+        names = sorted(n for n in self._list(self._run_storage(run)) if _step_of(n) is not None)
+        if name not in names:
+            where = self._run_storage(run).uri
+            found = f"its checkpoints: {', '.join(names[-5:])}" if names else "it holds no checkpoints"
+            raise ConfigError(
+                f"checkpoint.resume_from={resume_from!r}: no such checkpoint in {self.storage.uri} "
+                f"({where}: {found}); allowed: a checkpoint as {self.storage.uri}/{POINTER} names one, "
+                "run-<id>/step-<N>"
+            )
+        try:
+            return self._train_state(run, name)
+        except CheckpointRefused as err:
+            raise ConfigError(f"checkpoint.resume_from={resume_from!r}: refusing {err}") from None
 
     def _candidates(self, runs: list[str]) -> tuple[str, list[str]]:
         """(run, its checkpoints to try, best first): the one `latest` names, then the others newest first."""
@@ -329,7 +374,11 @@ class CheckpointManager:
                 raise CheckpointRefused(f"checkpoint {where}: {TRAIN_STATE} does not load ({err})") from None
         finally:
             shutil.rmtree(into, ignore_errors=True)
-        return {**state, "checkpoint": name}
+        return {**state, "checkpoint": name, "source_run": run}
+
+    def source(self, state: dict[str, Any]) -> str:
+        """Where the checkpoint a train state came from lives."""
+        return f"{self._run_storage(state['source_run']).uri}/{state['checkpoint']}"
 
     def restore(
         self, env: DistEnv, state: dict[str, Any] | None, model: nn.Module, optimizer: Optimizer
@@ -338,11 +387,11 @@ class CheckpointManager:
         verifying the files it reads. A corrupt shard makes every rank move to the run's previous
         checkpoint (returned: its step and data position then apply); None if none verifies."""
         while state is not None:
-            name = state["checkpoint"]
+            name, store = state["checkpoint"], self._run_storage(state["source_run"])
             into = self.workdir / f"load-{name}"
             try:
                 status: tuple[Path | None, str | None, str | None] = (
-                    self._fetch_shards(env, name, model, optimizer, into),
+                    self._fetch_shards(env, store, name, model, optimizer, into),
                     None,
                     None,
                 )
@@ -367,11 +416,13 @@ class CheckpointManager:
                             state["world_size"],
                             env.world_size,
                         )
-                    self._saved_step = state["step"]
+                    self._saved_step = state["step"] if state["source_run"] == self.run else None
                     return state
             finally:
-                if not isinstance(self.run_storage, LocalStorage):
+                if not isinstance(store, LocalStorage):
                     shutil.rmtree(into, ignore_errors=True)
+            if state["source_run"] != self.run:  # checkpoint.resume_from: no other checkpoint will do
+                raise ConfigError(f"checkpoint.resume_from={state['resumed_from']!r}: refusing {refused[0]}")
             if env.is_main:
                 for reason in dict.fromkeys(refused):
                     log.error("refusing %s; trying the previous checkpoint of the run", reason)
@@ -379,9 +430,8 @@ class CheckpointManager:
         return None
 
     def _fetch_shards(
-        self, env: DistEnv, name: str, model: nn.Module, optimizer: Optimizer, into: Path
+        self, env: DistEnv, store: Storage, name: str, model: nn.Module, optimizer: Optimizer, into: Path
     ) -> Path:
-        store = self.run_storage
         manifest = self._manifest(store, name)
         metadata = self._fetch(store, name, shards.METADATA, manifest, into)
         try:

@@ -156,6 +156,10 @@ class ModelConfig:
 
 
 PRECISIONS = {"auto", "fp32", "bf16", "fp16"}
+# train.lr of an LLM job that does not set it: the classifier's 3e-3 (a model trained from scratch)
+# overshoots a pretrained one. The usual peaks of LoRA (peft's examples; torchtune's LoRA recipes use 3e-4)
+# and of full fine-tuning (torchtune's full recipes: 2e-5).
+LLM_LR = {"lora": 2e-4, "full": 2e-5}
 
 
 @dataclass(kw_only=True)
@@ -179,7 +183,13 @@ class TrainConfig:
     batch_size: int = field(default=32, metadata=_help("micro-batch size per rank"))
     grad_accum_steps: int = field(default=1, metadata=_help("micro-batches per optimizer step"))
     max_steps: int = field(default=300, metadata=_help("optimizer steps in the whole run"))
-    lr: float = field(default=3e-3, metadata=_help("peak learning rate (AdamW)"))
+    lr: float = field(
+        default=3e-3,
+        metadata=_help(
+            f"peak learning rate (AdamW); unset with llm.model: {LLM_LR['lora']:g} for LoRA, "
+            f"{LLM_LR['full']:g} for full fine-tuning"
+        ),
+    )
     weight_decay: float = field(default=0.01, metadata=_help("AdamW weight decay"))
     warmup_steps: int = field(
         default=-1,
@@ -248,6 +258,10 @@ class TrainConfig:
         _require(self.max_bad_steps >= 0, "train.max_bad_steps", self.max_bad_steps, ">= 0")
 
 
+# A checkpoint as `latest` names it: run-<id>/step-<9 digits>, or step-<9 digits> (older flat layout).
+CHECKPOINT_NAME = re.compile(r"(run-[A-Za-z0-9_-]+/)?step-[0-9]{9}")
+
+
 @dataclass(kw_only=True)
 class CheckpointConfig:
     dir: str = field(
@@ -260,6 +274,14 @@ class CheckpointConfig:
     resume: bool = field(
         default=True,
         metadata=_help("resume the run `latest` names; false: a new run (other runs' checkpoints stay)"),
+    )
+    resume_from: str = field(
+        default="",
+        metadata=_help(
+            "a checkpoint of checkpoint.dir to resume from instead, as `latest` names one "
+            "(run-<id>/step-<N>, or its full location under checkpoint.dir): training goes on from it in "
+            "a new run, which a restart resumes (not the chosen checkpoint again); empty: `latest`"
+        ),
     )
     async_save: bool = field(
         default=True,
@@ -278,6 +300,14 @@ class CheckpointConfig:
         _require(self.keep >= 2, "checkpoint.keep", self.keep, ">= 2")
         _require(self.upload_retries >= 1, "checkpoint.upload_retries", self.upload_retries, ">= 1")
         _require(self.retry_backoff_s >= 0, "checkpoint.retry_backoff_s", self.retry_backoff_s, ">= 0")
+        if self.resume_from:
+            _require(self.resume, "checkpoint.resume", self.resume, "true when checkpoint.resume_from is set")
+            self.resume_from = self.resume_from.removeprefix(self.dir.rstrip("/") + "/")
+            _require(
+                bool(CHECKPOINT_NAME.fullmatch(self.resume_from)), "checkpoint.resume_from", self.resume_from,
+                f"run-<id>/step-<N> (as {self.dir.rstrip('/')}/latest names a checkpoint) or its location "
+                "under checkpoint.dir",
+            )  # fmt: skip
 
 
 @dataclass(kw_only=True)
@@ -488,7 +518,7 @@ def _coerce(key: str, raw: Any, kind: type) -> Any:
             raise ConfigError(f"{key}={raw!r} is invalid: allowed an integer")
         return value
     if not isinstance(raw, str):
-        quoted = ' (quote it in YAML: an unquoted number is not text)' if isinstance(raw, int | float) else ""
+        quoted = " (quote it in YAML: an unquoted number is not text)" if isinstance(raw, int | float) else ""
         raise ConfigError(f"{key}={raw!r} is invalid: allowed a string{quoted}")
     return raw
 
@@ -512,9 +542,15 @@ def build(values: dict[str, Any]) -> JobConfig:
         for key in raw:
             if key not in types:
                 raise ConfigError(f"unknown key {name}.{key}: allowed {', '.join(sorted(types))}")
+    llm = {
+        k: _coerce(f"llm.{k}", v, str) for k, v in values.get("llm", {}).items() if k in ("model", "method")
+    }
     for name, cls in SECTIONS.items():
         types = _field_types(cls)
         kwargs = {k: _coerce(f"{name}.{k}", v, types[k]) for k, v in values.get(name, {}).items()}
+        if name == "train" and "lr" not in kwargs and llm.get("model"):
+            method = llm.get("method", "lora")  # a method that is not allowed: LlmConfig refuses it
+            kwargs["lr"] = LLM_LR.get(method, LLM_LR["lora"])
         try:
             inspect.signature(cls).bind(**kwargs)
         except TypeError as err:  # arguments that do not fit; a TypeError of __post_init__ is a bug

@@ -13,6 +13,7 @@ import os
 import secrets
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,6 +146,35 @@ def all_reduce_max(env: DistEnv, value: int) -> int:
     return int(t.item())
 
 
+def sum_over_ranks(env: DistEnv, values: torch.Tensor) -> list[float]:
+    """`values` (a tensor on the device; summed in place) over every rank, read by the host once."""
+    if env.distributed:
+        dist.all_reduce(values)
+    return values.tolist()
+
+
+def max_over_ranks(env: DistEnv, values: torch.Tensor) -> list[int]:
+    """`values` (integers on the device; maximised in place) over every rank, read by the host once."""
+    if env.distributed:
+        dist.all_reduce(values, op=dist.ReduceOp.MAX)
+    return [int(v) for v in values.tolist()]
+
+
+class GlobalSum:
+    """A device tensor's sum over the ranks, started now (asynchronously) and waited for where it is first
+    needed. On a GPU the wait only orders the device's work after the all-reduce: the host never blocks."""
+
+    def __init__(self, env: DistEnv, value: torch.Tensor) -> None:
+        self._value = value
+        self._work = dist.all_reduce(value, async_op=True) if env.distributed else None
+
+    def result(self) -> torch.Tensor:
+        if self._work is not None:
+            self._work.wait()
+            self._work = None
+        return self._value
+
+
 def barrier(env: DistEnv) -> None:
     if env.distributed:
         dist.barrier()
@@ -155,17 +185,28 @@ class StopFlag:
 
     The handler only sets a flag: the training step in flight finishes, then all ranks agree at a step
     boundary (a MAX all-reduce), so every rank stops at the same step even if only one got the signal.
-    The vote runs on a gloo group of its own, on a CPU tensor, without waiting: each step boundary reads
-    the vote started at the previous one and starts the next, so a step never waits for the host to
-    read a device value (on a GPU that sync would stop the CPU from queueing the next step's kernels)
-    nor for the peers' votes to arrive. A SIGTERM is honoured one step later than it could be.
+    The vote runs on a gloo group of its own, on a CPU tensor, without waiting: a vote boundary reads the
+    vote started at the previous one and starts the next, so a step never waits for the host to read a
+    device value (on a GPU that sync would stop the CPU from queueing the next step's kernels) nor for
+    the peers' votes to arrive.
+
+    A vote is a collective, with its own thread hand-offs and a round trip: fast steps vote only about
+    every `interval_s` seconds. Each rank proposes in its vote how many of its steps that is, and the
+    ranks take the largest proposal in the same all-reduce, so they all reach the next vote boundary at
+    the same step. A SIGTERM is honoured within about two intervals (or two steps, if steps are slower).
     """
 
-    def __init__(self, timeout_s: float = 1800) -> None:
+    MAX_STEPS_BETWEEN_VOTES = 100
+
+    def __init__(self, timeout_s: float = 1800, *, interval_s: float = 0.5, group: Any = None) -> None:
+        """`interval_s`: 0 votes at every step. `group`: the process group to vote on (tests: one per
+        thread); by default a gloo group of its own, made at the first vote."""
         self.requested = False
         self.timeout = datetime.timedelta(seconds=timeout_s)  # of the vote's group
-        self._group: Any = None
+        self.interval_s = interval_s
+        self._group: Any = group
         self._vote: tuple[Any, torch.Tensor] | None = None
+        self._every, self._since_vote, self._vote_time = 1, 0, time.monotonic()
         # Only the main thread may set a handler: Ray Train runs the program in a worker thread, where
         # SIGTERM ends the worker and Ray restarts the gang from the last periodic checkpoint instead.
         if threading.current_thread() is threading.main_thread():
@@ -176,32 +217,46 @@ class StopFlag:
 
     def poll(self, env: DistEnv) -> bool:
         """Every rank, at every step boundary: whether the ranks agreed to stop (by the vote started at the
-        previous boundary); starts the next vote."""
+        previous vote boundary); at a vote boundary, starts the next vote."""
         if not env.distributed:
             return self.requested
+        self._since_vote += 1
+        if self._since_vote < self._every:
+            return False
         agreed = self._result()
         self._start(env)
         return agreed
 
     def agreed(self, env: DistEnv) -> bool:
-        """Every rank: whether any rank has been asked to stop by now (waits for a fresh vote)."""
+        """Every rank, at the same step: whether any rank has been asked to stop by now (waits for a
+        fresh vote); the next poll starts the next vote."""
         if not env.distributed:
             return self.requested
         earlier = self._result()
         self._start(env)
-        return self._result() or earlier
+        now = self._result()
+        self._since_vote = self._every - 1
+        return now or earlier
 
     def _start(self, env: DistEnv) -> None:
         if self._group is None:  # every rank gets here first at the same step
             self._group = dist.new_group(backend="gloo", timeout=self.timeout)
-        flag = torch.tensor([int(self.requested)], dtype=torch.int32)
-        work = dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._group, async_op=True)
-        self._vote = (work, flag)
+        vote = torch.tensor([int(self.requested), self._proposal()], dtype=torch.int32)
+        work = dist.all_reduce(vote, op=dist.ReduceOp.MAX, group=self._group, async_op=True)
+        self._vote, self._since_vote, self._vote_time = (work, vote), 0, time.monotonic()
+
+    def _proposal(self) -> int:
+        """Steps until the next vote: about `interval_s` of this rank's steps since the last vote."""
+        if not self.interval_s or not self._since_vote:
+            return 1
+        step_s = (time.monotonic() - self._vote_time) / self._since_vote
+        return max(1, min(self.MAX_STEPS_BETWEEN_VOTES, int(self.interval_s / max(step_s, 1e-6))))
 
     def _result(self) -> bool:
         vote, self._vote = self._vote, None
         if vote is None:
             return False
-        work, flag = vote
+        work, values = vote
         work.wait()
-        return bool(flag.item())
+        stop, self._every = values.tolist()
+        return bool(stop)

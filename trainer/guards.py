@@ -45,8 +45,10 @@ class NonFiniteGuard:
     def __init__(self, device: torch.device, *, scaler_skips: bool) -> None:
         self.scaler_skips = scaler_skips  # fp16: the GradScaler owns gradient overflows
         self._streak = torch.zeros((), dtype=torch.int64, device=device)
-        self._worst = torch.zeros((), dtype=torch.int64, device=device)
+        self.worst = torch.zeros((), dtype=torch.int64, device=device)
         self.skipped = torch.zeros((), dtype=torch.int64, device=device)
+        self.last_bad = torch.zeros((), dtype=torch.bool, device=device)
+        self.grad_norm = torch.zeros((), device=device)  # of the last step, before clipping
 
     def step(
         self,
@@ -57,19 +59,19 @@ class NonFiniteGuard:
     ) -> None:
         """Clip the gradients to `max_norm` (0: no clipping) and take the optimizer step unless they are
         not finite. With a GradScaler (`scaler_skips`) the caller steps through it instead: this clips
-        only (after the caller's unscale_) and counts a non-finite loss."""
+        only (after the caller's unscale_) and counts a non-finite loss. Either way `grad_norm` is the
+        gradient norm before clipping and `last_bad` whether the step counted as bad."""
         params = [p for p in params if p.grad is not None]
         bad_loss = ~torch.isfinite(loss)
-        if self.scaler_skips:
-            if max_norm:
-                nn.utils.clip_grad_norm_(params, max_norm)
-            self._count(bad_loss)
-            return
         if max_norm:  # the norm before clipping
             norm = nn.utils.clip_grad_norm_(params, max_norm)
         else:
             norm = nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
-        bad = ~torch.isfinite(_full(norm))
+        self.grad_norm = _full(norm)  # on the device; progress lines report it
+        if self.scaler_skips:
+            self._count(bad_loss)
+            return
+        bad = ~torch.isfinite(self.grad_norm)
         if not optimizer.defaults.get("fused"):
             if not bad.item():  # a host sync per step: only where no fused kernel exists
                 optimizer.step()
@@ -83,14 +85,15 @@ class NonFiniteGuard:
         self._count(bad | bad_loss)
 
     def _count(self, bad: torch.Tensor) -> None:
+        self.last_bad = bad  # whether the step just taken was skipped (or its loss not finite)
         bad = bad.to(torch.int64)
         self._streak.add_(1).mul_(bad)  # +1 on a bad step, 0 on a good one
-        torch.maximum(self._worst, self._streak, out=self._worst)
+        torch.maximum(self.worst, self._streak, out=self.worst)
         self.skipped.add_(bad)
 
     def worst_streak(self) -> int:
         """The longest run of bad steps so far on this rank (a host sync: call it where one happens)."""
-        return int(self._worst.item())
+        return int(self.worst.item())
 
 
 def fused_kernel(device: torch.device) -> bool | None:

@@ -26,8 +26,13 @@ from trainer.token_store import claim_scratch
 GAUGES = {
     "trainer_step": ("step", "optimizer steps done"),
     "trainer_total_steps": ("total_steps", "optimizer steps in the whole run (train.max_steps)"),
-    "trainer_loss": ("loss", "training loss, mean over ranks since the previous report"),
+    "trainer_loss": (
+        "loss",
+        "training loss since the previous report, per example (classifier) or labelled token (LLM), "
+        "over every rank; skipped steps left out",
+    ),
     "trainer_learning_rate": ("lr", "learning rate"),
+    "trainer_grad_norm": ("grad_norm", "gradient norm before clipping, at the last step of the report"),
     "trainer_samples_per_second": ("samples_per_s", "training samples per second, all ranks"),
     "trainer_tokens_per_second": ("tokens_per_s", "non-padding tokens per second, all ranks"),
     "trainer_mfu_ratio": (

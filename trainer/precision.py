@@ -18,6 +18,7 @@ On ROCm `get_device_capability` is a translation of the gfx target, so the targe
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 
@@ -91,3 +92,8 @@ def fsdp_policy(precision: Precision):
     if precision.dtype is None:
         return MixedPrecisionPolicy()
     return MixedPrecisionPolicy(param_dtype=precision.dtype, reduce_dtype=torch.float32)
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    """Autocast to `dtype`; none at all for fp32 (None): entering a disabled one still costs a little."""
+    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()

@@ -12,6 +12,7 @@ hashed and published (rename on a shared volume, upload to S3) by the rank that 
 from __future__ import annotations
 
 import errno
+import inspect
 import random
 import warnings
 from pathlib import Path
@@ -89,22 +90,38 @@ def files_needed(env: DistEnv, model: nn.Module, optimizer: Optimizer, metadata_
     same, several files when DCP reshards), so a rank downloads only those."""
     metadata = FileSystemReader(metadata_file.parent).read_metadata()
     planner = DefaultLoadPlanner()
-    planner.set_up_planner(_state_dicts(model, optimizer), metadata, env.is_main)
+    planner.set_up_planner(_state_dicts(model, _as_saved(optimizer, metadata)), metadata, env.is_main)
     plan = planner.create_local_plan()
     return {metadata.storage_data[item.storage_index].relative_path for item in plan.items}
 
 
 def read(env: DistEnv, model: nn.Module, optimizer: Optimizer, directory: Path) -> None:
     """Load the shards in `directory` into the (already wrapped) model and optimizer (collective)."""
-    state = _state_dicts(model, optimizer)
-    dcp.load(state, storage_reader=FileSystemReader(directory), no_dist=not env.distributed)
+    reader = FileSystemReader(directory)
+    loading = _as_saved(optimizer, reader.read_metadata())
+    state = _state_dicts(model, loading)
+    dcp.load(state, storage_reader=reader, no_dist=not env.distributed)
     set_state_dict(
         model,
-        optimizer,
+        loading,
         model_state_dict=state["model"],
         optim_state_dict=state["optim"],
         options=_options(model),
     )
+    if loading is not optimizer:  # the moments and step counts move over; the groups' settings stay ours
+        optimizer.state.update(loading.state)
+
+
+def _as_saved(optimizer: Optimizer, metadata: Any) -> Optimizer:
+    """`optimizer`, or for a checkpoint written with a single parameter group (before biases and norm
+    weights left weight decay: trainer/schedule.py param_groups) an optimizer of the same kind over the
+    same parameters in one group, which that checkpoint loads into."""
+    groups = {k.split(".")[2] for k in metadata.state_dict_metadata if k.startswith("optim.param_groups.")}
+    if len(groups) != 1 or len(optimizer.param_groups) == 1:
+        return optimizer
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    accepted = inspect.signature(type(optimizer)).parameters
+    return type(optimizer)(params, **{k: v for k, v in optimizer.defaults.items() if k in accepted})
 
 
 def rng_state() -> dict[str, Any]:

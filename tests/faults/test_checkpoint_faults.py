@@ -595,6 +595,40 @@ def test_a_full_volume_at_the_final_outputs_is_a_retryable_exit_not_1_nor_0(
     assert _latest(tmp_path / "volume").endswith(f"/{NEW}")  # the final checkpoint is committed
 
 
+LLM_SAMPLE = Path(__file__).resolve().parents[2] / "workloads" / "examples" / "llm-chat.jsonl"
+
+
+def test_a_full_volume_under_the_llm_export_is_retryable_and_leaves_no_partial_adapter(
+    tmp_path, monkeypatch, capsys, ledger
+):
+    """peft writes the adapter (README.md, adapter_config.json, then the weights through safetensors);
+    the volume fills up at the weights, which safetensors reports as on a real full tmpfs. The restart
+    finds the final checkpoint and only writes the outputs again."""
+    import peft.peft_model
+    from safetensors import SafetensorError
+
+    out = tmp_path / "volume"
+    real_save = peft.peft_model.safe_save_file
+
+    def volume_full(tensors, filename, *rest, **kw):
+        Path(filename).write_bytes(b"\0" * 64)  # what made it to the disk before it was full
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(peft.peft_model, "safe_save_file", volume_full)
+    llm = {"llm.model": "tiny", "llm.seq_len": 64, "data.source": LLM_SAMPLE, "data.val_fraction": 0.02}
+    llm |= {"train.batch_size": 2, "train.warmup_steps": 0}  # one step: the export is what is tested
+    code = _main(args(1, str(out / "ckpt"), str(out), **llm))
+    err = capsys.readouterr().err
+    entry = ledger("whole run", "disk-full-llm-export", error=err, names="disk full")
+    assert code == faults.STORAGE_UNAVAILABLE and entry.clear, err
+    assert "the restart only writes the outputs again" in err
+    assert sorted(p.name for p in out.iterdir()) == ["ckpt", "metrics.jsonl"]  # no adapter/, nothing half
+    monkeypatch.setattr(peft.peft_model, "safe_save_file", real_save)  # space was freed
+    assert _main(args(1, str(out / "ckpt"), str(out), **llm)) == 0
+    assert "(step 1)" in capsys.readouterr().out  # resumed at the final step: outputs only
+    assert (out / "adapter" / "adapter_model.safetensors").is_file() and (out / "summary.json").is_file()
+
+
 def test_unwritable_checkpoint_dir_exits_2_before_training(tmp_path, monkeypatch, capsys, ledger):
     ckpt = tmp_path / "volume" / "ckpt"
     real_write = Path.write_bytes

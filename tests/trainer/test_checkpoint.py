@@ -19,6 +19,7 @@ from trainer.checkpoint import MANIFEST, POINTER, TRAIN_STATE, CheckpointManager
 from trainer.config import ConfigError, from_args
 from trainer.dist import DistEnv
 from trainer.loop import run as run_in_process
+from trainer.schedule import param_groups
 from trainer.storage import LocalStorage, S3Storage
 
 ONE = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
@@ -83,6 +84,22 @@ def test_saved_checkpoint_loads_back_with_every_file_in_the_manifest(local, tmp_
     assert state["step"] == 10 and loaded.step_of_weights() == 10.0
     optim = loaded.optimizer.state_dict()["state"][0]
     assert torch.equal(optim["exp_avg"], trainee.optimizer.state_dict()["state"][0]["exp_avg"])
+
+
+def test_a_checkpoint_of_a_single_parameter_group_loads_into_the_decay_and_no_decay_groups(local, tmp_path):
+    """Checkpoints written before biases and norm weights left weight decay have one AdamW group."""
+    old = Trainee(10)  # one group
+    assert save(local, 10, old)
+    grouped = Trainee(-1)
+    grouped.model.zero_grad(set_to_none=True)  # as a run resumes: a fresh optimizer, no gradients yet
+    grouped.optimizer = torch.optim.AdamW(param_groups(grouped.model, 0.5))
+    ckpt = CheckpointManager(LocalStorage(tmp_path / "ckpt"), workdir=tmp_path)
+    assert ckpt.restore(ONE, ckpt.begin(ONE, resume=True), grouped.model, grouped.optimizer)["step"] == 10
+    assert [g["weight_decay"] for g in grouped.optimizer.param_groups] == [0.5, 0.0]
+    assert grouped.step_of_weights() == 10.0
+    for before, after in zip(old.model.parameters(), grouped.model.parameters(), strict=True):
+        saved, loaded = old.optimizer.state[before], grouped.optimizer.state[after]
+        assert torch.equal(saved["exp_avg"], loaded["exp_avg"]) and torch.equal(saved["step"], loaded["step"])
 
 
 def test_only_the_last_k_complete_checkpoints_of_the_run_are_kept(local):
@@ -533,3 +550,52 @@ def test_every_rank_uploads_its_shard_to_s3_and_a_single_process_resumes_it(
     written = torch.load(tmp_path / "first" / "model.pt", weights_only=True)["model"]
     loaded = torch.load(tmp_path / "second" / "model.pt", weights_only=True)["model"]
     assert all(torch.equal(written[k], loaded[k]) for k in written)
+
+
+def test_resume_from_a_chosen_checkpoint_goes_on_in_a_new_run_that_a_restart_resumes(
+    tmp_path, keep_sigterm_handler, capsys, caplog
+):
+    """--checkpoint.resume_from run-<id>/step-10 of a finished 20-step run: steps 10..20 again in a new run
+    (the first run's checkpoints untouched), to the same weights (same data order and RNG streams). Its
+    restart with the same flags resumes the new run, not step 10 again."""
+    ckpt = tmp_path / "ckpt"
+    steps = {"checkpoint.dir": ckpt, "checkpoint.every_steps": 10, "train.max_steps": 20}
+    _one_process(tmp_path / "first", capsys, caplog, **steps)
+    first = (ckpt / POINTER).read_text()
+    chosen = f"{first.split('/')[0]}/{checkpoint_name(10)}"
+    before = sorted(p.name for p in (ckpt / chosen).parent.iterdir())
+    again = {**steps, "checkpoint.resume_from": f"{ckpt}/{chosen}"}  # the location, as logs print it
+    said = _one_process(tmp_path / "again", capsys, caplog, **again)
+    assert f"resuming from {ckpt}/{chosen} (step 10)" in said
+    latest = (ckpt / POINTER).read_text()
+    assert latest.endswith(checkpoint_name(20)) and latest.split("/")[0] != first.split("/")[0]
+    assert sorted(p.name for p in (ckpt / chosen).parent.iterdir()) == before
+    weights = [torch.load(tmp_path / n / "model.pt", weights_only=True)["model"] for n in ("first", "again")]
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    restarted = _one_process(tmp_path / "again", capsys, caplog, **again)
+    assert f"resuming from {ckpt}/{latest} (step 20)" in restarted and (ckpt / POINTER).read_text() == latest
+
+
+def test_resume_from_a_checkpoint_that_does_not_exist_exits_2_naming_what_does(
+    tmp_path, capsys, keep_sigterm_handler
+):
+    from trainer.__main__ import main
+
+    ckpt = tmp_path / "ckpt"
+    run_dir = ckpt / "run-20261128T000000Z-abc123"
+    (run_dir / checkpoint_name(10)).mkdir(parents=True)  # no manifest: an interrupted write
+    args = trainer_args(tmp_path / "out", **{"checkpoint.dir": ckpt, "train.max_steps": 20})
+    for chosen, says in (
+        (f"{run_dir.name}/{checkpoint_name(15)}", "no such checkpoint in"),
+        (f"{run_dir.name}/{checkpoint_name(10)}", "refusing checkpoint"),
+        ("latest", "allowed run-<id>/step-<N>"),
+    ):
+        assert main([*args, "--checkpoint.resume_from", chosen]) == 2, chosen
+        err = capsys.readouterr().err
+        assert f"checkpoint.resume_from={chosen!r}" in err and says in err, err
+        if "15" in chosen:
+            assert f"its checkpoints: {checkpoint_name(10)}" in err
+    assert not (tmp_path / "out" / "model.pt").exists()
+    chosen = f"{run_dir.name}/{checkpoint_name(10)}"
+    assert main([*args, "--checkpoint.resume_from", chosen, "--checkpoint.resume", "false"]) == 2
+    assert "allowed true when checkpoint.resume_from is set" in capsys.readouterr().err

@@ -121,3 +121,14 @@ def test_help_documents_every_field(capsys):
         for f in config.dataclasses.fields(cls):
             assert f"--{section}.{f.name}" in out
     assert "143" in out and "2 invalid config" in out
+
+
+def test_an_llm_job_without_a_learning_rate_gets_the_fine_tuning_one(tmp_path):
+    records = tmp_path / "chat.jsonl"
+    records.write_text("{}\n")
+    llm = {"llm": {"model": "tiny"}, "data": {"source": str(records)}}
+    assert config.build(llm).train.lr == 2e-4  # LoRA
+    assert config.build({**llm, "llm": {"model": "tiny", "method": "full"}}).train.lr == 2e-5
+    assert config.build({**llm, "train": {"lr": 1e-3}}).train.lr == 1e-3  # set: kept
+    assert config.build({}).train.lr == 3e-3  # the classifier's
+    assert "0.0002 for LoRA, 2e-05 for full fine-tuning" in " ".join(config.parser().format_help().split())

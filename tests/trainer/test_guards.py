@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 from trainer_runs import REPO, run_env
 
-from trainer import faults
+from trainer import faults, tasks
 from trainer.config import ModelConfig, TrainConfig
 from trainer.dist import DistEnv, StopFlag
 from trainer.guards import NonFiniteGuard, fused_kernel
@@ -88,6 +88,25 @@ def test_under_fp16_the_scalers_overflow_skips_do_not_count_but_a_non_finite_los
     assert guard.worst_streak() == 1
 
 
+def test_an_evaluation_reads_the_device_once_however_many_batches_it_has():
+    """A read per batch makes the host wait for the device at every batch: the sums stay on the device."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(dim=16, heads=2, ffn_dim=32, layers=1), vocab_size=50, max_positions=8)
+    batch = {
+        "input_ids": torch.randint(1, 50, (4, 8)),
+        "attention_mask": torch.ones(4, 8, dtype=torch.bool),
+        "labels": torch.randint(0, 2, (4,)),
+    }
+    one_rank = DistEnv(rank=0, world_size=1, local_rank=0, device=CPU)
+    reads = []
+    for batches in (2, 6):
+        with HostReads() as host:
+            result = tasks.evaluate(model, [batch] * batches, one_rank, None)
+        reads.append(host.reads)
+        assert 0 <= result["val_accuracy"] <= 1 and result["val_loss"] > 0
+    assert reads[0] == reads[1] <= 3, reads
+
+
 def test_the_stop_vote_runs_on_the_cpu_in_the_background_and_is_read_a_step_later(
     one_rank_group, monkeypatch
 ):
@@ -101,7 +120,7 @@ def test_the_stop_vote_runs_on_the_cpu_in_the_background_and_is_read_a_step_late
     monkeypatch.setattr(dist, "all_reduce", recording)
     before = signal.getsignal(signal.SIGTERM)
     try:
-        stop = StopFlag()
+        stop = StopFlag(interval_s=0)  # a vote at every step boundary
         assert stop.poll(TWO_RANKS) is False  # nothing voted yet; the first vote starts
         stop.requested = True  # SIGTERM during the next step
         assert stop.poll(TWO_RANKS) is False  # the vote from before it

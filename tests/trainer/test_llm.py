@@ -54,7 +54,7 @@ def test_lora_trains_only_the_adapters_and_keeps_every_base_weight_bit_identical
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
     batch = _batch(tiny.tokenizer())
     for _ in range(3):
-        task.loss(model, batch).backward()
+        task.loss(model, batch)[0].backward()
         optimizer.step()
         optimizer.zero_grad()
     after = model.state_dict()
@@ -77,11 +77,12 @@ def test_the_loss_counts_the_assistant_turns_and_their_end_of_turn_only():
         t for t in labels if t != data.IGNORE
     ]
     # The loss of a batch depends on the labelled tokens only: changing what the user said changes the
-    # input (and so the logits) but a label-free batch has loss 0, not NaN (no skipped step).
+    # input (and so the logits) but a label-free batch sums to 0, not NaN, over 0 tokens (no skipped step).
     model = _lora()
     unlabelled = _batch(tok)
     unlabelled["labels"].fill_(data.IGNORE)
-    assert task.loss(model, unlabelled).item() == 0.0
+    total, count = task.loss(model, unlabelled)
+    assert (total.item(), count.item()) == (0.0, 0)
 
 
 def test_an_instruction_record_becomes_a_user_and_an_assistant_turn(tmp_path):

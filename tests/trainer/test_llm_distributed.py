@@ -2,7 +2,9 @@
 LoRA over FSDP in bf16 with activation checkpointing and LoRA dropout on, its base weights read shard by
 shard, one validation sequence for two ranks: adapter-only sharded checkpoints, a bit-exact resume across
 a SIGTERM, the 2-process checkpoint resharded into one process, whose export peft loads; LoRA over DDP in
-bf16 exporting a merged model."""
+bf16 exporting a merged model; and, in fp32 with LoRA dropout off, the same adapter from 2 ranks x 2 as from
+one process with the global batch in one micro-batch or four (the loss is per token over the global
+batch)."""
 
 from __future__ import annotations
 
@@ -14,10 +16,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-from trainer_runs import REPO, launch, metrics, start_and_wait_for_step
+from trainer_runs import REPO, launch, metrics, start_and_wait_for_step, trainer_args
 
-from trainer.config import build
+from trainer.config import build, from_args
 from trainer.dist import DistEnv
 from trainer.llm import data, task, tiny
 from trainer.loop import run
@@ -155,7 +158,6 @@ def test_resume_after_sigterm_is_bit_exact_and_the_checkpoint_reshards_into_one_
     # The export is what peft loads onto the base model (the saved directory), and it holds exactly
     # the checkpoint's adapters: the same validation loss the run reported, from a fresh process's view.
     from peft import PeftModel
-    from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
     exported = load_file(single / "adapter" / "adapter_model.safetensors")
@@ -195,3 +197,42 @@ def test_lora_over_ddp_in_bf16_from_a_saved_model_exports_a_merged_model(saved, 
     assert task.evaluate(merged, loader, CPU, torch.bfloat16)["val_loss"] == pytest.approx(
         summary["val_loss"], rel=2e-2
     )
+
+
+# The per-token check: fp32 (bf16 rounds each split differently), dropout off (each rank draws its own),
+# the bundled tiny model, a few steps.
+PER_TOKEN = {
+    **{k: v for k, v in LLM.items() if not k.startswith(("checkpoint.", "train.precision", "train.eval"))},
+    "llm.model": "tiny",
+    "llm.lora_dropout": 0.0,
+    "train.max_steps": 6,
+    "train.grad_checkpointing": "false",
+}
+
+
+def _adapter(out) -> torch.Tensor:
+    weights = load_file(out / "adapter" / "adapter_model.safetensors")
+    return torch.cat([weights[k].flatten() for k in sorted(weights)])
+
+
+def test_one_rank_with_four_or_one_by_four_micro_batches_trains_the_two_rank_adapter(
+    tmp_path, keep_sigterm_handler
+):
+    """The loss is the sum of the token losses over the labelled tokens of the whole global batch (every
+    micro-batch on every rank): packed sequences hold different numbers of labelled tokens, so a mean of
+    per-micro-batch means (the loss before) trained three different adapters here."""
+    done = launch(tmp_path / "two-ranks", **PER_TOKEN)  # 2 ranks x batch 2, FSDP
+    assert done.returncode == 0, done.stdout + done.stderr
+    once = {**PER_TOKEN, "train.device": "cpu"}
+    for name, split in {
+        "batch-4": {"train.batch_size": 4},
+        "batch-1x4": {"train.batch_size": 1, "train.grad_accum_steps": 4},
+    }.items():
+        assert run(from_args(trainer_args(tmp_path / name, **{**once, **split}))) == 0, name
+    two_ranks = _adapter(tmp_path / "two-ranks")
+    for name in ("batch-4", "batch-1x4"):
+        difference = (_adapter(tmp_path / name) - two_ranks).norm() / two_ranks.norm()
+        assert difference <= 1e-5, f"{name}: relative difference {difference:.2e}"
+    losses = {name: metrics(tmp_path / name, "train")[-1]["loss"] for name in ("batch-4", "batch-1x4")}
+    assert losses["batch-4"] == pytest.approx(metrics(tmp_path / "two-ranks", "train")[-1]["loss"], rel=1e-4)
+    assert losses["batch-1x4"] == pytest.approx(losses["batch-4"], rel=1e-4)  # per token, however split

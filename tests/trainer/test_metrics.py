@@ -39,12 +39,13 @@ def test_one_endpoint_serves_every_local_rank(tmp_path):
     other = m.Exporter(tmp_path, local_rank=1, rank=5, port=port)  # would fail to bind if it tried
     try:
         assert lead.server is not None and other.server is None and not other.error
-        lead.publish({"step": 7, "loss": 0.25, "gpu_mem_gb": 1.0, "path": "not a number"})
+        lead.publish({"step": 7, "loss": 0.25, "grad_norm": 1.5, "gpu_mem_gb": 1.0, "path": "not a number"})
         other.publish({"step": 7, "loss": 0.25, "gpu_mem_gb": 2.0})
         samples = scrape(port)
     finally:
         lead.close()
     assert samples["trainer_step"] == 7 and samples["trainer_loss"] == 0.25
+    assert samples["trainer_grad_norm"] == 1.5
     assert samples["trainer_local_ranks"] == 2
     assert samples['trainer_gpu_memory_bytes{rank="4"}'] == 2**30
     assert samples['trainer_gpu_memory_bytes{rank="5"}'] == 2 * 2**30
@@ -138,7 +139,7 @@ def test_a_run_that_fails_frees_its_metrics_port_for_the_next_run(tmp_path, monk
     def data_refused(*args):
         raise DataError("no rows")
 
-    monkeypatch.setattr("trainer.loop._prepare_data", data_refused)
+    monkeypatch.setattr("trainer.tasks.prepare_classifier_data", data_refused)
     port = reserved_port()
     cfg = from_args(trainer_args(tmp_path, **{"output.metrics_port": port}))
     with pytest.raises(DataError):

@@ -2,6 +2,7 @@
 
 import json
 import logging
+import math
 import os
 import signal
 import threading
@@ -11,7 +12,7 @@ import pytest
 import torch
 from trainer_runs import FlakyS3, assert_same_weights, trainer_args
 
-from trainer import faults
+from trainer import faults, tasks
 from trainer.config import from_args
 from trainer.loop import run
 
@@ -127,3 +128,35 @@ def test_sigterm_checkpoints_at_once_without_running_a_due_evaluation(tmp_path, 
     (saved,) = [r["step"] for r in rows if r["event"] == "checkpoint"]
     evals = [r["step"] for r in rows if r["event"] == "eval"]
     assert evals == list(range(1, saved))  # every step evaluated, but not the one that stopped
+
+
+def test_a_skipped_step_and_the_first_steps_warm_up_stay_out_of_the_progress_figures(
+    tmp_path, keep_sigterm_handler, monkeypatch
+):
+    """Step 3's loss is NaN (a bad batch: skipped, no weight update) and the first step takes 1000 s
+    (compilation, warm-up; on a clock this test moves on): the window of steps 1-5 still reports a finite
+    loss over the other four steps, and the throughput counts steps 2-10 only. Every progress line has
+    the gradient norm."""
+    real_loss, real_clock = tasks.classifier_loss, time.perf_counter
+    calls, warm_up = [], [0.0]
+
+    def loss(model, batch):
+        calls.append(len(calls) + 1)
+        total, count = real_loss(model, batch)
+        if calls[-1] == 1:
+            warm_up[0] = 1000.0
+        return (total * float("nan") if calls[-1] == 3 else total), count
+
+    monkeypatch.setattr(tasks, "classifier_loss", loss)
+    monkeypatch.setattr(time, "perf_counter", lambda: real_clock() + warm_up[0])
+    out = tmp_path / "out"
+    assert run(from_args(trainer_args(out, **{"train.max_steps": 10, "train.log_every": 5}))) == 0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if r["event"] == "train"]
+    assert [(r["step"], r.get("bad_steps")) for r in train] == [(5, 1), (10, 1)]
+    assert all(math.isfinite(r["loss"]) and 0 < r["loss"] < 1.0 for r in train), train
+    assert all(math.isfinite(r["grad_norm"]) and r["grad_norm"] > 0 for r in train), train
+    # With the first step's 1000 s, 4 steps of 8 samples would be 0.032 samples/s.
+    assert (
+        train[0]["samples_per_s"] > 1 and json.loads((out / "summary.json").read_text())["samples_per_s"] > 1
+    )

@@ -248,13 +248,18 @@ def token_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.
     total = nn.functional.cross_entropy(
         logits[:, :-1].flatten(0, 1).float(), labels.flatten(), ignore_index=data.IGNORE, reduction="sum"
     )
-    return total, (labels != data.IGNORE).sum()
+    return total, labelled_tokens(batch)
 
 
-def loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Mean loss per labelled token of the micro-batch (0, not NaN, for one without any)."""
-    total, count = token_loss(model, batch)
-    return total / count.clamp(min=1)
+def labelled_tokens(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The tokens a batch's loss counts (the next-token targets that are labelled), before its forward."""
+    return (batch["labels"][:, 1:] != data.IGNORE).sum()
+
+
+# The training loss: (sum, count) of a micro-batch. The loop divides the sum by the count over the
+# global batch (every micro-batch of the step on every rank): a loss per labelled token, the same
+# however the batch is split into micro-batches and ranks.
+loss = token_loss
 
 
 @torch.no_grad()

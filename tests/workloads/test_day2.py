@@ -50,7 +50,7 @@ from sim.operators.outcomes import (
     ray_job_outcome,
     train_job_outcome,
 )
-from sim.operators.pods import KUEUE_KINDS, operator_pods
+from sim.operators.pods import KUEUE_KINDS, container_env, operator_pods
 from trainer import attempts, faults
 from trainer.storage import LocalStorage
 from workloads import jobs
@@ -279,10 +279,11 @@ def keeps_failing(stack: Stack, tmp_path) -> str:
         return "restarts without end"
     if stack.kind == "PyTorchJob":
         job = stack.one("PyTorchJob")
-        master = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
-        env = _ledger(master)
-        ledger = env and attempts.Ledger(
-            LocalStorage(tmp_path), "master-0", int(env[attempts.BUDGET_ENV]), env[attempts.SUBMISSION_ENV]
+        # The master pod as the operator creates it, its environment as the kubelet resolves it.
+        master = next(p for p in operator_pods(stack.objects, stack.platform) if p.role == "Master")
+        env = container_env(master.pod, "pytorch")
+        ledger = attempts.DIR_ENV in env and attempts.Ledger(
+            LocalStorage(tmp_path), "master-0", int(env[attempts.BUDGET_ENV]), env[attempts.CREATION_ENV]
         )
         for attempt in range(cap):
             code = (ledger.begin() if ledger else None) or 137

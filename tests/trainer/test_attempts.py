@@ -103,3 +103,27 @@ def test_the_launcher_records_each_attempt_and_stops_starting_torchrun_past_the_
     argv = ["--nproc_per_node=1", "-m", "trainer"]
     assert [launch.main(argv) for _ in range(3)] == [137, 137, faults.BUDGET_SPENT]
     assert len(started) == 2
+
+
+@mock_aws
+def test_a_ledger_that_cannot_record_the_end_leaves_the_exit_code_alone(monkeypatch, capsys):
+    """The trainer exits 200 (S3 unreachable: retryable), and the ledger's own write of that end fails too:
+    the pod still exits 200, so the operator (restartPolicy ExitCode) recreates it instead of failing the
+    job for good on the exit 1 an escaped exception would give."""
+    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="platform")
+    monkeypatch.setenv(attempts.DIR_ENV, "s3://platform/jobs/j/checkpoints/attempts")
+    monkeypatch.setenv(attempts.BUDGET_ENV, "3")
+    monkeypatch.setenv(attempts.CREATION_ENV, "x")
+    monkeypatch.setenv("HOSTNAME", "j-master-0")
+
+    def trainer_lost_s3(args):
+        # What the trainer met, the ledger meets next: every S3 write now fails.
+        def unreachable(self, key, data):
+            raise OSError("Could not connect to the endpoint URL")
+
+        monkeypatch.setattr(S3Storage, "put_bytes", unreachable)
+        return faults.STORAGE_UNAVAILABLE
+
+    monkeypatch.setattr(launch, "_launch", trainer_lost_s3)
+    assert launch.main(["--nproc_per_node=1", "-m", "trainer"]) == faults.STORAGE_UNAVAILABLE == 200
+    assert "could not record the end of this attempt (OSError" in capsys.readouterr().err

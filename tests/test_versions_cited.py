@@ -66,6 +66,7 @@ OTHER_VERSIONS = [
     ("tests/sim/test_kueue_webhooks.py", "Trainer v2.2.1", KUEUES_TRAINER),
     ("tests/workloads/test_render.py", "Trainer v2.2.1", KUEUES_TRAINER),
     ("workloads/jobs.py", "Trainer v2.2.1", KUEUES_TRAINER),
+    ("docs/workloads.md", "Trainer v2.2.1", KUEUES_TRAINER),
 ]
 
 

@@ -16,16 +16,12 @@ RendezvousTimeoutError) is the launcher's own failure, before any worker starts;
 escape as a traceback and exit 1, which would fail a 4-pod job for good when one Spot replacement is
 slower than the rendezvous timeout. The codes are listed in trainer/faults.py.
 
-In a PyTorchJob pod it also keeps the job's restart budget (trainer/attempts.py): each attempt and how it
-ended, beside the checkpoints; past the budget it exits 4 before torchrun starts. A failure of that
-bookkeeping never changes the code the pod exits with (an attempt that exits 200 stays retryable).
-
-In a pod the launcher is PID 1, and the kernel drops a signal PID 1 has no handler for. Until torchrun
-starts the workers and installs its own handler (which forwards SIGTERM to them for their checkpoint),
-there is nothing to save: a SIGTERM then ends the launcher at once with 143, from the moment it starts,
-before its imports, and also while torchrun waits in its rendezvous inside C code, where no Python
-handler runs (a thread reads the signal from CPython's wakeup fd instead). Without that, a reclaim during
-the rendezvous waits out the pod's grace period and ends in a SIGKILL (137), which counts as a failure.
+In a PyTorchJob pod it also keeps the job's restart budget (trainer/attempts.py) beside the checkpoints;
+past the budget it exits 4 before torchrun starts. A failure of that bookkeeping never changes the code.
+As PID 1 in a pod, whose unhandled signals the kernel drops, it ends at once with 143 on a SIGTERM that
+comes before torchrun's workers (and torchrun's own handler, which forwards it to them) exist: from its
+first line, and while the rendezvous waits in C code, where a thread reads the signal from CPython's
+wakeup fd. Otherwise a reclaim in the rendezvous would wait out the grace period and end killed (137).
 """
 
 from __future__ import annotations

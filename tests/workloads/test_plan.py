@@ -165,7 +165,8 @@ def test_a_job_that_admission_refuses_will_not_run(plan_of, monkeypatch):
     assert code == 2 and "verdict: will not run because:" in out
     assert (
         "admission: webhook validate-jobset-x-k8s-io-v1alpha2-jobset.x-k8s.io refuses JobSet zimdb/zimdb "
-        "(created by Kubeflow Trainer (TrainJob zimdb)): invalid failure policy rule name 'permanent-exit-code'"
+        "(created by Kubeflow Trainer (TrainJob zimdb)): invalid failure policy rule name "
+        "'permanent-exit-code'"
     ) in out
 
 

@@ -125,3 +125,12 @@ def test_names_too_long_for_the_generated_jobs_or_pods_are_refused():
     assert got == [
         f"spec.replicatedJobs[0].name: Invalid value: '{'j' * 55}-rj-0': {jobset_webhook.POD_NAME_TOO_LONG}"
     ]
+
+
+def test_the_committed_stacks_jobsets_pass_and_set_nothing_the_port_leaves_out(stack_lives):
+    jobsets = [c.obj for _, _, life in stack_lives.values() for c in life if c.obj["kind"] == "JobSet"]
+    assert jobsets
+    for jobset in jobsets:
+        assert jobset_webhook.validate_create(jobset_webhook.default(jobset)) == []
+        assert not set(jobset["spec"]) & set(jobset_webhook.UNPORTED_FIELDS), jobset["metadata"]["name"]
+        assert "subdomain" not in (jobset["spec"].get("network") or {})

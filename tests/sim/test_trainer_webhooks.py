@@ -165,6 +165,7 @@ def test_the_committed_stacks_pass_and_set_nothing_the_port_leaves_out(stack_liv
             assert (
                 "envInjection" not in runtimes[job["spec"]["runtimeRef"]["name"]]["spec"]["mlPolicy"]["torch"]
             )
+            assert job["spec"]["trainer"]["command"][:2] != ["tune", "run"]  # constants.TorchTuneEntrypoint
             judged += 1
     assert judged
 

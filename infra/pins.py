@@ -84,12 +84,9 @@ JOBSET_IMAGE = {
 }
 
 # Training Operator v1 (PyTorchJob, MPIJob) has no Helm chart: its standalone kustomize overlay, at the
-# commit of its release tag (a tag can be moved; a commit cannot). The repository is kubeflow/trainer now
-# (formerly kubeflow/training-operator); the overlay's image is pinned by tag inside it (v1-3f15cb8).
-# kustomize/v2 hands the string to kustomize itself, whose remote URLs are `<repo>//<path>?ref=<ref>`
-# (api/internal/git/repospec.go); a GitHub `/tree/<ref>/` browser URL would clone the default branch.
+# commit of its release tag (a tag can be moved; a commit cannot), copied into
+# infra/addons/kustomize/training-operator-v1/base (PROVENANCE.md says from where; the deploy reads no URL).
+# The repository is kubeflow/trainer now (formerly kubeflow/training-operator); the image is pinned by tag
+# in that overlay (v1-3f15cb8).
 TRAINING_OPERATOR_V1_VERSION = "1.9.2"
 TRAINING_OPERATOR_V1_COMMIT = "bde9c20903ad9b54af1f3883e4fa764a3c0db797"
-TRAINING_OPERATOR_V1_KUSTOMIZE = (
-    f"https://github.com/kubeflow/trainer//manifests/overlays/standalone?ref={TRAINING_OPERATOR_V1_COMMIT}"
-)

@@ -1,5 +1,5 @@
-"""Copy the upstream files the models in sim/ are checked against into sim/vendored/: the controller
-source sim/operators/pods.py models, and upstream's own test tables for the ported functions.
+"""Copy the upstream source the models in sim/ mirror, and the upstream test tables their ports pass, into
+sim/vendored/.
 
     .venv/bin/python scripts/vendor_model_sources.py                   # raw.githubusercontent.com
     .venv/bin/python scripts/vendor_model_sources.py --git-dir-root D  # bare clones D/<owner>+<name>/repo
@@ -8,9 +8,12 @@ Each file is the upstream text at the pinned tag, whole or the listed line range
 sim/vendored/<owner>/<name>/<tag>/<path>; PROVENANCE.txt lists repository, tag, path and lines, and for
 a file first copied from another commit holding the same text, that commit (NOTES).
 tests/sim/test_operator_pods.py reads the constants the model copies (label keys, ports, default
-images, the init-container template) from these files; the tests/sim/test_*_upstream.py modules run the
-vendored test tables' cases (sim/models.yaml `upstream_tests`). Change a tag here when its pin changes
-(infra/pins.py, pyproject.toml), rerun, and fix what the tests report.
+images, the init-container template) from these files, so a model that drifts from its source fails
+there; the tests/sim/test_*_upstream.py and admission ports' tests run the vendored test tables' cases
+(sim/models.yaml `upstream_tests`). Where this machine cannot reach GitHub, the text was read through the
+public code index at a commit whose lines are the same as the tag's (checked against a clone:
+`--git-dir-root`).
+Change a tag here when its operator's pin changes (infra/pins.py), rerun, and fix what the tests report.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ SOURCES: list[tuple[str, str, str, tuple[int, int] | None]] = [
     # Kubeflow Trainer 2.3.0 (TrainJob) and the JobSet its chart bundles (0.12.0).
     ("kubeflow/trainer", "v2.3.0", "pkg/constants/constants.go", None),
     ("kubernetes-sigs/jobset", "v0.12.0", "api/jobset/v1alpha2/jobset_types.go", (20, 80)),
+    # Upstream test tables of the admission ports (sim/admission): the cases their tests transcribe.
+    ("kubernetes-sigs/jobset", "v0.12.0", "pkg/webhooks/jobset_webhook_test.go", (1234, 1486)),
+    ("kubeflow/trainer", "v2.3.0", "pkg/webhooks/trainingruntime_webhook_test.go", (32, 78)),
     # KubeRay 1.7.0.
     ("ray-project/kuberay", "v1.7.0", "ray-operator/controllers/ray/utils/constant.go", (1, 140)),
     ("ray-project/kuberay", "v1.7.0", "ray-operator/controllers/ray/common/pod.go", (595, 660)),

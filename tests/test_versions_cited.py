@@ -59,6 +59,7 @@ CITED = [
     (r"\btorch(?:==)?", _package("torch")),
 ]
 
+KUEUES_TRAINER = "the Trainer version Kueue 0.19.2 is built against (its go.mod), whose types it writes"
 # (file, the citation as written, why it names another version)
 OTHER_VERSIONS = [
     ("infra/config/cluster_rules.py", "Karpenter 1.9", "the first release that supports Kubernetes 1.35"),
@@ -66,6 +67,11 @@ OTHER_VERSIONS = [
     ("tests/docker/test_python_deps.py", "torch==2.12.0", "a lock that disagrees with the pin, to be caught"),
     ("tests/docker/test_python_deps.py", "torch==0.1.0", "a lock that disagrees with the pin, to be caught"),
     ("tests/docker/test_torch_lock.py", "torch-2.12.0", "a wheel of another version, to be refused"),
+    ("sim/admission/kueue_webhooks.py", "Trainer v2.2.1", KUEUES_TRAINER),
+    ("tests/sim/test_kueue_webhooks.py", "Trainer v2.2.1", KUEUES_TRAINER),
+    ("tests/workloads/test_render.py", "Trainer v2.2.1", KUEUES_TRAINER),
+    ("workloads/jobs.py", "Trainer v2.2.1", KUEUES_TRAINER),
+    ("docs/workloads.md", "Trainer v2.2.1", KUEUES_TRAINER),
 ]
 
 

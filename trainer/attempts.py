@@ -7,10 +7,12 @@ activeDeadlineSeconds. So `python -m trainer.launch` counts each pod's failed at
 checkpoint location (`<checkpoint dir>/attempts/<pod>.json`, one writer per file), and once a pod has failed
 more than the job's restart budget it exits 4 before training: a permanent code, so the operator fails the
 job. What counts is what TrainJob's runtime counts: an attempt that ended with a retryable code other than
-143 (a SIGTERM checkpoint: a Spot reclaim, a drain, the job's replacement) or that never recorded its end
-(its pod killed). An attempt that ends for good (0, or 1-127) marks the job ended (`_ended.json`): a later
-start is a new submission and counts from 0, as is a start under a different spec (MLOPS_EKS_SUBMISSION,
-a digest of the rendered job).
+143 (a SIGTERM checkpoint: a Spot reclaim, a drain, the job's replacement) and 202 (its peer went away: the
+peer's own attempt says why, and a node disruption must cost the gang nothing), or that never recorded
+its end (its pod killed). An attempt that ends for good (0, or 1-127) marks the job ended (`_ended.json`):
+a later start counts from 0. So does the first start of a new creation of the job (MLOPS_EKS_CREATION, the
+pods' `mlops-eks.io/creation` annotation: a random id `pulumi up` gives each creation, kept while the job
+object lives), whatever ended the one before it (a deadline, `pulumi destroy`, a replacement).
 
 The workload renderer sets the environment for PyTorchJob pods only (workloads/jobs.py); without it the
 launcher keeps no count (a local run, a TrainJob, whose JobSet counts its own restarts).
@@ -29,13 +31,13 @@ from typing import Any
 from trainer import faults
 from trainer.storage import Storage, open_storage
 
-DIR_ENV, BUDGET_ENV, SUBMISSION_ENV = "MLOPS_EKS_ATTEMPTS", "MLOPS_EKS_RESTART_BUDGET", "MLOPS_EKS_SUBMISSION"
+DIR_ENV, BUDGET_ENV, CREATION_ENV = "MLOPS_EKS_ATTEMPTS", "MLOPS_EKS_RESTART_BUDGET", "MLOPS_EKS_CREATION"
 ENDED = "_ended.json"
 
 
 def counts(code: int) -> bool:
     """Whether an attempt that ended with `code` spends the budget."""
-    return code >= 128 and code != faults.STOPPED
+    return code >= 128 and code not in (faults.STOPPED, faults.PEER_LOST)
 
 
 @dataclass
@@ -43,7 +45,7 @@ class Ledger:
     store: Storage
     pod: str
     budget: int
-    submission: str
+    creation: str
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Ledger | None:
@@ -51,7 +53,7 @@ class Ledger:
         if DIR_ENV not in env:
             return None
         pod = env.get("HOSTNAME") or socket.gethostname()
-        return cls(open_storage(env[DIR_ENV]), pod, int(env[BUDGET_ENV]), env.get(SUBMISSION_ENV, ""))
+        return cls(open_storage(env[DIR_ENV]), pod, int(env[BUDGET_ENV]), env.get(CREATION_ENV, ""))
 
     def _read(self, key: str) -> dict[str, Any] | None:
         data = self.store.get_bytes(key)
@@ -67,7 +69,7 @@ class Ledger:
         ended = self._read(ENDED)
         fresh = (
             record is None
-            or record.get("submission") != self.submission
+            or record.get("creation") != self.creation
             or (ended is not None and ended["time"] >= record["last"]["started"])
         )
         failures = 0 if fresh or record is None else int(record["failures"])
@@ -88,11 +90,11 @@ class Ledger:
         return None
 
     def _record(self, failures: int, last: dict[str, Any]) -> None:
-        self._write(f"{self.pod}.json", {"submission": self.submission, "failures": failures, "last": last})
+        self._write(f"{self.pod}.json", {"creation": self.creation, "failures": failures, "last": last})
 
     def end(self, code: int, now: float | None = None) -> None:
         now = time.time() if now is None else now
-        record = self._read(f"{self.pod}.json") or {"submission": self.submission, "failures": 0, "last": {}}
+        record = self._read(f"{self.pod}.json") or {"creation": self.creation, "failures": 0, "last": {}}
         record["failures"] = int(record["failures"]) + (1 if counts(code) else 0)
         record["last"] = {**record["last"], "ended": now, "code": code}
         self._write(f"{self.pod}.json", record)

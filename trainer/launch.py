@@ -16,8 +16,12 @@ RendezvousTimeoutError) is the launcher's own failure, before any worker starts;
 escape as a traceback and exit 1, which would fail a 4-pod job for good when one Spot replacement is
 slower than the rendezvous timeout. The codes are listed in trainer/faults.py.
 
-In a PyTorchJob pod it also keeps the job's restart budget (trainer/attempts.py): each attempt and how it
-ended, beside the checkpoints; past the budget it exits 4 before torchrun starts.
+In a PyTorchJob pod it also keeps the job's restart budget (trainer/attempts.py) beside the checkpoints;
+past the budget it exits 4 before torchrun starts. A failure of that bookkeeping never changes the code.
+As PID 1 in a pod, whose unhandled signals the kernel drops, it ends at once with 143 on a SIGTERM that
+comes before torchrun's workers (and torchrun's own handler, which forwards it to them) exist: from its
+first line, and while the rendezvous waits in C code, where a thread reads the signal from CPython's
+wakeup fd. Otherwise a reclaim in the rendezvous would wait out the grace period and end killed (137).
 """
 
 from __future__ import annotations
@@ -25,11 +29,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import os
 import shutil
+import signal
+import socket
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 # torchrun's --help as its parser prints it (torch.distributed.run.get_args_parser), kept beside this file so
 # that --help answers without importing torch (seconds); tests/test_cli_help.py keeps it current.
@@ -50,10 +59,52 @@ def asks_for_help(argv: list[str]) -> bool:
     return False
 
 
+# What a SIGTERM before the workers exist must close: the attempt begun in the restart ledger.
+_BEFORE_WORKERS: dict[str, Any] = {}
+
+
+def _no_op(signum: int, frame: Any) -> None:
+    """The launcher's own SIGTERM handler until torchrun replaces it: its presence makes CPython's C-level
+    handler write the signal to the wakeup fd, which `_watch` reads; the watcher acts."""
+
+
+def stop_on_sigterm_until_workers_start() -> None:
+    """Exit 143 on SIGTERM until torchrun installs its handler (module docstring)."""
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    signal.signal(signal.SIGTERM, _no_op)
+    threading.Thread(target=_watch, args=(reader, writer), name="launch-sigterm", daemon=True).start()
+
+
+def _watch(reader: socket.socket, writer: socket.socket) -> None:
+    while signal.SIGTERM not in reader.recv(64) or signal.getsignal(signal.SIGTERM) is not _no_op:
+        pass
+    print("trainer.launch: SIGTERM before the workers started; exit 143", file=sys.stderr, flush=True)
+    ledger = _BEFORE_WORKERS.get("ledger")
+    if ledger is not None:
+        end_attempt(ledger, 143)
+    os._exit(143)
+
+
+def end_attempt(ledger: Any, code: int) -> None:
+    """Record how the attempt ended; a failure to record never changes `code`."""
+    try:
+        ledger.end(code)
+    except Exception as err:
+        print(
+            f"trainer.launch: restart ledger: could not record the end of this attempt "
+            f"({type(err).__name__}: {str(err)[:200]}); exit {code} stands",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 if __name__ == "__main__" and asks_for_help(sys.argv[1:]):
     print(TORCHRUN_HELP.read_text() + "\n" + __doc__, end="")
     sys.exit(0)
 if __name__ == "__main__":  # importing torch takes seconds, the first time after an install much longer
+    stop_on_sigterm_until_workers_start()
     print(IMPORTING, file=sys.stderr, flush=True)
 
 from trainer.startup import imports_without_gc  # noqa: E402
@@ -112,10 +163,11 @@ def main(argv: list[str] | None = None) -> int:
         return code
     if spent is not None:
         return spent
+    _BEFORE_WORKERS["ledger"] = ledger
     with _default_log_dir(args):
         code = _launch(args)
     if ledger:
-        ledger.end(code)
+        end_attempt(ledger, code)
     return code
 
 

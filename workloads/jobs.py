@@ -28,6 +28,17 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # Exit codes 1-127 are the trainer's permanent failures (2: invalid config); 128+ (143 after a SIGTERM
 # checkpoint) are retryable — PyTorchJob's `restartPolicy: ExitCode` semantics, rebuilt for TrainJob.
 PERMANENT_EXIT_CODES = list(range(1, 128))
+# A rank whose peer went away exits 202 (trainer/faults.py PEER_LOST): the peer's own pod says why (a node
+# disruption, DisruptionTarget: ignored; a failure: counted). Its peers are replaced without counting, so a
+# lost node costs the gang nothing beyond the lost pod.
+PEER_LOST_EXIT_CODES = [202]
+# The JobSet failure-policy rule that fails the whole job on a permanent exit code. JobSet's webhook refuses
+# any other shape of name: ^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$ (kubernetes-sigs/jobset v0.12.0
+# pkg/webhooks/jobset_webhook.go validateFailurePolicy): with a hyphen in it no TrainJob would get a pod.
+PERMANENT_FAILURE_RULE = "PermanentExitCode"
+# The pod template annotation that says which creation of a PyTorchJob its pods belong to; program.py sets
+# it to a random id that lives as long as the job object (trainer/attempts.py keys the restart count on it).
+CREATION_ANNOTATION = "mlops-eks.io/creation"
 # Pulumi property paths (of the resource's inputs) whose change replaces the object instead of updating it.
 REPLACE_ON_CHANGES = {
     # activeDeadlineSeconds: immutable in the TrainJob CRD (CEL self == oldSelf). The queue label: Kueue's
@@ -117,6 +128,10 @@ def training_runtime(spec: TrainingJobSpec, placement: Placement) -> dict[str, A
         # A Spot reclaim or node drain is not the job's fault: the pod is replaced without counting.
         {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
         {
+            "action": "Ignore",
+            "onExitCodes": {"containerName": "node", "operator": "In", "values": PEER_LOST_EXIT_CODES},
+        },
+        {
             "action": "FailJob",
             "onExitCodes": {"containerName": "node", "operator": "In", "values": PERMANENT_EXIT_CODES},
         },
@@ -137,7 +152,7 @@ def training_runtime(spec: TrainingJobSpec, placement: Placement) -> dict[str, A
         # A Job failed by the rule above (a permanent exit code) fails the whole JobSet at once.
         "rules": [
             {
-                "name": "permanent-exit-code",
+                "name": PERMANENT_FAILURE_RULE,
                 "action": "FailJobSet",
                 "onJobFailureReasons": ["PodFailurePolicy"],
             }
@@ -188,8 +203,14 @@ def train_job(
         "securityContext": pod.container_security(),
         "volumeMounts": pod.volume_mounts(spec),
     }
-    security = {k: v for k, v in job_pod_security(placement).items() if k != "automountServiceAccountToken"}
-    pod_patch = job_pod_placement(spec, placement) | security | {"containers": [container]}
+    # Not terminationGracePeriodSeconds, which the runtime holds: Kueue 0.19.2 updates an admitted TrainJob
+    # with Trainer v2.2.1's types, which have no such patch field (added in 2.3.0), and would drop it from
+    # the live object (sim/admission/kueue_webhooks.py dropped_on_admission).
+    pod_patch = (
+        job_pod_placement(spec, placement)
+        | {"securityContext": pod.pod_security(placement)}
+        | {"containers": [container]}
+    )
     patch = {
         "manager": RUNTIME_PATCH_MANAGER,
         "trainingRuntimeSpec": {
@@ -306,16 +327,28 @@ def pytorch_job(
     }
 
 
+def job_identity(job_spec: dict[str, Any]) -> str:
+    """A digest of what makes a different job (its pods' templates, processes and elasticity, its gang):
+    not the run policy's suspend, TTL, deadline or backoffLimit, which the operator takes in place."""
+    defining = {k: v for k, v in job_spec.items() if k != "runPolicy"}
+    defining["schedulingPolicy"] = job_spec["runPolicy"].get("schedulingPolicy")
+    return hashlib.sha256(json.dumps(defining, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def _attempt_ledger(job_spec: dict[str, Any], spec: TrainingJobSpec, bucket: str) -> None:
     """Where the launcher counts the job's failed attempts (trainer/attempts.py): beside its checkpoints,
-    with the budget and a digest of the job as rendered, so a changed job starts a new count."""
+    with the budget and the creation the pods belong to, read from their template's annotation. Rendered,
+    the annotation is the job's identity (job_identity); `pulumi up` replaces it with a random id kept as long
+    as that identity (workloads/program.py), so a new creation of the same job starts a new count."""
     where = pod.location(spec, "checkpoint", bucket)
     assert where is not None, "TrainingJobSpec.counts_restarts needs a checkpoint location"
-    submission = hashlib.sha256(json.dumps(job_spec, sort_keys=True).encode()).hexdigest()[:16]
+    identity = job_identity(job_spec)
+    creation = {"fieldRef": {"fieldPath": f"metadata.annotations['{CREATION_ANNOTATION}']"}}
     env = [
         {"name": "MLOPS_EKS_ATTEMPTS", "value": f"{where}/attempts"},
         {"name": "MLOPS_EKS_RESTART_BUDGET", "value": str(spec.restart_budget)},
-        {"name": "MLOPS_EKS_SUBMISSION", "value": submission},
+        {"name": "MLOPS_EKS_CREATION", "valueFrom": creation},
     ]
     for replica in job_spec["pytorchReplicaSpecs"].values():
+        replica["template"]["metadata"]["annotations"][CREATION_ANNOTATION] = identity
         replica["template"]["spec"]["containers"][0]["env"] += copy.deepcopy(env)

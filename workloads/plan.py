@@ -2,11 +2,12 @@
 at what cost.
 
 Every answer comes from the checks `render` and the tests already run, not from a second model: the spec
-against the platform (placement), the objects (render), the pods as their operators create them and the
-nodes, queues and namespace quota they need (scheduling, on sim/operators/pods.py), the Pod Security
-level of the job's namespace (pod_security). Node counts follow Karpenter's choice of the cheapest instance
-type that holds the pods; prices are the accelerator catalog's, Spot prices those of a
-`aws ec2 describe-spot-price-history` file when one is given.
+against the platform (placement), the objects (render), the pods as their operators create them; then each
+check of workloads/checks in CHECKS (scheduling: the nodes, queues and namespace quota the pods need; pod
+security; admission: what the API server and the platform's webhooks admit of every object the controllers
+create). Node counts follow Karpenter's choice of the cheapest instance type that holds the pods; prices are
+the accelerator catalog's, Spot prices those of a `aws ec2 describe-spot-price-history` file when one is
+given.
 """
 
 from __future__ import annotations
@@ -16,38 +17,57 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from infra.accelerators import CATALOG, PRICE_REGION, PRICES_READ
 from infra.contract import AcceleratorPool, quantity
-from sim.kubernetes.scheduling import (
-    PodTemplate,
-    Verdict,
-    node_selector_matches,
-    nodes_by_type,
-    queue_use,
-    quota_problems,
-    simulate,
-    unschedulable,
-)
-from sim.operators.pods import operator_pods
+from sim.kubernetes.scheduling import PodTemplate, Verdict, node_selector_matches, nodes_by_type, simulate
+from workloads.checks import Finding, PlannedJob, admission, pod_security, scheduling
 from workloads.placement import place
 from workloads.platform import PlatformFacts
-from workloads.pod_security import baseline_violations, restricted_violations
 from workloads.render import render
 from workloads.spec import SpecError
 from workloads.stacks import WorkloadStack, program_text
 
-# How long until the first training step, in minutes. Not measured by this project (it has no AWS account):
-# the estimate of docs/workloads.md "How fast". A Karpenter node launches, boots the AL2023 GPU AMI and
-# joins in about 1-3 minutes (p4d/p5 at the slow end); the several-GB training image then takes a few
-# minutes to pull on a fresh node. A managed (reserved) group's nodes are running already.
-NODE_LAUNCH_MINUTES = (1, 3)
+# The checks, in the order the plan prints them (workloads/checks: one module each).
+CHECKS = (scheduling.check, pod_security.check, admission.check)
+
+
+@dataclass(frozen=True)
+class LaunchTime:
+    """Minutes from Karpenter's launch to a Ready node for an instance family, and what that rests on."""
+
+    minutes: tuple[int, int]
+    source: str
+
+
+# Not measured by this project (it has no AWS account): estimates, each with its basis. EC2 itself takes
+# about the same for any family: pending to running in 16-17 s across families, 23-26 s to SSH
+# (github.com/brevdev/ec2-coldboot-research, 2025, general-purpose types). The rest is the node's own
+# start: the AL2023 NVIDIA AMI's boot, driver load and nodeadm join, and on the 8-GPU NVSwitch families the
+# fabric manager (CUDA sees no GPU before it runs) and the EFA devices. Measure your own: the NodeClaim's
+# Launched -> Initialized condition times (`kubectl get nodeclaim -o yaml`).
+PCIE_GPU = "a single PCIe GPU board: EC2 launch (~0.5 min), AL2023 NVIDIA boot, driver load, nodeadm join"
+NVSWITCH_GPU = (
+    "8 GPUs on NVSwitch: as a PCIe board, plus the NVIDIA fabric manager's start and the EFA devices (4 on "
+    "p4d, 32 on p5) before the node is ready"
+)
+LAUNCH_MINUTES = {
+    **{family: LaunchTime((1, 3), PCIE_GPU) for family in ("g4dn", "g4ad", "g5", "g6", "g6e")},
+    **{family: LaunchTime((3, 6), NVSWITCH_GPU) for family in ("p4d", "p4de", "p5", "p5e", "p5en")},
+}
+# An instance family the table does not know: the slower of the two.
+UNKNOWN_FAMILY = LaunchTime((1, 6), "an instance family this table has no figure for")
+# The several-GB training image, pulled on a fresh node. A managed (reserved) group's nodes run already.
 IMAGE_PULL_MINUTES = (2, 3)
+
+
+def launch_time(instance_type: str) -> LaunchTime:
+    return LAUNCH_MINUTES.get(instance_type.split(".")[0], UNKNOWN_FAMILY)
+
+
 # The startup GPU check (infra/addons/gpu_node_check_script.py): nvidia-smi answers in seconds; a GPU that
 # hangs fails the check after 120 s and the node never takes the job.
 GPU_CHECK_LIMIT_SECONDS = 120
-LEVEL_LABEL = "pod-security.kubernetes.io/enforce"
 SPOT_HELP = (
     "aws ec2 describe-spot-price-history --region <region> --product-descriptions Linux/UNIX "
     "--start-time $(date -u +%Y-%m-%dT%H:%M:%SZ) --instance-types <type> > spot.json"
@@ -74,9 +94,12 @@ class Plan:
     facts_region: str
     verdicts: list[Verdict] = field(default_factory=list)
     pools: list[PoolPlan] = field(default_factory=list)
-    queue_lines: list[str] = field(default_factory=list)
-    security_lines: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)  # one per check, in CHECKS's order
     problems: list[str] = field(default_factory=list)  # why it will not run; empty: it runs
+
+    @property
+    def warnings(self) -> list[str]:
+        return [w for f in self.findings for w in f.warnings]
 
     @property
     def runs(self) -> bool:
@@ -101,7 +124,10 @@ class Plan:
                 out += [f"  {line}" for line in _node_lines(p)]
             out.append(f"cost while it runs (catalog prices, {PRICE_REGION} on-demand, read {PRICES_READ}):")
             out += [f"  {line}" for line in _cost_lines(self.pools, self.stack)]
-        out += self.queue_lines + self.security_lines
+        out += [line for f in self.findings for line in f.lines]
+        if self.warnings:
+            out.append("only the cluster can tell:")
+            out += [f"  - {w}" for w in self.warnings]
         if self.runs:
             out.append("verdict: will run")
         else:
@@ -127,12 +153,13 @@ def _node_lines(p: PoolPlan) -> list[str]:
             f"already: the job takes {p.nodes} of them; first step in roughly {IMAGE_PULL_MINUTES[0]}-"
             f"{IMAGE_PULL_MINUTES[1]} min (the image pull)"
         ]
-    low, high = (a + b for a, b in zip(NODE_LAUNCH_MINUTES, IMAGE_PULL_MINUTES, strict=True))
+    launch = launch_time(p.instance_type)
+    low, high = (a + b for a, b in zip(launch.minutes, IMAGE_PULL_MINUTES, strict=True))
     lines = [
         f"pool {p.name}: Karpenter launches {p.nodes} x {p.instance_type} ({capacity}; the pool holds at "
         f"most {p.pool.max_nodes})",
-        f"  first step in roughly {low}-{high} min: launch and join {NODE_LAUNCH_MINUTES[0]}-"
-        f"{NODE_LAUNCH_MINUTES[1]} min, image pull {IMAGE_PULL_MINUTES[0]}-{IMAGE_PULL_MINUTES[1]} min "
+        f"  first step in roughly {low}-{high} min: launch and join {launch.minutes[0]}-{launch.minutes[1]} "
+        f"min ({launch.source}), image pull {IMAGE_PULL_MINUTES[0]}-{IMAGE_PULL_MINUTES[1]} min "
         '(estimates, not measured here: docs/workloads.md "How fast")',
     ]
     if p.pool.startup_taints:
@@ -203,54 +230,6 @@ def pool_plans(
     return plans
 
 
-def _queue_lines(verdicts: Sequence[Verdict], platform: PlatformFacts) -> list[str]:
-    name = verdicts[0].template.queue if verdicts else None
-    if name is None:
-        return ["queue: none (the job's pods are created at once, not gang-admitted)"]
-    queue = platform.queue(name)
-    if queue is None:
-        return [f"queue: {name} (not a queue of {platform.cluster_name})"]
-    uses = queue_use(verdicts, platform)
-    shown = ", ".join(
-        f"{u.resource}{f' ({u.accelerator})' if u.accelerator else ''} {u.shown()} of {u.nominal or 'none'}"
-        for u in uses
-    )
-    # Volcano limits only the resources a Queue names (scheduling._queue_problems); Kueue refuses the rest.
-    refused = any(
-        (u.nominal is None and queue.scheduler == "kueue") or (u.nominal and u.total > quantity(u.nominal))
-        for u in uses
-    )
-    verdict = "never admitted (below)" if refused else "admitted at once (the gang fits the nominal quota)"
-    return [f"queue: {name} ({queue.scheduler}): {verdict}: {shown}"]
-
-
-def _security(objects: Sequence[Mapping[str, Any]], platform: PlatformFacts) -> tuple[list[str], list[str]]:
-    """(lines, problems): the operators' pods against the Pod Security level their namespace enforces."""
-    namespaces = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Namespace"}
-    lines, problems = [], []
-    pods = operator_pods(objects, platform)
-    for namespace in sorted({p.pod["metadata"]["namespace"] for p in pods}):
-        labels = (namespaces.get(namespace) or {}).get("metadata", {}).get("labels", {})
-        level = labels.get(LEVEL_LABEL)
-        judged = level or "restricted"
-        check = restricted_violations if judged == "restricted" else baseline_violations
-        found = sorted(
-            {
-                f"{p.job}/{p.role}: {v}"
-                for p in pods
-                if p.pod["metadata"]["namespace"] == namespace
-                for v in (check(p.spec) if judged != "privileged" else [])
-            }
-        )
-        where = f"enforces {level}" if level else "is not created by this stack (judged as restricted)"
-        lines.append(
-            f"pod security: namespace {namespace} {where}: "
-            + ("every pod passes" if not found else f"{len(found)} refusal(s)")
-        )
-        problems += [f"Pod Security ({judged}) refuses {f}" for f in found]
-    return lines, problems
-
-
 def read_spot_prices(path: Path, region: str) -> dict[str, tuple[float, float]]:
     """Instance type -> (cheapest, dearest) current Linux Spot price across `region`'s AZs, from the JSON
     `aws ec2 describe-spot-price-history` prints (the newest price of each AZ)."""
@@ -288,12 +267,7 @@ def plan(stack: WorkloadStack, facts: PlatformFacts, source: Path, spot_file: Pa
     result.verdicts = simulate(objects, facts)
     spot = read_spot_prices(spot_file, facts.region) if spot_file else {}
     result.pools = pool_plans(result.verdicts, facts, spot)
-    result.queue_lines = _queue_lines(result.verdicts, facts)
-    result.security_lines, security = _security(objects, facts)
-    quota = quota_problems(objects, facts)
-    result.security_lines.append(
-        f"namespace quota: {'fits' if not quota else 'refuses pods (below)'} (counting a restarted gang "
-        "beside the old one)"
-    )
-    result.problems += unschedulable(result.verdicts) + quota + security
+    job = PlannedJob(stack, facts, objects, result.verdicts)
+    result.findings = [check(job) for check in CHECKS]
+    result.problems += [p for f in result.findings for p in f.problems]
     return result

@@ -9,12 +9,14 @@ exports (inside the apply that reads them; a SpecError there fails the update wi
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
+import pulumi_random as random
 from pydantic import ValidationError
 
 from infra.contract import JOB_LABEL, PLATFORM_STACK_KEY
@@ -71,6 +73,23 @@ def _k8s_resource(
     return k8s.apiextensions.CustomResource(
         name, api_version=obj["apiVersion"], kind=kind, metadata=meta, spec=obj["spec"], opts=opts
     )
+
+
+def with_creation_id(spec: TrainingJobSpec, obj: dict[str, Any]) -> dict[str, Any]:
+    """The job with its pods' creation annotation (jobs.CREATION_ANNOTATION) set to a random id that Pulumi
+    keeps as long as the job's identity: an update in place (suspend, TTL, deadline) keeps it, a changed job
+    (replaced) or a new creation after `pulumi destroy` gets a new one, and with it a new restart count."""
+    replicas = obj["spec"].get("pytorchReplicaSpecs") or {}
+    annotations = [r["template"]["metadata"].get("annotations") or {} for r in replicas.values()]
+    identities = {a[jobs.CREATION_ANNOTATION] for a in annotations if jobs.CREATION_ANNOTATION in a}
+    if not identities:
+        return obj
+    (identity,) = identities
+    creation = random.RandomUuid(f"{spec.name}-creation", keepers={"job": identity})
+    stamped = copy.deepcopy(obj)
+    for replica in stamped["spec"]["pytorchReplicaSpecs"].values():
+        replica["template"]["metadata"]["annotations"][jobs.CREATION_ANNOTATION] = creation.result
+    return stamped
 
 
 def _identity(
@@ -136,6 +155,8 @@ def deploy(
             identity = _identity(spec, facts, after=created)
         # In render's order: the namespace first, the job after everything it mounts or runs as.
         opts = pulumi.ResourceOptions(provider=provider, depends_on=list(created) + identity)
+        if obj["kind"] == "PyTorchJob":
+            obj = with_creation_id(spec, obj)
         created.append(_k8s_resource(spec, obj, opts, hub_token))
     return created + identity
 

@@ -4,7 +4,10 @@ One line of state, then the evidence: not deployed, queued in Kueue (its Workloa
 waiting for a node (the pending pods, the scheduler's reason and the Karpenter NodeClaims launching),
 running (step and loss from the trainer's /metrics through the API server's pod proxy, or from its log
 lines), restarting or failed (each pod's exit code, permanent or retryable per trainer/faults.py), or
-succeeded (where the output is). Read-only: list/get calls only, with the official `kubernetes` client.
+succeeded (where the output is). A job its operator could not give pods (an object it creates refused by
+a webhook or the API server: Kubeflow Trainer's TrainJobResourcesCreationFailed, a Training Operator's
+FailedCreatePod) is explained by the warning events on the job. Read-only: list/get calls only, with the
+official `kubernetes` client.
 """
 
 from __future__ import annotations
@@ -328,6 +331,17 @@ def waiting(cluster: Cluster, pending: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def warning_events(cluster: Cluster, spec: TrainingJobSpec) -> list[str]:
+    """The warning events on the job object, newest last, one line per reason (its latest message)."""
+    events = [e for e in cluster.events(spec.namespace_name, spec.name) if e.get("type") == "Warning"]
+    events.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    latest = {e.get("reason", ""): e for e in events}
+    return [
+        f"event {reason} (x{e.get('count') or 1}): {(e.get('message') or e.get('note') or '').strip()}"
+        for reason, e in latest.items()
+    ]
+
+
 def status(cluster: Cluster, spec: TrainingJobSpec) -> Report:
     job = cluster.job(spec)
     kind = spec.operator
@@ -385,7 +399,9 @@ def status(cluster: Cluster, spec: TrainingJobSpec) -> Report:
             f"{spec.name}: {state}",
             [f"pod {p['metadata']['name']}: {p['status'].get('phase')}" for p in pods] + exits,
         )
+    events = warning_events(cluster, spec)
+    state = "created, no pods: its operator could not create them" if events else "created, no pods yet"
     return Report(
-        f"{spec.name}: created, no pods yet",
-        [f"{t}: {c.get('message') or c.get('reason', '')}" for t, c in conds.items()],
+        f"{spec.name}: {state}",
+        [f"{t}: {c.get('message') or c.get('reason', '')}" for t, c in conds.items()] + events,
     )

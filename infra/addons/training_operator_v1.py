@@ -3,15 +3,18 @@ it, and what its Deployment then runs with (flags, and the files its ConfigMaps 
 
 Pure: infra/addons/training.py installs the overlay; sim/operators/pods.py reads the same overlay
 files to know what the operator adds to the pods it creates (the PyTorchJob Worker's init container comes
-from the template file the operator reads). The overlays live in infra/addons/kustomize/; this module
-applies their configMapGenerator and JSON patches to the operator's Deployment the way kustomize would,
-for the operations those overlays use (`add`, including `/-` appends), so a mount path that does not match
-the template flag shows up here as a missing file, exactly as the operator would see it.
+from the template file the operator reads). The overlays live in infra/addons/kustomize/, over a local copy
+of the upstream manifests at the pinned commit (training-operator-v1/base, PROVENANCE.md). `build` reads
+them the way kustomize would, for what they use: local resources, configMapGenerator and JSON patches
+(`add`, including `/-` appends, and `replace`), so a mount path that does not match the template flag shows
+up here as a missing file, exactly as the operator would see it, and the webhooks they register can be
+listed offline.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import posixpath
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,33 +27,6 @@ KUSTOMIZE = Path(__file__).resolve().parent / "kustomize"
 OVERLAY = "infra/addons/kustomize/training-operator-v1"
 VOLCANO_OVERLAY = "infra/addons/kustomize/training-operator-v1-volcano"
 DEPLOYMENT = "training-operator"
-# What the operator's Deployment container looks like before the overlays patch it (kubeflow/trainer
-# manifests/base/deployment.yaml at the pinned commit: no args, one mount and one volume, the webhook cert).
-BASE_DEPLOYMENT: dict[str, Any] = {
-    "apiVersion": "apps/v1",
-    "kind": "Deployment",
-    "metadata": {"name": DEPLOYMENT},
-    "spec": {
-        "template": {
-            "spec": {
-                "containers": [
-                    {
-                        "name": DEPLOYMENT,
-                        "command": ["/manager"],
-                        "volumeMounts": [
-                            {
-                                "mountPath": "/tmp/k8s-webhook-server/serving-certs",
-                                "name": "cert",
-                                "readOnly": True,
-                            }
-                        ],
-                    }
-                ],
-                "volumes": [{"name": "cert", "secret": {"secretName": "training-operator-webhook-cert"}}],
-            }
-        }
-    },
-}
 
 
 def overlay(volcano: bool) -> str:
@@ -96,36 +72,82 @@ class OperatorDeployment:
 
 def _json_patch(target: dict[str, Any], ops: list[dict[str, Any]]) -> None:
     for op in ops:
-        if op["op"] != "add":
-            raise ValueError(f"JSON patch op {op['op']!r}: this reader applies `add` only")
+        if op["op"] not in ("add", "replace"):
+            raise ValueError(f"JSON patch op {op['op']!r}: this reader applies `add` and `replace` only")
         parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].lstrip("/").split("/")]
         node: Any = target
         for part in parts[:-1]:
             node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
-        last = parts[-1]
-        if isinstance(node, list):
-            node.insert(len(node) if last == "-" else int(last), copy.deepcopy(op["value"]))
+        last, value = parts[-1], copy.deepcopy(op["value"])
+        if isinstance(node, list) and op["op"] == "add":
+            node.insert(len(node) if last == "-" else int(last), value)
+        elif isinstance(node, list):
+            node[int(last)] = value
         else:
-            node[last] = copy.deepcopy(op["value"])
+            node[last] = value
 
 
-def apply_overlay(directory: str | Path, base: dict[str, Any] | None = None) -> OperatorDeployment:
-    """The Deployment `training-operator` after the overlay at `directory` (and the local overlays it
-    builds on; remote resources are the pinned upstream overlay, whose Deployment is `base`)."""
+@dataclass(frozen=True)
+class Built:
+    """What `kustomize build` of a directory yields: its objects and its generated ConfigMaps' data."""
+
+    objects: list[dict[str, Any]]
+    config_maps: dict[str, dict[str, str]]
+
+    def one(self, kind: str, name: str) -> dict[str, Any]:
+        (found,) = [o for o in self.objects if o["kind"] == kind and o["metadata"]["name"] == name]
+        return found
+
+
+def _targets(patch: dict[str, Any], obj: dict[str, Any]) -> bool:
+    target = patch.get("target") or {}
+    group = obj["apiVersion"].rpartition("/")[0]
+    return (
+        target.get("kind") in (None, obj["kind"])
+        and target.get("name") in (None, obj["metadata"].get("name"))
+        and target.get("group") in (None, group)
+    )
+
+
+@functools.cache
+def _documents(path: str) -> list[dict[str, Any]]:
+    """A manifest file's objects, parsed once per process (the CRDs are megabytes; libyaml)."""
+    with open(path) as f:
+        return [doc for doc in yaml.load_all(f, Loader=yaml.CSafeLoader) if doc]
+
+
+def build(directory: str | Path) -> Built:
+    """The objects of the kustomization at `directory` (relative to the project root, or absolute), to be
+    read, not changed (the parsed files are shared). A remote resource is refused: the deploy reads no URL."""
     root = Path(directory)
     if not root.is_absolute():
         root = KUSTOMIZE.parents[2] / root
     kustomization = yaml.safe_load((root / "kustomization.yaml").read_text())
-    deployment, config_maps = copy.deepcopy(base or BASE_DEPLOYMENT), {}
+    objects: list[dict[str, Any]] = []
+    config_maps: dict[str, dict[str, str]] = {}
     for resource in kustomization.get("resources") or []:
-        if "://" not in resource:
-            inner = apply_overlay(root / resource, base)
-            deployment, config_maps = inner.deployment, dict(inner.config_maps)
+        if "://" in resource:
+            raise ValueError(f"{root}/kustomization.yaml: remote resource {resource}; vendor it instead")
+        path = root / resource
+        if path.is_dir():
+            inner = build(path)
+            objects += inner.objects
+            config_maps |= inner.config_maps
+        else:
+            objects += _documents(str(path))
     for generator in kustomization.get("configMapGenerator") or []:
         files = {Path(f).name: (root / f).read_text() for f in generator.get("files") or []}
         config_maps[generator["name"]] = config_maps.get(generator["name"], {}) | files
     for patch in kustomization.get("patches") or []:
-        target = patch.get("target") or {}
-        if target.get("kind") == "Deployment" and target.get("name") == DEPLOYMENT:
-            _json_patch(deployment, yaml.safe_load(patch["patch"]))
-    return OperatorDeployment(deployment, config_maps)
+        text = patch["patch"] if "patch" in patch else (root / patch["path"]).read_text()
+        for i, obj in enumerate(objects):
+            if _targets(patch, obj):
+                objects[i] = copy.deepcopy(obj)  # the parsed files are shared: patch a copy
+                _json_patch(objects[i], yaml.safe_load(text))
+    return Built(objects, config_maps)
+
+
+def apply_overlay(directory: str | Path) -> OperatorDeployment:
+    """The Deployment `training-operator` after the overlay at `directory`, and its ConfigMaps' data."""
+    built = build(directory)
+    return OperatorDeployment(built.one("Deployment", DEPLOYMENT), built.config_maps)

@@ -32,6 +32,7 @@ from infra.contract import (
     QueueQuota,
     kueue_gpu_flavor,
 )
+from sim.admission import jobset_webhook
 from workloads.jobs import KUEUE_QUEUE_LABEL
 from workloads.platform import PlatformFacts
 
@@ -506,27 +507,31 @@ def _requests(container: Mapping[str, Any]) -> dict[str, str]:
     return {k: str(v) for k, v in ((container.get("resources") or {}).get("requests") or {}).items()}
 
 
-def train_job_pods(
+def train_job_jobset(
     job: Mapping[str, Any], runtime: Mapping[str, Any], platform: PlatformFacts
-) -> list[OperatorPod]:
-    """Kubeflow Trainer 2.3.0: runtimePatches merged into the runtime in order (pkg/runtime/core/
-    trainingruntime.go mergeRuntimePatches), resourcesPerNode, the torch plugin's PET_* environment and port
-    (framework/plugins/torch/torch.go), image and command (plugins/jobset/builder.go); then JobSet 0.12.0
-    (jobset_controller.go constructJob, labelAndAnnotateObject; webhook defaults jobset_webhook.go) and the
-    batch Job controller (Indexed pods: completion index label, annotation, environment, hostname). Under
-    Kueue 0.19.2 the job waits suspended until admitted, then its pods carry the flavors' nodeLabels and
-    tolerations, the podset and queue labels and the workload annotation (jobframework/reconciler.go
-    getPodSetsInfoFromStatus, podset.go FromAssignment, trainjob_controller.go RunWithPodSetsInfo)."""
+) -> tuple[dict[str, Any], str | None]:
+    """The JobSet Kubeflow Trainer 2.3.0 applies for a TrainJob, and why Kueue holds it (None: admitted or
+    not queued). The runtime's template with the runtimePatches merged in order (pkg/runtime/core/
+    trainingruntime.go mergeRuntimePatches; the patches' template labels join the runtime's, newRuntimeInfo),
+    resourcesPerNode, the torch plugin's PET_* environment and port (framework/plugins/torch/torch.go), image
+    and command (plugins/jobset/builder.go), the trainer job's parallelism and completions set to numNodes
+    (plugins/jobset/jobset.go Build, SyncParallelCount). Under Kueue 0.19.2 the job waits suspended until
+    admitted, then its pods carry the flavors' nodeLabels and tolerations, the podset and queue labels and
+    the workload annotation (jobframework/reconciler.go getPodSetsInfoFromStatus, podset.go FromAssignment,
+    trainjob_controller.go RunWithPodSetsInfo)."""
     name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
     trainer = job["spec"].get("trainer") or {}
     patches = list(job["spec"].get("runtimePatches") or [])
     queue_name = (job["metadata"].get("labels") or {}).get(KUEUE_QUEUE_LABEL)
     queued = platform.gang_scheduler == "kueue" and "TrainJob" in KUEUE_KINDS
-    jobset = copy.deepcopy(runtime["spec"]["template"]["spec"])
+    template = runtime["spec"]["template"]
+    jobset = copy.deepcopy(template["spec"])
+    labels = dict((template.get("metadata") or {}).get("labels") or {})
     for patch in patches:  # trainingruntime.go mergeRuntimePatches: in order
-        patch_spec = ((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec")
-        if patch_spec:
-            jobset = strategic_merge(jobset, patch_spec)
+        patch_template = (patch.get("trainingRuntimeSpec") or {}).get("template") or {}
+        labels |= (patch_template.get("metadata") or {}).get("labels") or {}
+        if patch_template.get("spec"):
+            jobset = strategic_merge(jobset, patch_template["spec"])
     held = None
     # Kueue's webhook appended its patch; on admission it fills it (RunWithPodSetsInfo).
     if queued and queue_name is not None:
@@ -541,101 +546,142 @@ def train_job_pods(
                 platform.queue(queue_name), queue_name, rjob["name"], pod_spec, requests, workload
             )
             held = held or admission.refused
-            kueue_patch.append(
-                {
-                    "name": rjob["name"],
-                    "template": {
-                        "spec": {
-                            "template": {
-                                "metadata": {
-                                    "labels": admission.labels,
-                                    "annotations": admission.annotations,
-                                },
-                                "spec": {
-                                    "nodeSelector": admission.node_selector,
-                                    "tolerations": admission.tolerations,
-                                },
-                            }
-                        }
-                    },
-                }
-            )
+            pod_patch = {
+                "metadata": {"labels": admission.labels, "annotations": admission.annotations},
+                "spec": {"nodeSelector": admission.node_selector, "tolerations": admission.tolerations},
+            }
+            kueue_patch.append({"name": rjob["name"], "template": {"spec": {"template": pod_patch}}})
         if held is None:
             jobset = strategic_merge(jobset, {"replicatedJobs": kueue_patch})
     ml_policy = runtime["spec"].get("mlPolicy") or {}
     num_nodes = trainer.get("numNodes") or ml_policy.get("numNodes", 1)
     nproc = trainer.get("numProcPerNode", "auto")
-    rjobs = jobset["replicatedJobs"]
-    global_replicas = sum(r.get("replicas", 1) for r in rjobs)
-    pods = []
-    for position, rjob in enumerate(rjobs):
-        template = copy.deepcopy(rjob["template"]["spec"]["template"])
+    for rjob in jobset["replicatedJobs"]:
         ancestor = ((rjob["template"].get("metadata") or {}).get("labels") or {}).get(
             "trainer.kubeflow.org/trainjob-ancestor-step"
         )
-        count = num_nodes if ancestor == "trainer" else rjob["template"]["spec"].get("parallelism", 1)
-        node = next((c for c in template["spec"]["containers"] if c["name"] == TRAINER_CONTAINER), None)
-        if ancestor == "trainer" and node is not None:
-            resources = trainer.get("resourcesPerNode")
-            if resources:  # MergeResourceRequirements: the TrainJob's quantities over the runtime's
-                base = node.get("resources") or {}
-                node["resources"] = {
-                    k: {**(base.get(k) or {}), **(resources.get(k) or {})}
-                    for k in ("limits", "requests")
-                    if base.get(k) or resources.get(k)
-                }
-            for key in ("image", "command", "args"):
-                if trainer.get(key) is not None:
-                    node[key] = trainer[key]
-            for entry in trainer.get("env") or []:  # torch.go EnforceMLPolicy
-                _upsert_env(node, (entry["name"], {k: v for k, v in entry.items() if k != "name"}))
-            _upsert_env(
-                node,
-                ("PET_NNODES", str(num_nodes)),
-                ("PET_NPROC_PER_NODE", str(nproc)),
-                ("PET_NODE_RANK", _field_ref(f"metadata.annotations['{COMPLETION_INDEX}']")),
-                ("PET_MASTER_ADDR", f"{name}-{TRAINER_CONTAINER}-0-0.{name}"),
-                ("PET_MASTER_PORT", str(TRAINER_PORT)),
-            )
-            if not any(p.get("containerPort") == TRAINER_PORT for p in node.get("ports") or []):
-                node.setdefault("ports", []).append({"containerPort": TRAINER_PORT, "protocol": "TCP"})
-        if not template["spec"].get("restartPolicy"):
-            template["spec"]["restartPolicy"] = "OnFailure"  # jobset_webhook.go Default
-        job_name = f"{name}-{rjob['name']}-0"  # one Job per replicated job (Trainer sets replicas 1)
-        jobset_labels = {
-            JOBSET_LABELS["jobset"]: name,
-            JOBSET_LABELS["uid"]: RANDOM,
-            JOBSET_LABELS["rjob"]: rjob["name"],
-            JOBSET_LABELS["restarts"]: "0",
-            JOBSET_LABELS["rjob_replicas"]: "1",
-            JOBSET_LABELS["global_replicas"]: str(global_replicas),
-            JOBSET_LABELS["index"]: "0",
-            JOBSET_LABELS["key"]: hashlib.sha1(f"{namespace}/{job_name}".encode()).hexdigest(),  # noqa: S324
-            JOBSET_LABELS["global_index"]: str(position),
-            JOBSET_LABELS["group"]: "default",
-            JOBSET_LABELS["group_replicas"]: str(global_replicas),
-            JOBSET_LABELS["group_index"]: str(position),
-        }
-        for index in range(count):  # the Job controller's Indexed pods
-            pod = _pod(f"{job_name}-{index}-", namespace, template, generate=True)
-            meta = pod["metadata"]
-            meta["labels"] |= jobset_labels | {
-                "batch.kubernetes.io/controller-uid": RANDOM,
-                "batch.kubernetes.io/job-name": job_name,
-                "controller-uid": RANDOM,
-                "job-name": job_name,
-                COMPLETION_INDEX: str(index),
+        job_spec = rjob["template"]["spec"]
+        node = next(
+            (c for c in job_spec["template"]["spec"]["containers"] if c["name"] == TRAINER_CONTAINER), None
+        )
+        if ancestor != "trainer" or node is None:
+            continue
+        job_spec["parallelism"] = job_spec["completions"] = num_nodes
+        resources = trainer.get("resourcesPerNode")
+        if resources:  # MergeResourceRequirements: the TrainJob's quantities over the runtime's
+            base = node.get("resources") or {}
+            node["resources"] = {
+                k: {**(base.get(k) or {}), **(resources.get(k) or {})}
+                for k in ("limits", "requests")
+                if base.get(k) or resources.get(k)
             }
-            meta["annotations"] |= jobset_labels | {COMPLETION_INDEX: str(index)}
-            meta["finalizers"] = ["batch.kubernetes.io/job-tracking"]
-            pod["spec"] |= {"hostname": f"{job_name}-{index}", "subdomain": name}
-            for container in [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]:
-                _env(
-                    container,
-                    ("JOB_COMPLETION_INDEX", _field_ref(f"metadata.annotations['{COMPLETION_INDEX}']")),
-                )
-            pods.append(OperatorPod(f"TrainJob/{name}", rjob["name"], pod, held))
+        for key in ("image", "command", "args"):
+            if trainer.get(key) is not None:
+                node[key] = trainer[key]
+        for entry in trainer.get("env") or []:  # torch.go EnforceMLPolicy
+            _upsert_env(node, (entry["name"], {k: v for k, v in entry.items() if k != "name"}))
+        _upsert_env(
+            node,
+            ("PET_NNODES", str(num_nodes)),
+            ("PET_NPROC_PER_NODE", str(nproc)),
+            ("PET_NODE_RANK", _field_ref(f"metadata.annotations['{COMPLETION_INDEX}']")),
+            ("PET_MASTER_ADDR", f"{name}-{TRAINER_CONTAINER}-0-0.{name}"),
+            ("PET_MASTER_PORT", str(TRAINER_PORT)),
+        )
+        if not any(p.get("containerPort") == TRAINER_PORT for p in node.get("ports") or []):
+            node.setdefault("ports", []).append({"containerPort": TRAINER_PORT, "protocol": "TCP"})
+    jobset["suspend"] = bool(job["spec"].get("suspend")) or held is not None
+    owner = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "name": name,
+        "controller": True,
+    }
+    meta = {"name": name, "namespace": namespace, "labels": labels, "ownerReferences": [owner]}
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": meta,
+        "spec": jobset,
+    }, held
+
+
+def jobset_jobs(jobset: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The batch Jobs JobSet 0.12.0 creates from a JobSet, after its webhook's defaults (jobset_webhook.go
+    Default): `replicas` Jobs per replicated job, named <jobset>-<replicated job>-<index>, each labelled and
+    annotated on itself and its pod template (jobset_controller.go constructJob, labelAndAnnotateObject)."""
+    defaulted = jobset_webhook.default(jobset)
+    name, namespace = jobset["metadata"]["name"], jobset["metadata"]["namespace"]
+    rjobs = defaulted["spec"]["replicatedJobs"]
+    global_replicas = sum(r.get("replicas", 1) for r in rjobs)
+    jobs, position = [], 0
+    for rjob in rjobs:
+        for index in range(rjob.get("replicas", 1)):
+            job_name = f"{name}-{rjob['name']}-{index}"
+            labels = {
+                JOBSET_LABELS["jobset"]: name,
+                JOBSET_LABELS["uid"]: RANDOM,
+                JOBSET_LABELS["rjob"]: rjob["name"],
+                JOBSET_LABELS["restarts"]: "0",
+                JOBSET_LABELS["rjob_replicas"]: str(rjob.get("replicas", 1)),
+                JOBSET_LABELS["global_replicas"]: str(global_replicas),
+                JOBSET_LABELS["index"]: str(index),
+                JOBSET_LABELS["key"]: hashlib.sha1(f"{namespace}/{job_name}".encode()).hexdigest(),  # noqa: S324
+                JOBSET_LABELS["global_index"]: str(position),
+                JOBSET_LABELS["group"]: rjob.get("groupName", "default"),
+                JOBSET_LABELS["group_replicas"]: str(global_replicas),
+                JOBSET_LABELS["group_index"]: str(position),
+            }
+            position += 1
+            spec = copy.deepcopy(rjob["template"]["spec"])
+            pod_meta = spec["template"].setdefault("metadata", {})
+            pod_meta["labels"] = (pod_meta.get("labels") or {}) | labels
+            pod_meta["annotations"] = (pod_meta.get("annotations") or {}) | labels
+            spec["suspend"] = bool(defaulted["spec"].get("suspend"))
+            meta = {"name": job_name, "namespace": namespace, "labels": labels, "annotations": dict(labels)}
+            jobs.append({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec})
+    return jobs
+
+
+def indexed_job_pods(job: Mapping[str, Any], subdomain: str) -> list[dict[str, Any]]:
+    """The batch Job controller's pods of an Indexed Job: one per completion index, with the index label,
+    annotation and environment, the job-tracking finalizer and a stable hostname under `subdomain`
+    (kubernetes pkg/controller/job/indexed_job_utils.go addCompletionIndexEnvVariables, job_controller.go)."""
+    name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+    pods = []
+    for index in range(job["spec"].get("parallelism", 1)):
+        pod = _pod(f"{name}-{index}-", namespace, job["spec"]["template"], generate=True)
+        meta = pod["metadata"]
+        meta["labels"] |= {
+            "batch.kubernetes.io/controller-uid": RANDOM,
+            "batch.kubernetes.io/job-name": name,
+            "controller-uid": RANDOM,
+            "job-name": name,
+            COMPLETION_INDEX: str(index),
+        }
+        meta["annotations"] |= {COMPLETION_INDEX: str(index)}
+        meta["finalizers"] = ["batch.kubernetes.io/job-tracking"]
+        pod["spec"] |= {"hostname": f"{name}-{index}", "subdomain": subdomain}
+        for container in [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]:
+            _env(
+                container, ("JOB_COMPLETION_INDEX", _field_ref(f"metadata.annotations['{COMPLETION_INDEX}']"))
+            )
+        pods.append(pod)
     return pods
+
+
+def train_job_pods(
+    job: Mapping[str, Any], runtime: Mapping[str, Any], platform: PlatformFacts
+) -> list[OperatorPod]:
+    """A TrainJob's pods: Trainer's JobSet (train_job_jobset), JobSet's Jobs (jobset_jobs), the Job
+    controller's Indexed pods (indexed_job_pods)."""
+    jobset, held = train_job_jobset(job, runtime, platform)
+    name = job["metadata"]["name"]
+    return [
+        OperatorPod(f"TrainJob/{name}", j["metadata"]["labels"][JOBSET_LABELS["rjob"]], pod, held)
+        for j in jobset_jobs(jobset)
+        for pod in indexed_job_pods(j, subdomain=name)
+    ]
 
 
 def _ray_container_env(container: dict[str, Any], node_type: str, fqdn: str, start: str) -> None:
@@ -782,3 +828,28 @@ def operator_pods(
         elif obj["kind"] == "RayJob":
             pods += ray_job_pods(obj, settings)
     return pods
+
+
+def container_env(pod: Mapping[str, Any], container: str) -> dict[str, str]:
+    """A container's environment as the kubelet resolves it: values, and the downward API's fieldRefs to
+    the pod's name, namespace, labels and annotations (kubernetes pkg/kubelet/kubelet_pods.go
+    podFieldSelectorRuntimeValue; pkg/fieldpath/fieldpath.go ExtractFieldPathAsString). A later entry of
+    the same name wins."""
+    meta = pod["metadata"]
+    (spec,) = [
+        c
+        for c in [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]
+        if c["name"] == container
+    ]
+    env: dict[str, str] = {}
+    for entry in spec.get("env") or []:
+        if "value" in entry:
+            env[entry["name"]] = entry["value"]
+            continue
+        path = ((entry.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", "")
+        found = re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", path)
+        if found:
+            env[entry["name"]] = (meta.get(found.group(1)) or {}).get(found.group(2), "")
+        elif path in ("metadata.name", "metadata.namespace"):
+            env[entry["name"]] = meta.get(path.split(".")[1], "")
+    return env

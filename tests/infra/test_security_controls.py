@@ -215,33 +215,6 @@ def test_the_trust_helper_is_pure_so_workloads_may_import_it():
     assert imported <= {"__future__", "typing"}, imported
 
 
-def _kustomize_remote(url: str) -> tuple[str, str, str]:
-    """(repo, path in the repo, ref) as kustomize splits a remote GitHub URL (api/internal/git/repospec.go:
-    query first; then `//` separates repo and path, else the first two path segments are the repo)."""
-    url, _, query = url.partition("?")
-    params = dict(p.split("=", 1) for p in query.split("&") if p)
-    rest = url.removeprefix("https://github.com/")
-    if "//" in rest:
-        repo, path = rest.split("//", 1)
-    else:
-        segments = rest.split("/")
-        repo, path = "/".join(segments[:2]), "/".join(segments[2:])
-    return repo, path, params.get("ref", params.get("version", ""))
-
-
-def test_training_operator_manifests_are_fetched_at_a_commit_kustomize_understands():
-    from infra.pins import TRAINING_OPERATOR_V1_COMMIT, TRAINING_OPERATOR_V1_KUSTOMIZE
-
-    repo, path, ref = _kustomize_remote(TRAINING_OPERATOR_V1_KUSTOMIZE)
-    assert (repo, path) == ("kubeflow/trainer", "manifests/overlays/standalone")
-    assert ref == TRAINING_OPERATOR_V1_COMMIT and len(ref) == 40 and int(ref, 16) >= 0
-    # A GitHub browser URL is not one: kustomize would clone the default branch and look for "tree/...".
-    assert _kustomize_remote(f"https://github.com/kubeflow/trainer/tree/{ref}/manifests")[1:] == (
-        f"tree/{ref}/manifests",
-        "",
-    )
-
-
 def test_s3_endpoint_admits_every_registry_bucket_nodes_pull_layers_from_in_the_region(stack):
     """registry.k8s.io and quay.io redirect a caller inside AWS to an S3 bucket in its region
     (infra/platform/registries.py): through the gateway endpoint, a bucket the policy does not admit is a 403

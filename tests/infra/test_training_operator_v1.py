@@ -1,13 +1,14 @@
-"""Training Operator v1 as the platform installs it: its own overlay of the pinned standalone overlay, whose
-Deployment reads the restricted init-container template for PyTorchJob workers, and, under Volcano, starts
-with --gang-scheduler-name=volcano so that it creates the PodGroup that gangs a job's pods.
+"""Training Operator v1 as the platform installs it: its own overlay of a local copy of the pinned upstream
+manifests (infra/addons/kustomize/training-operator-v1/base, PROVENANCE.md), whose Deployment reads the
+restricted init-container template for PyTorchJob workers, and, under Volcano, starts with
+--gang-scheduler-name=volcano so that it creates the PodGroup that gangs a job's pods.
 
-The overlays are applied (infra/addons/training_operator_v1.py, kustomize's `add` semantics) to the upstream
-Deployment at the pinned commit (sim/vendored, scripts/vendor_model_sources.py)."""
+The overlays are built as kustomize would (infra/addons/training_operator_v1.py build), offline."""
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import re
 from pathlib import Path
 
@@ -16,18 +17,17 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
+from infra import pins
 from infra.addons import training_operator_v1
 from infra.addons.training import Training, TrainingArgs
 from infra.config.addons import AddonsConfig
 from infra.image_refs import image_problem
-from infra.pins import TRAINING_OPERATOR_V1_KUSTOMIZE
 from infra.tools.synth import stack_config
 from tests.conftest import synth_with_edges
 from tests.infra.dependency_graph import build_graph, depends_on
 
 REPO = Path(__file__).resolve().parents[2]
 UPSTREAM = REPO / "sim" / "vendored" / "kubeflow" / "trainer" / "v1.9.2"
-UPSTREAM_DEPLOYMENT = yaml.safe_load((UPSTREAM / "manifests/base/deployment.yaml").read_text())
 TEMPLATE_FLAG = "pytorch-init-container-template-file"
 
 
@@ -35,27 +35,49 @@ def _kustomization(directory: str) -> dict:
     return yaml.safe_load((REPO / directory / "kustomization.yaml").read_text())
 
 
+OVERLAY_DIR = REPO / training_operator_v1.OVERLAY
+
+
 def _applied(directory: str) -> training_operator_v1.OperatorDeployment:
-    return training_operator_v1.apply_overlay(directory, UPSTREAM_DEPLOYMENT)
+    return training_operator_v1.apply_overlay(directory)
 
 
-def test_the_overlay_builds_on_the_pinned_upstream_overlay_only():
-    assert _kustomization(training_operator_v1.OVERLAY)["resources"] == [TRAINING_OPERATOR_V1_KUSTOMIZE]
+def test_the_overlays_build_on_the_local_copy_only():
+    assert _kustomization(training_operator_v1.OVERLAY)["resources"] == ["base", "namespace.yaml"]
     assert _kustomization(training_operator_v1.VOLCANO_OVERLAY)["resources"] == ["../training-operator-v1"]
+    remote = [
+        path
+        for path in OVERLAY_DIR.rglob("kustomization.yaml")
+        for r in yaml.safe_load(path.read_text()).get("resources") or []
+        if "://" in r
+    ]
+    assert remote == []
 
 
-def test_the_reader_sees_what_the_upstream_deployment_has():
-    """BASE_DEPLOYMENT stands in for the upstream Deployment at run time: same container, mounts, volumes."""
-    upstream = UPSTREAM_DEPLOYMENT["spec"]["template"]["spec"]
-    base = training_operator_v1.BASE_DEPLOYMENT["spec"]["template"]["spec"]
-    assert "args" not in upstream["containers"][0]
-    for key in ("volumeMounts",):
-        assert [m["mountPath"] for m in base["containers"][0][key]] == [
-            m["mountPath"] for m in upstream["containers"][0][key]
-        ]
-    assert [v["name"] for v in base["volumes"]] == [v["name"] for v in upstream["volumes"]]
-    for directory in (training_operator_v1.OVERLAY, training_operator_v1.VOLCANO_OVERLAY):
-        assert training_operator_v1.apply_overlay(directory).flags == _applied(directory).flags
+def test_the_copied_upstream_files_are_the_pinned_commits():
+    """Each file PROVENANCE.md lists as copied unchanged has the sha256 it records; the Deployment is the
+    one sim/vendored keeps for the pod model."""
+    rows = re.findall(
+        r"^\| (base/\S+) \| [^|]+ \| ([0-9a-f]{64}) \|$", (OVERLAY_DIR / "PROVENANCE.md").read_text(), re.M
+    )
+    assert len(rows) == 8
+    assert f"`{pins.TRAINING_OPERATOR_V1_COMMIT}`" in (OVERLAY_DIR / "PROVENANCE.md").read_text()
+    for path, digest in rows:
+        assert hashlib.sha256((OVERLAY_DIR / path).read_bytes()).hexdigest() == digest, path
+    assert (OVERLAY_DIR / "base/deployment.yaml").read_text() == (
+        UPSTREAM / "manifests/base/deployment.yaml"
+    ).read_text()
+
+
+def test_the_operator_runs_only_the_kinds_whose_crds_it_installs():
+    built = training_operator_v1.build(training_operator_v1.OVERLAY)
+    kinds = {o["spec"]["names"]["kind"] for o in built.objects if o["kind"] == "CustomResourceDefinition"}
+    args = _applied(training_operator_v1.OVERLAY).container["args"]
+    schemes = {a.split("=", 1)[1] for a in args if a.startswith("--enable-scheme=")}
+    assert kinds == {"PyTorchJob", "MPIJob"} and schemes == {k.lower() for k in kinds}
+    role = built.one("ClusterRole", "training-operator")
+    granted = {r for rule in role["rules"] if "kubeflow.org" in rule["apiGroups"] for r in rule["resources"]}
+    assert {r.split("/")[0] for r in granted} == {"pytorchjobs", "mpijobs"}
 
 
 @pytest.mark.parametrize("directory", [training_operator_v1.OVERLAY, training_operator_v1.VOLCANO_OVERLAY])

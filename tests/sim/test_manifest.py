@@ -96,7 +96,7 @@ def test_a_version_that_drifts_from_its_pin_is_caught():
 
 # Ports whose upstream test tables are being added by another change; each leaves this set when its
 # `upstream_tests` lands (test_every_port_names_its_upstream_tests then fails until it does).
-UPSTREAM_TESTS_PENDING = {"operator-pods", "operator-outcomes", "kuberay-validation"}
+UPSTREAM_TESTS_PENDING = {"operator-pods", "operator-outcomes", "kuberay-validation", "kubernetes-names"}
 UPSTREAM_TEST_FILE = re.compile(r"(_test\.go|\.test\.ts)$")
 
 
@@ -119,9 +119,13 @@ def test_a_models_upstream_tests_exist_and_are_run(model):
     text = module.read_text()
     files, transcribed = tables.get("files") or [], tables.get("not_vendored") or []
     assert files or transcribed, "name the vendored tables, or the transcribed ones and why"
+    provenance = (SIM / "vendored" / "PROVENANCE.txt").read_text()
     for file in files:
         assert (SIM / "vendored" / file).is_file(), file
         assert Path(file).name in text, f"{tables['module']} does not read {file}"
+        owner, repo, ref, path = file.split("/", 3)
+        url = f"https://github.com/{owner}/{repo}/blob/{ref}/{path}"
+        assert url in provenance, f"{url}: not in sim/vendored/PROVENANCE.txt"
     for entry in transcribed:
         assert entry["source"] and entry["why"], entry
 

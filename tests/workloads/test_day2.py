@@ -50,7 +50,7 @@ from sim.operators.outcomes import (
     ray_job_outcome,
     train_job_outcome,
 )
-from sim.operators.pods import KUEUE_KINDS, operator_pods
+from sim.operators.pods import KUEUE_KINDS, container_env, operator_pods
 from trainer import attempts, faults
 from trainer.storage import LocalStorage
 from workloads import jobs
@@ -67,6 +67,7 @@ COUNTED = "resumed from its last checkpoint, one restart of its budget spent"
 REPLACED = "replaced: the new job resumes from the last checkpoint"
 CLEAR_FAILURE = "fails, saying why"
 WAITS = "waits for a checked node; nothing counted"
+IN_PLACE = "updated in place: the running pods keep the old spec"
 LOST_STEPS = ", without its SIGTERM checkpoint (the steps since the periodic one are trained again)"
 KIND = {"trainjob": "TrainJob", "pytorchjob": "PyTorchJob", "mpijob": "MPIJob", "rayjob": "RayJob"}
 NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
@@ -245,7 +246,7 @@ def update(change: dict) -> Callable[[Stack], str]:
         ):
             return "update refused by Kueue's webhook: `pulumi up` fails"
         if any(c[:1] == ("spec",) for c in in_place):
-            return "updated in place: the running pods keep the old spec"
+            return IN_PLACE
         return RUNS
 
     return outcome
@@ -279,10 +280,11 @@ def keeps_failing(stack: Stack, tmp_path) -> str:
         return "restarts without end"
     if stack.kind == "PyTorchJob":
         job = stack.one("PyTorchJob")
-        master = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
-        env = _ledger(master)
-        ledger = env and attempts.Ledger(
-            LocalStorage(tmp_path), "master-0", int(env[attempts.BUDGET_ENV]), env[attempts.SUBMISSION_ENV]
+        # The master pod as the operator creates it, its environment as the kubelet resolves it.
+        master = next(p for p in operator_pods(stack.objects, stack.platform) if p.role == "Master")
+        env = container_env(master.pod, "pytorch")
+        ledger = attempts.DIR_ENV in env and attempts.Ledger(
+            LocalStorage(tmp_path), "master-0", int(env[attempts.BUDGET_ENV]), env[attempts.CREATION_ENV]
         )
         for attempt in range(cap):
             code = (ledger.begin() if ledger else None) or 137
@@ -344,6 +346,26 @@ ROWS = [
         update({"queue": "ml-team"}),
         frozenset({REPLACED, CLEAR_FAILURE}),
         applies=lambda s: s.platform.gang_scheduler == "kueue" and "ml-team" in s.platform.kueue_queues,
+    ),
+    Row(
+        "update: suspend",
+        "Pulumi replaceOnChanges: a run policy is not among the job's replace paths",
+        update({"suspend": True}),
+        frozenset({IN_PLACE, RUNS}),
+    ),
+    Row(
+        "update: TTL after finished",
+        "Pulumi replaceOnChanges: a run policy is not among the job's replace paths",
+        update({"ttlSecondsAfterFinished": 3600}),
+        frozenset({IN_PLACE, RUNS}),
+        applies=lambda s: s.spec.operator != "trainjob",  # a TrainJob's TTL is its runtime's: a new runtime
+    ),
+    Row(
+        "update: maxRuntimeHours",
+        "Pulumi replaceOnChanges; TrainJob's activeDeadlineSeconds is immutable (CEL self == oldSelf)",
+        update({"maxRuntimeHours": 48}),
+        frozenset({IN_PLACE, RUNS}),
+        applies=lambda s: s.spec.operator != "trainjob",  # immutable activeDeadlineSeconds: replaced
     ),
     Row(
         "AMI drift",
@@ -415,6 +437,18 @@ def test_a_job_that_keeps_failing_ends_after_its_restart_budget(stacks, name, tm
 def test_every_row_reaches_some_stack(stacks):
     for row in ROWS:
         assert any(row.applies(facts(name)) for name in stacks), row.event
+
+
+@pytest.mark.parametrize(
+    "name", [s for s in STACKS if load_stack(s).spec.operator in ("trainjob", "pytorchjob")]
+)
+def test_a_lost_peer_spends_no_restart_budget_of_a_train_job_or_pytorchjob(stacks, name):
+    """When a node is disrupted, its pod checkpoints and is replaced uncounted (above); its peers on healthy
+    nodes see their collective break and exit 202 (trainer/faults.py), with no DisruptionTarget. They are
+    replaced without counting too: neither the TrainJob's runtime (a podFailurePolicy Ignore rule, so no
+    JobSet restart) nor the PyTorchJob's launcher ledger (trainer/attempts.py counts) spends a restart."""
+    stack = stacks[name]
+    assert pod_end_outcome(stack, REPAIR["a rank on a healthy node lost its peer"]) == UNCOUNTED
 
 
 @pytest.mark.parametrize(

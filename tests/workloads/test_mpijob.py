@@ -112,7 +112,7 @@ def test_workers_get_the_pool_gpus_identity_and_security_a_pytorchjobs_pods_get(
         assert ours["containers"][0][key] == theirs["containers"][0][key], key
     # The PyTorchJob's pods also carry where its launcher counts restarts (trainer/attempts.py): an MPIJob's
     # restarts are the kubelet's, counted by the operator's backoffLimit.
-    ledger = {attempts.DIR_ENV, attempts.BUDGET_ENV, attempts.SUBMISSION_ENV}
+    ledger = {attempts.DIR_ENV, attempts.BUDGET_ENV, attempts.CREATION_ENV}
     assert ours["containers"][0]["env"] == [
         e for e in theirs["containers"][0]["env"] if e["name"] not in ledger
     ]

@@ -153,3 +153,45 @@ def test_an_operator_whose_init_container_pod_security_refuses_will_not_run_the_
         "Pod Security (restricted) refuses PyTorchJob/zimdb-multinode/Worker: allowPrivilegeEscalation: "
         "container 'init-pytorch' does not set allowPrivilegeEscalation: false"
     ) in out
+
+
+def test_a_job_that_admission_refuses_will_not_run(plan_of, monkeypatch):
+    """A runtime whose JobSet failure-policy rule has a hyphen: `pulumi up` succeeds, and JobSet's webhook
+    refuses the JobSet Trainer creates from it, so the TrainJob never gets a pod. The plan says so."""
+    from workloads import jobs
+
+    monkeypatch.setattr(jobs, "PERMANENT_FAILURE_RULE", "permanent-exit-code")
+    code, out = plan_of("--stack", "dev-zimdb")
+    assert code == 2 and "verdict: will not run because:" in out
+    assert (
+        "admission: webhook validate-jobset-x-k8s-io-v1alpha2-jobset.x-k8s.io refuses JobSet zimdb/zimdb "
+        "(created by Kubeflow Trainer (TrainJob zimdb)): invalid failure policy rule name "
+        "'permanent-exit-code'"
+    ) in out
+
+
+def test_a_queued_job_in_a_namespace_the_stack_does_not_create_is_warned_about(tmp_path):
+    """Kueue manages only namespaces labelled for it (infra/addons/training.py kueue_manager_config); a
+    namespace the stack does not create may lack the label, and the job would run unqueued."""
+    from workloads.plan import plan
+    from workloads.spec import parse_spec
+    from workloads.stacks import read_config, stack_file
+
+    loaded = load_stack("prod-a100")
+    raw = read_config(stack_file("prod-a100"))["mlops-eks:job"]
+    assert raw.get("queue") and loaded.spec.create_namespace
+    facts = load_platform_outputs(example_outputs_path(loaded.platform_stack))
+    shared = dataclasses.replace(loaded, spec=parse_spec({**raw, "createNamespace": False}))
+    text = plan(shared, facts, tmp_path).text()
+    assert "only the cluster can tell:" in text and "mlops-eks.io/kueue=true" in text
+    assert f"kubectl label namespace {loaded.spec.namespace_name} mlops-eks.io/kueue=true" in text
+    assert "only the cluster can tell:" not in plan(loaded, facts, tmp_path).text()
+
+
+@pytest.mark.parametrize(("stack", "minutes"), [("dev-zimdb", "1-3"), ("prod-a100", "3-6")])
+def test_the_launch_time_is_the_instance_familys_with_what_it_rests_on(plan_of, stack, minutes):
+    code, out = plan_of("--stack", stack)
+    assert code == 0
+    (line,) = [line for line in out.splitlines() if "launch and join" in line]
+    assert f"launch and join {minutes} min (" in line
+    assert ("NVSwitch" in line) == (stack == "prod-a100")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import uuid
 
 import pulumi
 import pytest
+from recording_mocks import RecordingMocks
 
 from workloads.platform import example_outputs_path
 
@@ -152,3 +154,89 @@ def test_program_creates_exactly_what_render_prints(deployed, dev_platform):
     ]
     job = next(r for r in created if r.typ.endswith(":TrainJob"))
     assert job.inputs["spec"] == next(o for o in rendered if o["kind"] == "TrainJob")["spec"]
+
+
+class CreationMocks(RecordingMocks):
+    """RecordingMocks whose RandomUuid answers with a fresh id: each install is one creation of the stack."""
+
+    def new_resource(self, args):
+        resource_id, state = super().new_resource(args)
+        if args.typ == "random:index/randomUuid:RandomUuid":
+            state["result"] = str(uuid.uuid4())
+        return resource_id, state
+
+
+def _created_pytorch_job(dev_outputs, pulumi_mocks, job: dict) -> tuple[dict, dict]:
+    """One `pulumi up` of a new stack: the PyTorchJob as created, and the RandomUuid's inputs."""
+    outputs = {**dev_outputs, "kubeconfig": '{"apiVersion": "v1"}'}
+    config = {"mlops-eks:platformStack": "organization/mlops-eks/dev", "mlops-eks:job": job}
+    mocks = pulumi_mocks(CreationMocks(outputs), stack="dev-test", config=config)
+
+    @pulumi.runtime.test
+    def run():
+        _run_program()
+
+    run()
+    (created,) = mocks.of_type("kubernetes:kubeflow.org/v1:PyTorchJob")
+    (creation,) = mocks.of_type("random:index/randomUuid:RandomUuid")
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", **_ints(created.inputs)}, creation.inputs
+
+
+def _ints(value):
+    """The engine hands every number over as a float (protobuf Struct): whole ones back to ints."""
+    if isinstance(value, dict):
+        return {k: _ints(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_ints(v) for v in value]
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def test_a_new_creation_of_a_pytorchjob_starts_a_new_restart_count(dev_outputs, pulumi_mocks, tmp_path):
+    """`pulumi destroy` then `pulumi up` of the same job (or a job whose deadline ended it, resubmitted):
+    its pods, as the operator creates them and the kubelet resolves their environment, count in a new
+    ledger, where a creation that spent its budget had exited 4 at once."""
+    from sim.operators.pods import container_env, operator_settings, pytorch_job_pods
+    from trainer import attempts, faults
+    from trainer.storage import LocalStorage
+    from workloads.platform import load_platform_outputs
+    from workloads.stacks import read_config, stack_file
+
+    job = read_config(stack_file("dev-zimdb-multinode"))["mlops-eks:job"]
+    settings = operator_settings(load_platform_outputs(example_outputs_path("dev")))
+    ledgers = []
+    for _ in range(2):
+        created, _ = _created_pytorch_job(dev_outputs, pulumi_mocks, job)
+        master = next(p.pod for p in pytorch_job_pods(created, settings) if p.role == "Master")
+        env = container_env(master, "pytorch")
+        ledgers.append(
+            attempts.Ledger(
+                LocalStorage(tmp_path), "master-0", int(env[attempts.BUDGET_ENV]), env[attempts.CREATION_ENV]
+            )
+        )
+    first, second = ledgers
+    assert first.creation and first.creation != second.creation
+    for _ in range(first.budget + 1):
+        assert first.begin() is None
+        first.end(137)
+    assert first.begin() == faults.BUDGET_SPENT
+    assert second.begin() is None
+
+
+def test_the_creation_id_lives_as_long_as_what_makes_the_job(dev_outputs, pulumi_mocks):
+    """The RandomUuid is replaced (a new id, a new count) when its keeper, the job's identity, changes: not
+    for suspend, TTL or deadline, which update the job in place; yes for a new image, which replaces it."""
+    from workloads.stacks import read_config, stack_file
+
+    job = read_config(stack_file("dev-zimdb-multinode"))["mlops-eks:job"]
+    keepers = {}
+    for change in (
+        {},
+        {"suspend": True},
+        {"ttlSecondsAfterFinished": 60},
+        {"maxRuntimeHours": 1},
+        {"imageTag": "9"},
+    ):
+        _, creation = _created_pytorch_job(dev_outputs, pulumi_mocks, {**job, **change})
+        keepers[tuple(change) or ("as committed",)] = creation["keepers"]["job"]
+    assert len({keepers[k] for k in keepers if k != ("imageTag",)}) == 1, keepers
+    assert keepers[("imageTag",)] != keepers[("as committed",)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import kubernetes_validate
 import pytest
 from kubeflow_trainer_api.models import TrainerV1alpha1TrainingRuntime, TrainerV1alpha1TrainJob
@@ -9,6 +11,8 @@ from kubeflow_trainer_api.models import TrainerV1alpha1TrainingRuntime, TrainerV
 from infra.accelerators import CATALOG
 from infra.config.cluster_rules import DEFAULT_KUBERNETES_VERSION
 from infra.contract import KUEUE_NAMESPACE_LABEL
+from sim.operators.pods import operator_pods
+from workloads import jobs
 from workloads.platform import example_outputs_path, load_platform_outputs
 from workloads.rayjob import pod_specs as ray_job_pod_specs
 from workloads.render import render
@@ -181,7 +185,7 @@ def test_every_training_pod_gets_the_specs_gpus_guaranteed_memory_and_the_platfo
         assert requests[resource] == limits[resource] == str(spec.gpus_per_node), where
         # Memory is guaranteed (request = limit); CPU is not limited (throttling stalls data loading).
         assert requests["memory"] == limits.get("memory") and "cpu" in requests and "cpu" not in limits, where
-        env = {e["name"]: e["value"] for e in container["env"]}
+        env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["AWS_REGION"] == platform.region, where
         assert env["HOME"].startswith("/tmp"), where  # the root filesystem is read-only
 
@@ -230,14 +234,18 @@ def test_seed_shape_four_pods_one_t4_as_pytorchjob_with_exit_code_restarts():
     assert container["name"] == "pytorch"
     assert "--standalone" not in container["command"]  # the operator's PET_* variables drive rendezvous
     # The launcher keeps the restart budget beside the checkpoints (trainer/attempts.py).
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
     assert env["MLOPS_EKS_RESTART_BUDGET"] == "5"
     assert env["MLOPS_EKS_ATTEMPTS"].startswith("s3://") and env["MLOPS_EKS_ATTEMPTS"].endswith(
         "/jobs/zimdb-multinode/checkpoints/attempts"
     )
-    assert env["MLOPS_EKS_SUBMISSION"] == replicas["Master"]["template"]["spec"]["containers"][0]["env"][-1][
-        "value"
-    ]
+    # Which creation of the job a pod belongs to: its template's annotation, the same on every replica.
+    annotation = f"metadata.annotations['{jobs.CREATION_ANNOTATION}']"
+    assert env["MLOPS_EKS_CREATION"] == {"fieldRef": {"fieldPath": annotation}}
+    (identity,) = {
+        r["template"]["metadata"]["annotations"][jobs.CREATION_ANNOTATION] for r in replicas.values()
+    }
+    assert re.fullmatch(r"[0-9a-f]{16}", identity)
 
 
 def test_a_pytorchjob_whose_restarts_nothing_can_count_is_refused_or_runs_once():
@@ -294,9 +302,13 @@ def test_pods_are_non_root_read_only_and_carry_no_api_token(stack):
                 where
             )
             assert security.get("capabilities") == {"drop": ["ALL"]}, where
-        assert spec["terminationGracePeriodSeconds"] > 120, where  # the Spot notice is 2 minutes
         # Only an MPIJob's launcher has a token: its kubectl execs into the workers (workloads/mpijob.py).
         assert spec.get("automountServiceAccountToken") is not True or where == "MPIJob Launcher", where
+    # The Spot notice is 2 minutes. A TrainJob's runtime holds the grace period (its patch may not: Kueue's
+    # Trainer v2.2.1 types would drop the field), so it is judged on the pods as the operators create them.
+    stack_platform = load_platform_outputs(example_outputs_path(load_stack(stack).platform_stack))
+    for made in operator_pods(objects, stack_platform):
+        assert made.spec["terminationGracePeriodSeconds"] > 120, f"{made.job}/{made.role}"
     assert by_kind(objects, "ServiceAccount")["automountServiceAccountToken"] is False
     training = {w: s for w, s in pod_templates(objects).items() if w != "MPIJob Launcher"}
     pod_volumes = [s["volumes"] for s in training.values() if "volumes" in s]

@@ -347,3 +347,42 @@ def test_refused_or_failing_api_server(kube, tmp_path, capsys, answer, code, say
     exit_code, _, err = run(tmp_path, capsys, "status")
     assert exit_code == code
     assert says in err
+
+
+def test_a_job_its_operator_could_not_give_pods_says_why_from_its_events(kube, tmp_path, capsys):
+    """Kubeflow Trainer records a refused JobSet only as a warning event on the TrainJob (pkg/controller/
+    trainjob_controller.go, reason TrainJobResourcesCreationFailed): `pulumi up` succeeded, no pod exists."""
+    deploy(kube)
+    refusal = (
+        "TrainJob resources reconciliation failed: admission webhook "
+        '"validate-jobset-x-k8s-io-v1alpha2-jobset.x-k8s.io" denied the request: '
+        "JobSet.jobset.x-k8s.io \"zimdb\" is invalid: invalid failure policy rule name 'permanent-exit-code'"
+    )
+    for name, count, when in (("e1", 3, "2026-11-01T10:00:00Z"), ("e2", 7, "2026-11-01T10:05:00Z")):
+        kube.add(
+            EVENTS,
+            {
+                "metadata": {"name": name},
+                "involvedObject": {"kind": "TrainJob", "name": "zimdb"},
+                "type": "Warning",
+                "reason": "TrainJobResourcesCreationFailed",
+                "message": refusal,
+                "count": count,
+                "lastTimestamp": when,
+            },
+        )
+    kube.add(
+        EVENTS,
+        {
+            "metadata": {"name": "e3"},
+            "involvedObject": {"kind": "TrainJob", "name": "zimdb"},
+            "type": "Normal",
+            "reason": "Created",
+            "message": "not a warning",
+        },
+    )
+    code, out, _ = run(tmp_path, capsys, "status")
+    assert code == 0
+    assert out.splitlines()[0] == "zimdb: created, no pods: its operator could not create them"
+    assert f"event TrainJobResourcesCreationFailed (x7): {refusal}" in out
+    assert "not a warning" not in out and "(x3)" not in out

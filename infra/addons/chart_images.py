@@ -30,6 +30,9 @@ class ChartImage:
     pull_policy: bool = False
     # Other keys of the same image value (e.g. a variant the chart would append to the tag).
     extra: tuple[tuple[str, Any], ...] = ()
+    # False: no pod pulls it with the platform's values (a component turned off, an operator's fallback);
+    # pointed at ECR all the same, and not checked before the release.
+    pulled: bool = True
 
 
 CHART_IMAGES: dict[str, tuple[ChartImage, ...]] = {
@@ -43,7 +46,7 @@ CHART_IMAGES: dict[str, tuple[ChartImage, ...]] = {
             "registry",
             "sha",
         ),
-        ChartImage("prometheusOperator.thanosImage", "thanos", "registry", "sha"),
+        ChartImage("prometheusOperator.thanosImage", "thanos", "registry", "sha", pulled=False),
         ChartImage(
             "prometheusOperator.admissionWebhooks.patch.image", "kube-webhook-certgen", "registry", "sha"
         ),
@@ -51,7 +54,7 @@ CHART_IMAGES: dict[str, tuple[ChartImage, ...]] = {
         ChartImage("prometheus.prometheusSpec.image", "prometheus", "registry", "sha"),
         ChartImage("grafana.image", "grafana", "registry", "sha"),
         ChartImage("grafana.sidecar.image", "grafana-sidecar", "registry", "sha"),
-        ChartImage("grafana.initChownData.image", "busybox", "registry", "sha"),
+        ChartImage("grafana.initChownData.image", "busybox", "registry", "sha", pulled=False),
         ChartImage("kube-state-metrics.image", "kube-state-metrics", "registry", "sha"),
         # The chart appends "-distroless" to the tag when `distroless` is on (kube-prometheus-stack turns
         # it on): the pin names the variant, so the tag is the one pulled and the primer checks.
@@ -68,7 +71,7 @@ CHART_IMAGES: dict[str, tuple[ChartImage, ...]] = {
     "dcgm-exporter": (ChartImage("image", "dcgm-exporter", "repository"),),
     "amd-gpu": (
         ChartImage("dp.image", "amd-device-plugin", "repository"),
-        ChartImage("lbl.image", "amd-node-labeller", "repository"),
+        ChartImage("lbl.image", "amd-node-labeller", "repository", pulled=False),
     ),
     "aws-efa-k8s-device-plugin": (ChartImage("image", "efa-device-plugin", "repository"),),
     "cost-analyzer": (
@@ -123,8 +126,8 @@ def image_values(chart_key: str, images: ImagePath) -> dict[str, Any]:
 
 
 def chart_images(chart_key: str) -> list[str]:
-    """The IMAGES keys a chart's release pulls."""
-    return list(dict.fromkeys(e.image for e in CHART_IMAGES[chart_key]))
+    """The IMAGES keys a chart's release pulls with the platform's values."""
+    return list(dict.fromkeys(e.image for e in CHART_IMAGES[chart_key] if e.pulled))
 
 
 def merged(values: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ import pulumi_kubernetes as k8s
 from infra.addons import node_health
 from infra.component_args import ComponentArgs, child_options
 from infra.config.cluster_rules import DEPLOY_FROM_VPC_TAG
+from infra.pins import NODE_MONITORING_AGENT_VERSION
 from infra.platform import keys, pod_identity
 from infra.platform.creator import CREATOR_TAG
 
@@ -305,6 +306,9 @@ class ManagedAddons(pulumi.ComponentResource):
         if args.node_monitoring_agent:
             addon(
                 node_health.NODE_MONITORING_AGENT,
+                # Pinned: its DCGM host engine and dcgm-exporter's DCGM client must stay the same release
+                # (infra/pins.py).
+                addon_version=NODE_MONITORING_AGENT_VERSION,
                 configuration_values=json.dumps(node_health.monitoring_agent_configuration()),
             )
 

@@ -17,6 +17,7 @@ Exit 2 for what the user must fix (missing copy, moved tag, no credential), 200 
 
 from __future__ import annotations
 
+import argparse
 import base64
 import json
 import os
@@ -123,4 +124,10 @@ def main(environ: dict[str, str] | None = None, scheme: str = "https") -> int:
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.platform.image_primer",
+        usage="%(prog)s  (IMAGES and REGION in the environment)",
+        description=__doc__.split("\n", 1)[0],
+    )
+    parser.parse_args()
     sys.exit(main())

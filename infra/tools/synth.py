@@ -287,17 +287,19 @@ def synth(
     monitor_type: type[RecordingMonitor] | None = None,
     clusters: dict[str, dict[str, str]] | None = None,
     offerings: Mapping[str, Mapping[str, list[str]]] | None = None,
+    account_id: str = ACCOUNT_ID,
 ) -> tuple[PlatformConfig, list[Registered], dict[str, Any]]:
     """Run the real platform program for `stack` under mocks. Raises ConfigError on invalid config.
     `monitor_type`: a RecordingMonitor subclass that keeps more of each registration (tests).
     `clusters`: the account's EKS clusters and their tags (default: none, the stack's first deploy);
-    `offerings`: EC2's instance type offerings by region (default: `OFFERINGS`). Leaves an
+    `offerings`: EC2's instance type offerings by region (default: `OFFERINGS`); `account_id`: whose
+    account the outputs name (ECR's registry among them). Leaves an
     empty config and a fresh event loop behind, so a caller that synthesizes again (tests) starts clean."""
     from infra.program import program
 
     config = PlatformConfig.from_mapping(values)  # fail with the config message before any mock runs
     config.check_deployable()
-    mocks = PlatformMocks(config.region, clusters=clusters, offerings=offerings)
+    mocks = PlatformMocks(config.region, account_id=account_id, clusters=clusters, offerings=offerings)
     monitor = (monitor_type or RecordingMonitor)(mocks)
     install_mocks(mocks, stack, monitor)
     exports: dict[str, Any] = {}

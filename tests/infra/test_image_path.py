@@ -201,26 +201,54 @@ def test_the_primer_accepts_the_pinned_digest_and_stops_a_moved_tag_or_a_missing
     assert err.value.code == 200
 
 
-def test_the_primer_takes_its_token_from_the_aws_cli_and_exits_2_with_what_to_fix(registry, tmp_path, capsys):
-    aws = tmp_path / "aws"
+def test_the_primer_takes_its_token_from_the_aws_cli_and_exits_2_with_what_to_fix(
+    registry, tmp_path, capsys, monkeypatch
+):
+    aws = tmp_path / "aws"  # the AWS CLI as the primer calls it: prints the registry's Basic credential
     aws.write_text(f"#!/bin/sh\necho {_Registry.token}\n")
     aws.chmod(aws.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     _Registry.manifests = {("dev/quay/kuberay/operator", "v1.7.0"): "sha256:" + "3" * 64}
     images = [{"ref": f"{registry}/dev/quay/kuberay/operator:v1.7.0", "digest": "", "copy": ""}]
-    environ = {
-        "PATH": f"{tmp_path}:{os.environ['PATH']}",
-        "REGION": "us-east-1",
-        "IMAGES": json.dumps(images),
+    environ = {"REGION": "us-east-1", "IMAGES": json.dumps(images)}
+    assert image_primer.main(environ, scheme="http") == 0
+    assert "sha256:333" in capsys.readouterr().out
+    images.append(
+        {"ref": f"{registry}/dev/icr/kubecost/frontend:2.8.7", "digest": "", "copy": "crane copy a b"}
+    )
+    assert image_primer.main({**environ, "IMAGES": json.dumps(images)}, scheme="http") == 2
+    assert "copy it: crane copy a b" in capsys.readouterr().err
+
+
+def test_the_vendored_kueue_and_jobset_run_their_promoted_release_images_not_the_staging_ones(rendered):
+    """The archives come from the source trees, whose values name the staging registry's moving tags pulled
+    Always (upstream/helm/PROVENANCE.txt): the values give them the images the published charts install."""
+    containers = {
+        (o["metadata"]["name"], c["name"]): c
+        for o in rendered["dev"].all_objects
+        if o["kind"] == "Deployment"
+        for c in o["spec"]["template"]["spec"]["containers"]
     }
-    old_path = os.environ["PATH"]
-    os.environ["PATH"] = environ["PATH"]
-    try:
-        assert image_primer.main(environ, scheme="http") == 0
-        assert "sha256:333" in capsys.readouterr().out
-        images.append(
-            {"ref": f"{registry}/dev/icr/kubecost/frontend:2.8.7", "digest": "", "copy": "crane copy a b"}
-        )
-        assert image_primer.main({**environ, "IMAGES": json.dumps(images)}, scheme="http") == 2
-        assert "copy it: crane copy a b" in capsys.readouterr().err
-    finally:
-        os.environ["PATH"] = old_path
+    registry = f"{ACCOUNT_ID}.dkr.ecr.us-east-1.amazonaws.com/dev/k8s"
+    kueue = containers[("kueue-controller-manager", "manager")]
+    assert (kueue["image"], kueue["imagePullPolicy"]) == (f"{registry}/kueue/kueue:v0.19.2", "IfNotPresent")
+    jobset = next(c for (name, _), c in containers.items() if name.startswith("jobset-controller"))
+    assert (jobset["image"], jobset["imagePullPolicy"]) == (
+        f"{registry}/jobset/jobset:v0.12.0",
+        "IfNotPresent",
+    )
+
+
+def test_the_images_command_prints_a_copy_for_each_image_ecr_cannot_cache(capsys):
+    from infra.__main__ import main
+
+    assert main(["images", "--stack", "dev", "--account", "210987654321"]) == 0
+    out = capsys.readouterr().out
+    registry = "210987654321.dkr.ecr.us-east-1.amazonaws.com"
+    copies = [line for line in out.splitlines() if line.startswith("crane copy ")]
+    nvidia = "nvidia/k8s-device-plugin:v0.20.0"
+    assert f"crane copy nvcr.io/{nvidia} {registry}/dev/nvcr/{nvidia}" in copies
+    assert {line.split()[2].split("/")[0] for line in copies} == {"docker.io", "ghcr.io", "icr.io", "nvcr.io"}
+    assert f"--password-stdin {registry}" in out
+    assert main(["images", "--stack", "dev", "--account", "2109876"]) == 2
+    assert "allowed: an AWS account id (12 digits)" in capsys.readouterr().err

@@ -78,7 +78,9 @@ CHARTS: MappingProxyType[str, Chart] = MappingProxyType(
 class Image:
     """An upstream image: `ref` is registry/path:tag as its project publishes it; `digest` the manifest
     digest where a release note or manifest cites one (`cited`). infra/platform/registries.py says how it
-    reaches the nodes."""
+    reaches the nodes. A digest goes into the chart values where the chart takes one; either way the image
+    check before the release (infra/platform/image_primer.py) stops the update unless the tag in the
+    registry is that digest, and the cache's tags are immutable from then on."""
 
     ref: str
     digest: str = ""
@@ -140,7 +142,12 @@ IMAGES: MappingProxyType[str, Image] = MappingProxyType(
         # the staging registry's moving `main` tag, pulled Always. JobSet's release packaging replaces them
         # with the promoted image of the release (kubernetes-sigs/jobset hack/helm-chart-package.sh at
         # v0.12.0: registry.k8s.io/jobset/jobset:<tag>, IfNotPresent); the platform sets the same.
-        "jobset": Image(ref="registry.k8s.io/jobset/jobset:v0.12.0"),
+        "jobset": Image(
+            ref="registry.k8s.io/jobset/jobset:v0.12.0",
+            digest="sha256:e75536f1135b7bb2f19f8c3b620782fbdd9091d73398e3a272f9a5fed322980d",
+            cited="kubernetes/k8s.io#9456, Image promotion for jobset v0.12.0 (registry.k8s.io/images/"
+            "k8s-staging-jobset/images.yaml)",
+        ),
         # The kueue 0.19.2 archive is packaged from the source tree, whose values name the staging
         # registry's moving `release-0.19` tag (pulled Always); the published chart installs the promoted
         # image (kubernetes/k8s.io#9856, "Kueue: Promote v0.19.2": "registry.k8s.io/kueue/kueue:v0.19.2").

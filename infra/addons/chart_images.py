@@ -109,7 +109,7 @@ def _value(entry: ChartImage, images: ImagePath) -> Any:
     if entry.style == "repository":
         return {"repository": name, "tag": tag, **extra, **digest}
     if entry.style == "full":
-        return f"{name}:{tag}@{pin.digest}" if pin.digest else f"{name}:{tag}"
+        return f"{name}:{tag}"
     return {"image": name, "host": host, "name": repository}[entry.style]
 
 

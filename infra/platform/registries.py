@@ -89,7 +89,7 @@ UPSTREAMS = (
     ),
     Upstream(
         name="Docker Hub",
-        hosts=re.compile(r"docker\.io"),
+        hosts=re.compile(r"(?:index\.|registry-1\.)?docker\.io"),
         prefix="docker-hub",
         route="copy",
         upstream_url="registry-1.docker.io",
@@ -158,6 +158,8 @@ _EKS_SHARED_ACCOUNT_REGIONS = frozenset(
     }
 )
 _ECR_HOST = re.compile(r"(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com")
+# One component of an ECR repository name (CreateRepository's repositoryName pattern).
+_REPOSITORY_COMPONENT = re.compile(r"[a-z0-9]+(?:[._-][a-z0-9]+)*")
 
 
 def eks_registry(region: str) -> str:
@@ -193,7 +195,8 @@ def _normalized(image: str) -> tuple[str, str]:
     image (`python:3.13`, `library/alpine:3`) becomes ECR Public's copy of it."""
     host = registry_host(image)
     path = image.partition("/")[2] if image.startswith(f"{host}/") else image
-    if host == "docker.io":
+    if host in ("docker.io", "index.docker.io", "registry-1.docker.io"):
+        host = "docker.io"
         if "/" not in split_ref(path)[0]:
             path = f"library/{path}"
         if path.startswith("library/"):
@@ -222,6 +225,11 @@ class ImagePath:
     credentials: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if not _REPOSITORY_COMPONENT.fullmatch(self.stack):
+            raise ValueError(
+                f"stack name {self.stack!r}: the image cache's repositories are <stack>/<registry>/..., "
+                "and ECR takes lowercase letters, digits and . _ - between them only"
+            )
         longest = max(len(self.cache_prefix(u)) for u in UPSTREAMS)
         if longest > MAX_CACHE_PREFIX:
             most = MAX_CACHE_PREFIX - max(len(u.prefix) for u in UPSTREAMS) - 1

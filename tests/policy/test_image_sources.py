@@ -138,10 +138,14 @@ def test_an_image_is_pulled_from_its_registrys_cache_or_copy_under_the_stacks_pr
     }
 
 
-def test_a_stack_name_too_long_for_ecrs_prefixes_is_refused_with_the_limit():
+def test_a_stack_name_ecr_cannot_prefix_repositories_with_is_refused_with_what_it_can():
     with pytest.raises(ValueError, match="at most 19 characters"):
         ImagePath("210987654321", "us-east-1", "staging-eu-central-1")
+    with pytest.raises(ValueError, match="lowercase letters, digits and . _ -"):
+        ImagePath("210987654321", "us-east-1", "Prod")
     ImagePath("210987654321", "us-east-1", "x" * 19)
+    docker_hub = ImagePath("210987654321", "us-east-1", "dev").ref("index.docker.io/grafana/grafana:13.2.0")
+    assert docker_hub == "210987654321.dkr.ecr.us-east-1.amazonaws.com/dev/docker-hub/grafana/grafana:13.2.0"
 
 
 def test_every_pinned_image_has_a_registry_row_and_a_rendered_chart_uses_it():

@@ -57,7 +57,7 @@ class Platform:
     storage: Storage
     # Where every image a node pulls comes from (infra/platform/registries.py).
     image_cache: ImageCache
-    zones: zones.ZonePlan
+    zone_plan: zones.ZonePlan
     # Tags on every AWS resource of the stack (and on the EC2 instances Karpenter launches).
     tags: dict[str, str] = field(default_factory=dict)
     exports: dict[str, object] = field(default_factory=dict)
@@ -223,7 +223,7 @@ def build(
         managed_addons=managed_addons,
         storage=storage,
         image_cache=image_cache,
-        zones=zone_plan,
+        zone_plan=zone_plan,
         tags=tags,
     )
 

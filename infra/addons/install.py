@@ -130,7 +130,7 @@ def install_addons(
                 k8s_provider=provider,
                 subnet_tags={"karpenter.sh/discovery": platform.cluster_name},
                 private_subnet_ids=platform.network.private_subnet_ids,
-                efa_subnet_index=platform.zones.efa_zone,
+                efa_subnet_index=platform.zone_plan.efa_zone,
                 security_group_id=platform.cluster.info.vpc_config.cluster_security_group_id,
                 service_monitor=observability is not None,
                 node_repair=config.node_health.karpenter_node_repair,

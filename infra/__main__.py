@@ -7,6 +7,8 @@ check     what would stop `pulumi up`: the config, whether the cluster is reacha
           values a real deploy refuses, the input rules pulumi-eks applies in its provider; exit 0 will deploy
 rehearse  the deploy steps of docs/deploy.md for any stack (platform or workload) through the real program,
           config path and policy pack, without AWS (infra/tools/rehearse.py)
+images    the commands that copy into the stack's ECR registry the images ECR cannot cache itself
+          (infra/tools/images.py)
 All exit 2 with the configuration error on invalid config, or when the Pulumi SDKs are not installed.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -35,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("check", help="what would stop `pulumi up` of a platform stack (exit 0 or 2)")
     c.add_argument("--stack", required=True, help=f"stack name: {stacks}")
     c.add_argument("--file", type=Path, help="read the config from this file instead of Pulumi.<stack>.yaml")
+    i = sub.add_parser("images", help="the commands that copy the images ECR cannot cache into its registry")
+    i.add_argument("--stack", required=True, help=f"stack name: {stacks}")
+    i.add_argument("--account", required=True, help="the AWS account the stack deploys to (12 digits)")
+    i.add_argument("--file", type=Path, help="read the config from this file instead of Pulumi.<stack>.yaml")
     rehearsal = sub.add_parser(
         "rehearse", help="rehearse `make preview` and `make up` of a stack before the first deploy"
     )
@@ -58,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         from infra.config.platform import ConfigError
         from infra.tools.check import check
         from infra.tools.idle_cost import idle_cost_report
+        from infra.tools.images import image_report
         from infra.tools.synth import platform_stack_config, synth
 
     try:
@@ -66,6 +74,11 @@ def main(argv: list[str] | None = None) -> int:
             result = check(args.stack, values)
             print(result.text())
             return 0 if not result.problems else 2
+        if args.command == "images":
+            if not re.fullmatch(r"\d{12}", args.account):
+                raise ConfigError([f"--account: {args.account!r}; allowed: an AWS account id (12 digits)"])
+            print(image_report(args.stack, values, args.account))
+            return 0
         config, resources, exports = synth(args.stack, values)
     except (ConfigError, FileNotFoundError) as e:
         print(f"error: {args.file or f'Pulumi.{args.stack}.yaml'}: {e}", file=sys.stderr)

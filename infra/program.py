@@ -22,8 +22,10 @@ from infra.config.cluster_rules import extended_support_notice
 from infra.config.node_health import NodeHealthConfig
 from infra.config.platform import ConfigError, GpuPoolConfig, PlatformConfig
 from infra.contract import AcceleratorPool, PoolTaint, taint_spec
+from infra.platform import zones
 from infra.platform.cluster import Cluster, ClusterArgs, ManagedAddons, ManagedAddonsArgs
-from infra.platform.creator import CREATOR_EXPORT, recorded
+from infra.platform.creator import CREATOR_EXPORT, CREATOR_TAG, recorded
+from infra.platform.image_cache import ImageCache, ImageCacheArgs
 from infra.platform.keys import StackKey, StackKeyArgs
 from infra.platform.network import Network, NetworkArgs
 from infra.platform.node_groups import (
@@ -34,6 +36,7 @@ from infra.platform.node_groups import (
     gpu_pool_scheduling,
 )
 from infra.platform.pod_identity import partition_of
+from infra.platform.registries import ImagePath
 from infra.platform.storage import Storage, StorageArgs, bucket_prefix
 
 
@@ -52,6 +55,9 @@ class Platform:
     managed_gpu_groups: dict[str, ManagedNodeGroup]
     managed_addons: ManagedAddons
     storage: Storage
+    # Where every image a node pulls comes from (infra/platform/registries.py).
+    image_cache: ImageCache
+    zone_plan: zones.ZonePlan
     # Tags on every AWS resource of the stack (and on the EC2 instances Karpenter launches).
     tags: dict[str, str] = field(default_factory=dict)
     exports: dict[str, object] = field(default_factory=dict)
@@ -74,14 +80,15 @@ class Platform:
         return [self.system_node_group.node_group, *(g.node_group for g in self.managed_gpu_groups.values())]
 
 
-def build(config: PlatformConfig, stack: str, creator_arn: str | None = None) -> Platform:
-    """Register the platform's resources for `stack`. `creator_arn`: who created the cluster
-    (infra/platform/creator.py; default: whoever runs this update)."""
-    cluster_name = f"mlops-eks-{stack}"
+def build(
+    config: PlatformConfig, stack: str, creator_arn: str, images: ImagePath, zone_plan: zones.ZonePlan
+) -> Platform:
+    """Register the platform's resources for `stack`. `creator_arn`: who created the cluster (recorded on
+    it: infra/platform/creator.py), `images`: the stack's image path, `zone_plan`: its AZs (zones.py)."""
+    cluster_name = cluster_name_of(stack)
     tags = {"mlops-eks:stack": stack, "managed-by": "pulumi", **config.tags}
     partition = partition_of(config.region)
-    caller = aws.get_caller_identity_output()
-    account_id = caller.account_id
+    account_id = pulumi.Output.from_input(images.account_id)
     # Logs and data: one key, made first (the flow-log and control-plane log groups need it).
     key = StackKey(
         "stack-key",
@@ -105,7 +112,7 @@ def build(config: PlatformConfig, stack: str, creator_arn: str | None = None) ->
             extra_endpoint_buckets=config.s3_endpoint_extra_buckets,
             log_key_arn=key.arn,
             log_retention_days=config.log_retention,
-            availability_zones=config.availability_zones,
+            availability_zones=zone_plan.zones,
             vpc_cidr=config.vpc_cidr,
             private_subnet_cidrs=config.private_subnets,
             public_subnet_cidrs=config.public_subnets,
@@ -131,6 +138,17 @@ def build(config: PlatformConfig, stack: str, creator_arn: str | None = None) ->
             account_id=account_id,
             log_key_arn=key.arn,
             log_retention_days=config.log_retention,
+            creator_arn=creator_arn,
+            tags=tags,
+        ),
+    )
+    image_cache = ImageCache(
+        "image-cache",
+        ImageCacheArgs(
+            path=images,
+            partition=partition,
+            kms_key_arn=key.arn,
+            node_role_names=[cluster.node_role.name],
             tags=tags,
         ),
     )
@@ -156,7 +174,7 @@ def build(config: PlatformConfig, stack: str, creator_arn: str | None = None) ->
         opts=pulumi.ResourceOptions(depends_on=cluster.node_prerequisites),
     )
     managed_gpu_groups = {
-        pool.name: _managed_gpu_group(pool, cluster, network, health, tags)
+        pool.name: _managed_gpu_group(pool, cluster, network, health, tags, zone_plan)
         for pool in config.gpu_pools
         if pool.source == "managed"
     }
@@ -185,7 +203,7 @@ def build(config: PlatformConfig, stack: str, creator_arn: str | None = None) ->
             kms_key_arn=key.arn,
             admin_principal_arns=config.admin_principal_arns,
             # The creator, not whoever runs this update: the bucket's principals change only by config.
-            deployer_arn=creator_arn if creator_arn is not None else caller.arn,
+            deployer_arn=creator_arn,
             noncurrent_days=config.checkpoint_noncurrent_days,
             keep_images=config.ecr_keep_images,
             force_destroy=config.force_destroy,
@@ -204,12 +222,19 @@ def build(config: PlatformConfig, stack: str, creator_arn: str | None = None) ->
         managed_gpu_groups=managed_gpu_groups,
         managed_addons=managed_addons,
         storage=storage,
+        image_cache=image_cache,
+        zone_plan=zone_plan,
         tags=tags,
     )
 
 
 def _managed_gpu_group(
-    pool: GpuPoolConfig, cluster: Cluster, network: Network, health: NodeHealthConfig, tags: dict[str, str]
+    pool: GpuPoolConfig,
+    cluster: Cluster,
+    network: Network,
+    health: NodeHealthConfig,
+    tags: dict[str, str],
+    zone_plan: zones.ZonePlan,
 ) -> ManagedNodeGroup:
     """A fixed-size managed node group (`source: managed`): min = max = desired = size. Its nodes also
     carry the startup GPU check's taint from the start; the check removes it once their GPUs passed."""
@@ -217,12 +242,13 @@ def _managed_gpu_group(
     labels, taints = gpu_pool_scheduling(acc)
     taints += [taint_spec(t) for t in startup_taints(acc.key, enabled=health.gpu_check)]
     efa_interfaces = pool.efa_interfaces
-    # A cluster placement group lives in one AZ: EFA pools use the first AZ's private subnet only.
-    subnets = (
-        network.private_subnet_ids.apply(lambda ids: ids[:1])
-        if efa_interfaces
-        else network.private_subnet_ids
-    )
+    # A cluster placement group lives in one AZ: an EFA pool uses the private subnet of the AZ that
+    # offers its instance types (zones.py).
+    if efa_interfaces:
+        index = zone_plan.efa_zone[pool.name]
+        subnets = network.private_subnet_ids.apply(lambda ids: ids[index : index + 1])
+    else:
+        subnets = network.private_subnet_ids
     size = pool.max_nodes
     return ManagedNodeGroup(
         f"gpu-{pool.name}",
@@ -296,27 +322,41 @@ def export(platform: Platform) -> None:
         pulumi.export(name, value)
 
 
+def cluster_name_of(stack: str) -> str:
+    return f"mlops-eks-{stack}"
+
+
 def program(placeholders: Literal["refuse", "warn"] = "refuse") -> Platform:
     """Entry point of a platform stack (dev, prod). `pulumi up` refuses the committed stack files'
-    documentation placeholders; offline commands pass `placeholders="warn"`."""
+    documentation placeholders; offline commands pass `placeholders="warn"`. Everything that can refuse
+    the config (the creator rules, the AZs EC2 offers, the image path) is asked and checked here, before
+    any resource is registered."""
+    stack = pulumi.get_stack()
     try:
         config = PlatformConfig.from_pulumi(placeholders)
-        caller = aws.get_caller_identity().arn
+        caller = aws.get_caller_identity()
         # The creator is cluster-admin through EKS itself; a later deployer needs an admin entry.
-        previous = recorded()
-        if previous.creator is None and not previous.first_deploy:
-            # Deployed before the creator was recorded: who created it is unknown (its access entries
+        previous = recorded(cluster_name_of(stack))
+        if previous.exists and previous.creator is None:
+            # Created before the creator was recorded on it: who created it is unknown (its access entries
             # exist already), so only the endpoint is checked, and this caller is recorded from now on.
-            pulumi.log.warn(f"no {CREATOR_EXPORT} recorded in this stack: recording {caller} from now on")
+            pulumi.log.warn(
+                f"cluster {cluster_name_of(stack)} has no {CREATOR_TAG} tag: recording {caller.arn} "
+                "from now on"
+            )
             config.check_deployable()
         else:
-            config.check_deployable(caller, previous.creator or caller, first_deploy=previous.first_deploy)
-        creator = previous.creator or caller
+            config.check_deployable(
+                caller.arn, previous.creator or caller.arn, first_deploy=previous.first_deploy
+            )
+        creator = previous.creator or caller.arn
+        images = image_path(config, stack, caller.account_id)
+        zone_plan = zones.plan(config, zones.ask_ec2(config), deployed=previous.exists)
     except ConfigError as e:
         raise pulumi.RunError(str(e)) from None
     if notice := extended_support_notice(config.kubernetes_version, date.today()):
         pulumi.log.warn(notice)
-    platform = build(config, pulumi.get_stack(), creator)
+    platform = build(config, stack, creator, images, zone_plan)
     platform.exports[CREATOR_EXPORT] = creator
     password = config.grafana_admin_password
     secret = (
@@ -331,3 +371,16 @@ def program(placeholders: Literal["refuse", "warn"] = "refuse") -> Platform:
     )
     export(platform)
     return platform
+
+
+def image_path(config: PlatformConfig, stack: str, account_id: str) -> ImagePath:
+    """The stack's image path; ConfigError for a stack name too long for ECR's prefixes or a registry
+    credential in another account."""
+    problems = config.registry_credential_problems(account_id)
+    try:
+        path = ImagePath(account_id, config.region, stack, config.registry_credentials)
+    except ValueError as err:
+        problems.append(str(err))
+    if problems:
+        raise ConfigError(problems)
+    return path

@@ -53,6 +53,12 @@ class HelmRelease:
         return HELM_PACKAGES / f"{self.chart}-{self.version}.tgz"
 
 
+def chart_name(chart: str, version: str) -> str:
+    """A release's chart as its own name: from an oci:// reference, a repository chart or the path of a
+    vendored archive (upstream/helm/<chart>-<version>.tgz)."""
+    return chart.rsplit("/", 1)[-1].removesuffix(f"-{version}.tgz")
+
+
 def releases(resources: list[Any]) -> list[HelmRelease]:
     """Every Helm release among synthesized resources (`Registered` records or synth --json dicts)."""
     found = []
@@ -63,7 +69,7 @@ def releases(resources: list[Any]) -> list[HelmRelease]:
         found.append(
             HelmRelease(
                 name=inputs["name"],
-                chart=inputs["chart"].rsplit("/", 1)[-1],
+                chart=chart_name(inputs["chart"], inputs["version"]),
                 version=inputs["version"],
                 namespace=inputs.get("namespace", "default"),
                 values=inputs.get("values") or {},

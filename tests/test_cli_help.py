@@ -33,7 +33,8 @@ def _script(path: str, *sub: str, usage: str | None = None) -> tuple[list[str], 
 
 COMMANDS = {
     "infra": _module("infra"),
-    **{f"infra {sub}": _module("infra", sub) for sub in ("synth", "check", "rehearse")},
+    **{f"infra {sub}": _module("infra", sub) for sub in ("synth", "check", "images", "rehearse")},
+    "infra.platform.image_primer": _module("infra.platform.image_primer"),
     "workloads": _module("workloads"),
     **{
         f"workloads {sub}": _module("workloads", sub)

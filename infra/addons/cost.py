@@ -23,6 +23,7 @@ import pulumi_kubernetes as k8s
 from infra.addons.monitoring.kube_prometheus import PROMETHEUS_URL
 from infra.charts import release
 from infra.component_args import ComponentArgs, child_options
+from infra.platform.image_cache import ImageCache
 
 NAMESPACE = "kubecost"
 RELEASE = "kubecost"
@@ -56,6 +57,7 @@ class KubecostArgs(ComponentArgs):
     # The platform Prometheus's retention (ObservabilityConfig.retention).
     prometheus_retention: str
     k8s_provider: k8s.Provider
+    images: ImageCache
 
 
 class Kubecost(pulumi.ComponentResource):
@@ -76,5 +78,6 @@ class Kubecost(pulumi.ComponentResource):
             NAMESPACE,
             values,
             child_options(self, opts, provider=args.k8s_provider),
+            images=args.images,
         )
         self.register_outputs({"service": SERVICE})

@@ -29,6 +29,9 @@ from infra.contract import (
     Toleration,
     toleration_spec,
 )
+from infra.pins import Image
+from infra.platform.image_cache import ImageCache
+from infra.platform.registries import split_ref
 
 NAMESPACE = "gpu-system"
 # Workload pod labels DCGM copies onto GPU metrics (set by the workload renderer on every training pod):
@@ -200,6 +203,7 @@ class GpuSoftwareArgs(ComponentArgs):
     # (its NVIDIA ones; none: no check), run from `node_check_image`.
     node_check_instance_types: list[str] = []
     node_check_image: str = gpu_node_check.CHECK_IMAGE
+    images: ImageCache
 
 
 class GpuSoftware(pulumi.ComponentResource):
@@ -212,7 +216,12 @@ class GpuSoftware(pulumi.ComponentResource):
         self.releases = {}
         if cfg.nvidia_device_plugin:
             self.releases["nvidia-device-plugin"] = release(
-                "nvidia-device-plugin", "nvidia-device-plugin", NAMESPACE, nvidia_device_plugin_values(), base
+                "nvidia-device-plugin",
+                "nvidia-device-plugin",
+                NAMESPACE,
+                nvidia_device_plugin_values(),
+                base,
+                images=args.images,
             )
         if cfg.dcgm_exporter:
             monitored = args.service_monitor_after is not None
@@ -223,10 +232,11 @@ class GpuSoftware(pulumi.ComponentResource):
                 NAMESPACE,
                 dcgm_exporter_values(service_monitor=monitored, node_host_engine=args.node_host_engine),
                 pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(depends_on=after)),
+                images=args.images,
             )
         if cfg.amd_device_plugin:
             self.releases["amd-gpu"] = release(
-                "amd-gpu", "amd-gpu", NAMESPACE, amd_device_plugin_values(), base
+                "amd-gpu", "amd-gpu", NAMESPACE, amd_device_plugin_values(), base, images=args.images
             )
         if cfg.efa_device_plugin:
             self.releases["aws-efa-k8s-device-plugin"] = release(
@@ -235,6 +245,7 @@ class GpuSoftware(pulumi.ComponentResource):
                 NAMESPACE,
                 efa_device_plugin_values(),
                 base,
+                images=args.images,
             )
         self._node_check(name, args, base)
         self.register_outputs({"releases": list(self.releases)})
@@ -242,8 +253,14 @@ class GpuSoftware(pulumi.ComponentResource):
     def _node_check(self, name: str, args: GpuSoftwareArgs, base: pulumi.ResourceOptions) -> None:
         """The check's objects; its pods start once the rights, the admission policy that narrows them
         and the script are in place."""
-        objects = gpu_node_check.objects(NAMESPACE, args.node_check_instance_types, args.node_check_image)
+        image = args.images.path.ref(args.node_check_image)
+        objects = gpu_node_check.objects(NAMESPACE, args.node_check_instance_types, image)
+        # The check's pods pull only once the image is in the registry (at its digest, if it has one).
         prerequisites: list[pulumi.Resource] = []
+        repository, tag, digest = split_ref(args.node_check_image)
+        if objects and tag:
+            pin = Image(ref=f"{repository}:{tag}", digest=digest)
+            prerequisites += args.images.primed(f"{name}-check", [pin], pulumi.ResourceOptions(parent=self))
         for obj in objects:
             after = prerequisites if obj["kind"] == "DaemonSet" else []
             fields = {_SNAKE.get(k, k): v for k, v in obj.items() if k not in ("apiVersion", "kind")}

@@ -81,6 +81,7 @@ def install_addons(
                 grafana_admin_password=grafana_admin_password,
                 alert_receiver_secret=alert_receiver_secret,
                 gpu_check=config.node_health.gpu_check,
+                images=platform.image_cache,
             ),
             pulumi.ResourceOptions(depends_on=cluster_ready),
         )
@@ -101,6 +102,7 @@ def install_addons(
                 else []
             ),
             node_check_image=config.node_health.gpu_check_image,
+            images=platform.image_cache,
         ),
         pulumi.ResourceOptions(depends_on=cluster_ready),
     )
@@ -108,7 +110,9 @@ def install_addons(
     if config.metrics_server.enabled:
         metrics_server = MetricsServer(
             "metrics-server",
-            MetricsServerArgs(k8s_provider=provider, service_monitor_after=monitors_after),
+            MetricsServerArgs(
+                k8s_provider=provider, service_monitor_after=monitors_after, images=platform.image_cache
+            ),
             pulumi.ResourceOptions(depends_on=cluster_ready),
         )
         releases.append(metrics_server.release)
@@ -126,11 +130,13 @@ def install_addons(
                 k8s_provider=provider,
                 subnet_tags={"karpenter.sh/discovery": platform.cluster_name},
                 private_subnet_ids=platform.network.private_subnet_ids,
+                efa_subnet_index=platform.zone_plan.efa_zone,
                 security_group_id=platform.cluster.info.vpc_config.cluster_security_group_id,
                 service_monitor=observability is not None,
                 node_repair=config.node_health.karpenter_node_repair,
                 gpu_check=config.node_health.gpu_check,
                 tags=platform.tags,
+                images=platform.image_cache,
             ),
             # With monitoring, the ServiceMonitor's CRD (the observability release) must exist first.
             pulumi.ResourceOptions(depends_on=[*cluster_ready, *monitoring]),
@@ -143,6 +149,7 @@ def install_addons(
                 cluster_name=platform.cluster_name,
                 prometheus_retention=config.observability.retention,
                 k8s_provider=provider,
+                images=platform.image_cache,
             ),
             pulumi.ResourceOptions(depends_on=[*cluster_ready, observability.release]),
         )
@@ -161,6 +168,7 @@ def install_addons(
                 KARPENTER_NAMESPACE,
                 KUBERAY_NAMESPACE,
             ],
+            images=platform.image_cache,
         ),
         pulumi.ResourceOptions(depends_on=cluster_ready),
     )

@@ -33,12 +33,13 @@ from infra.contract import (
     kueue_gpu_flavor,
     quantity,
 )
-from infra.pins import JOBSET_IMAGE, TRAINER_TORCH_RUNTIME_IMAGE
+from infra.pins import IMAGES
+from infra.platform.image_cache import ImageCache
 
 TRAINER_NAMESPACE = "kubeflow-system"
 TORCH_RUNTIME = "torch-distributed"
 # The upstream runtime's default image (pinned in infra/pins.py); every TrainJob sets its own.
-TORCH_RUNTIME_IMAGE = TRAINER_TORCH_RUNTIME_IMAGE
+TORCH_RUNTIME_IMAGE = IMAGES["torch-runtime"].ref
 CPU_FLAVOR = KUEUE_CPU_FLAVOR
 # EFA interfaces are not tied to an accelerator's nodes (the GPU flavor pins the node): a flavor of its own.
 EFA_FLAVOR = KUEUE_EFA_FLAVOR
@@ -47,7 +48,8 @@ GPU_FLAVOR_PREFIX = KUEUE_GPU_FLAVOR_PREFIX
 
 def trainer_values() -> dict[str, Any]:
     return {
-        "jobset": {"install": True, "image": dict(JOBSET_IMAGE)},
+        # Its image: infra/addons/chart_images.py (the promoted release image, not the staging one).
+        "jobset": {"install": True},
         "runtimes": {"defaultEnabled": False, "torchDistributed": {"enabled": False}},
         "manager": {
             "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
@@ -55,8 +57,9 @@ def trainer_values() -> dict[str, Any]:
     }
 
 
-def torch_distributed_runtime() -> dict[str, Any]:
-    """Kubeflow Trainer v2.3.0's torch-distributed ClusterTrainingRuntime (torchrun; one `node` job)."""
+def torch_distributed_runtime(image: str = TORCH_RUNTIME_IMAGE) -> dict[str, Any]:
+    """Kubeflow Trainer v2.3.0's torch-distributed ClusterTrainingRuntime (torchrun; one `node` job), whose
+    pods default to `image` (upstream's, through the platform's registry)."""
     return {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "ClusterTrainingRuntime",
@@ -72,7 +75,7 @@ def torch_distributed_runtime() -> dict[str, Any]:
                                 "metadata": {
                                     "labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
                                 },
-                                "spec": {"template": {"spec": _restricted_pod_spec()}},
+                                "spec": {"template": {"spec": _restricted_pod_spec(image)}},
                             },
                         }
                     ]
@@ -82,7 +85,7 @@ def torch_distributed_runtime() -> dict[str, Any]:
     }
 
 
-def _restricted_pod_spec() -> dict[str, Any]:
+def _restricted_pod_spec(image: str) -> dict[str, Any]:
     """The runtime's pod: Pod Security "restricted" (non-root, no privilege escalation, no capabilities,
     read-only root with a writable /tmp), and no API token: torchrun needs none. TrainJobs patch in
     their own image, resources and service account."""
@@ -98,7 +101,7 @@ def _restricted_pod_spec() -> dict[str, Any]:
         "containers": [
             {
                 "name": "node",
-                "image": TORCH_RUNTIME_IMAGE,
+                "image": image,
                 "securityContext": {
                     "allowPrivilegeEscalation": False,
                     "readOnlyRootFilesystem": True,
@@ -347,6 +350,7 @@ class TrainingArgs(ComponentArgs):
     # Every other add-on release: Kueue goes after them (see `kueue` below), and their namespaces.
     kueue_after: Sequence[pulumi.Resource] = ()
     platform_namespaces: Sequence[str] = ()
+    images: ImageCache
 
 
 class Training(pulumi.ComponentResource):
@@ -365,19 +369,26 @@ class Training(pulumi.ComponentResource):
         self.installed = []
         if cfg.trainer:
             trainer = release(
-                "kubeflow-trainer", "kubeflow-trainer", TRAINER_NAMESPACE, trainer_values(), base
+                "kubeflow-trainer",
+                "kubeflow-trainer",
+                TRAINER_NAMESPACE,
+                trainer_values(),
+                base,
+                images=args.images,
             )
             # After the release: its CRD and validating webhook must serve; deleted before it.
             runtime = custom_resource(
                 f"{name}-{TORCH_RUNTIME}",
-                torch_distributed_runtime(),
+                torch_distributed_runtime(args.images.path.ref(TORCH_RUNTIME_IMAGE)),
                 pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(depends_on=[trainer])),
             )
             self.installed += [trainer, runtime]
             self.runtimes.append(TORCH_RUNTIME)
         volcano = None
         if cfg.gang_scheduler == "volcano":
-            volcano = release("volcano", "volcano", VOLCANO_NAMESPACE, volcano_values(), base)
+            volcano = release(
+                "volcano", "volcano", VOLCANO_NAMESPACE, volcano_values(), base, images=args.images
+            )
         if cfg.training_operator_v1:
             # Under Volcano the operator must create the PodGroups that gang a job's pods, and it watches
             # them only if their CRD is served when it starts (v1.9.2 mpijob_controller.go SetupWithManager,
@@ -399,7 +410,9 @@ class Training(pulumi.ComponentResource):
             after = [args.service_monitor_after] if args.service_monitor_after else []
             values = kuberay.kuberay_values(service_monitor=monitored)
             ray_opts = pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(depends_on=after))
-            ray = release(kuberay.RELEASE, kuberay.CHART_KEY, kuberay.NAMESPACE, values, ray_opts)
+            ray = release(
+                kuberay.RELEASE, kuberay.CHART_KEY, kuberay.NAMESPACE, values, ray_opts, images=args.images
+            )
             self.installed.append(ray)
         self.operators = {"trainjob": cfg.trainer, "pytorchjob": v1, "mpijob": v1}
         if cfg.kuberay:  # exported only when on: platforms without it export what they did before
@@ -437,6 +450,7 @@ class Training(pulumi.ComponentResource):
                     platform_namespaces=[TRAINER_NAMESPACE, *args.platform_namespaces],
                 ),
                 pulumi.ResourceOptions.merge(base, pulumi.ResourceOptions(depends_on=after)),
+                images=args.images,
             )
             self._objects(name, kueue_objects(cfg.queues), base, kueue)
             self.installed.append(kueue)

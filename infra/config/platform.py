@@ -38,6 +38,7 @@ from infra.config.errors import ConfigError, describe
 from infra.config.nodes import GpuPoolConfig, SystemNodesConfig
 from infra.config.secrets import SECRET_KEYS, is_unset_secret, offline_secrets, secret_problems
 from infra.config.stack_files import PROJECT, PROVIDER_NAMESPACES, REGION_KEY, WORKLOAD_KEYS
+from infra.platform.registries import CREDENTIAL_ARN, UPSTREAMS
 
 # The model, its parts and its error: what the program, the tools and the tests import from here.
 __all__ = [
@@ -147,6 +148,10 @@ class PlatformConfig(ConfigModel):
     log_retention_days: int = 0
     # Buckets (names) besides the platform's that pods may reach through the VPC's S3 endpoint.
     s3_endpoint_extra_buckets: list[str] = Field(default_factory=list)
+    # Secrets Manager secrets (ARNs, names starting ecr-pullthroughcache/) with the credentials ECR pulls
+    # from a registry that needs one (infra/platform/registries.py): `ghcr`, `dockerHub`. Unset: their
+    # images are copied in with `python -m infra images`.
+    registry_credentials: dict[str, str] = Field(default_factory=dict)
     tags: dict[str, str] = Field(default_factory=dict)
     # Cluster add-ons (infra/config/addons.py); every one can be turned off.
     addons: AddonsConfig = Field(default_factory=AddonsConfig)
@@ -209,6 +214,7 @@ class PlatformConfig(ConfigModel):
                 "0 (the environment's default) or " + ", ".join(map(str, LOG_RETENTION_DAYS)),
                 reason="the values CloudWatch Logs accepts",
             )
+        self._check_registry_credentials()
         for i, bucket in enumerate(self.s3_endpoint_extra_buckets):
             if not _BUCKET.match(bucket):
                 raise Invalid(f"s3EndpointExtraBuckets[{i}]", bucket, "an S3 bucket name (no ARN, no '*')")
@@ -235,6 +241,37 @@ class PlatformConfig(ConfigModel):
         self._check_queues()
         self._check_tags()
         return self
+
+    def _check_registry_credentials(self) -> None:
+        known = sorted(u.credential for u in UPSTREAMS if u.credential)
+        for key, arn in self.registry_credentials.items():
+            if key not in known:
+                raise Invalid(f"registryCredentials.{key}", key, f"one of {', '.join(known)}")
+            found = CREDENTIAL_ARN.match(arn) if isinstance(arn, str) else None
+            if not found:
+                raise Invalid(
+                    f"registryCredentials.{key}",
+                    arn,
+                    "the ARN of a Secrets Manager secret whose name starts with ecr-pullthroughcache/ "
+                    "(arn:aws:secretsmanager:<region>:<account>:secret:ecr-pullthroughcache/<name>)",
+                    reason="ECR's pull-through cache reads only secrets named so",
+                )
+            if found[1] != self.region:
+                raise Invalid(
+                    f"registryCredentials.{key}",
+                    arn,
+                    f"a secret in {self.region}",
+                    reason="ECR takes the credential of a pull-through cache rule from its own region",
+                )
+
+    def registry_credential_problems(self, account_id: str) -> list[str]:
+        """A credential in another account than the deploying one (ECR reads its own account's secrets)."""
+        return [
+            f"{PROJECT}:registryCredentials.{key}: {arn!r} is in account {CREDENTIAL_ARN.match(arn)[2]}; "  # type: ignore[index]
+            f"allowed: a secret in the account the platform deploys to ({account_id})"
+            for key, arn in self.registry_credentials.items()
+            if CREDENTIAL_ARN.match(arn)[2] != account_id  # type: ignore[index]
+        ]
 
     def _check_queues(self) -> None:
         """A queue's GPU quota names an accelerator: one no pool offers is a typo or a pool taken away."""

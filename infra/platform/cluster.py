@@ -20,7 +20,9 @@ import pulumi_kubernetes as k8s
 from infra.addons import node_health
 from infra.component_args import ComponentArgs, child_options
 from infra.config.cluster_rules import DEPLOY_FROM_VPC_TAG
+from infra.pins import NODE_MONITORING_AGENT_VERSION
 from infra.platform import keys, pod_identity
+from infra.platform.creator import CREATOR_TAG
 
 LOG_TYPES = ["api", "audit", "authenticator", "controllerManager", "scheduler"]
 # EKS's own default service CIDR, set explicitly because custom-AMI nodes are told it at bootstrap.
@@ -88,6 +90,8 @@ class ClusterArgs(ComponentArgs):
     # are kept.
     log_key_arn: pulumi.Output[str] | str
     log_retention_days: int
+    # Who creates the cluster, recorded on it (infra/platform/creator.py): EKS makes that identity admin.
+    creator_arn: str
     tags: dict[str, str]
 
 
@@ -166,7 +170,10 @@ class Cluster(pulumi.ComponentResource):
             endpoint_public_access=args.endpoint_public_access,
             public_access_cidrs=args.public_access_cidrs or None,
             create_oidc_provider=True,
-            cluster_tags={DEPLOY_FROM_VPC_TAG: "true"} if args.deploy_from_vpc else None,
+            cluster_tags={
+                CREATOR_TAG: args.creator_arn,
+                **({DEPLOY_FROM_VPC_TAG: "true"} if args.deploy_from_vpc else {}),
+            },
             kubernetes_service_ip_address_range=SERVICE_CIDR,
             # vpc-cni and kube-proxy come as EKS add-ons with the cluster; CoreDNS waits for nodes
             # (ManagedAddons), so EKS must not bootstrap its self-managed copies.
@@ -299,6 +306,9 @@ class ManagedAddons(pulumi.ComponentResource):
         if args.node_monitoring_agent:
             addon(
                 node_health.NODE_MONITORING_AGENT,
+                # Pinned: its DCGM host engine and dcgm-exporter's DCGM client must stay the same release
+                # (infra/pins.py).
+                addon_version=NODE_MONITORING_AGENT_VERSION,
                 configuration_values=json.dumps(node_health.monitoring_agent_configuration()),
             )
 

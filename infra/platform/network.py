@@ -34,7 +34,7 @@ class NetworkArgs(ComponentArgs):
     # The stack's KMS key (infra/platform/keys.py) and the retention of the flow-log group.
     log_key_arn: pulumi.Output[str] | str
     log_retention_days: int
-    # Empty: the first len(private_subnet_cidrs) available AZs of the region.
+    # One per subnet pair, in order: infra/platform/zones.py chose them from what EC2 offers.
     availability_zones: list[str]
     vpc_cidr: str
     private_subnet_cidrs: list[str]
@@ -53,13 +53,7 @@ class Network(pulumi.ComponentResource):
         super().__init__("mlops-eks:infra:Network", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         count = len(args.private_subnet_cidrs)
-        if args.availability_zones:
-            azs = pulumi.Output.from_input(args.availability_zones)
-        else:
-            available = aws.get_availability_zones_output(
-                state="available", opts=pulumi.InvokeOutputOptions(parent=self)
-            )
-            azs = available.names.apply(lambda names: names[:count])
+        azs = args.availability_zones
         cluster_tag = {f"kubernetes.io/cluster/{args.cluster_name}": "shared"}
 
         vpc = aws.ec2.Vpc(
@@ -217,10 +211,10 @@ def s3_endpoint_policy(
 ) -> dict[str, Any]:
     """What may pass the S3 gateway endpoint: the platform's buckets (owned by this account: a bucket of
     the same name pattern in another account is refused), the configured extra buckets, and read-only the
-    buckets a node reads: the image registries' layer buckets in the region (infra/platform/registries.py:
-    ECR's `prod-<region>-starport-layer-bucket`, registry.k8s.io's `prod-registry-k8s-io-<region>`, Quay's
-    in us-east-1), the Amazon Linux 2023 package repositories (`al2023-repos-<region>-*`) and SSM Agent's
-    buckets (Systems Manager User Guide, "SSM Agent communications with AWS managed S3 buckets")."""
+    buckets a node reads: ECR's layer bucket in the region (`prod-<region>-starport-layer-bucket`, where
+    every image a node pulls comes from: infra/platform/registries.py), the Amazon Linux 2023 package
+    repositories (`al2023-repos-<region>-*`) and SSM Agent's buckets (Systems Manager User Guide, "SSM
+    Agent communications with AWS managed S3 buckets")."""
     s3 = f"arn:{partition}:s3:::"
     platform = f"{s3}{platform_bucket_prefix}*"
     aws_owned = [

@@ -1,60 +1,155 @@
-"""Where a node's image bytes come from, per registry, for a caller inside AWS, and which way they travel from
-the private subnets: through the VPC's S3 gateway endpoint (an S3 bucket in the stack's region: the
-endpoint's policy must admit it, infra/platform/network.py) or through the NAT gateway (anything else).
-Manifests and tokens always come from the registry host itself (NAT). Pure data (no Pulumi).
+"""Where every image a node pulls comes from: the platform's own ECR registry, and nothing else.
 
-A registry that redirects an AWS caller's blob downloads to an S3 bucket in the same region is invisible
-until a pull 403s at the endpoint: every such bucket is in `endpoint_buckets`, and
-tests/policy/test_image_sources.py fails for an image whose registry has no row here.
+Nodes pull from `<account>.dkr.ecr.<region>.amazonaws.com` only, authenticated by their IAM role, with layer
+bytes from ECR's S3 bucket in the region (`prod-<region>-starport-layer-bucket`, through the VPC's S3
+gateway endpoint: infra/platform/network.py). How an upstream image gets there depends on its registry
+(`UPSTREAMS`): ECR caches registry.k8s.io, Quay and ECR Public by itself (pull-through cache rules, no
+credential), GHCR and Docker Hub with a credential the user stores in Secrets Manager
+(`registryCredentials`), and nvcr.io and icr.io not at all: those images, and GHCR's or Docker Hub's without
+a credential, are copied in by `python -m infra images` (skopeo or crane), under the same paths.
+Docker Hub's official images come from ECR Public's copies (`public.ecr.aws/docker/library/...`), so a
+first deploy needs no Docker Hub account. EKS's own images stay in EKS's registry of the region.
+
+An image keeps its path under a per-stack prefix: `registry.k8s.io/kueue/kueue:v0.19.2` is pulled as
+`<registry>/<stack>/k8s/kueue/kueue:v0.19.2`. Pure data (no Pulumi).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
-Path = Literal["nat", "s3-endpoint-in-region"]
+Route = Literal["pull-through", "copy"]
 
-# kubernetes/registry.k8s.io cmd/archeio/internal/app/buckets.go (`awsRegionToHostURL`, commit 093d55a,
-# 2026-08): the S3 bucket (and its region) archeio redirects an AWS caller's blob requests to, by the
-# caller's region. Regions not listed get the upstream (Artifact Registry) redirect instead.
-_K8S_BUCKET_REGION = {
-    "ap-east-2": "ap-east-1",
-    "cn-northwest-1": "ap-east-1",
-    "cn-north-1": "ap-east-1",
-    "me-south-1": "me-central-1",
+# CreatePullThroughCacheRule's ecrRepositoryPrefix: 2-30 characters (Amazon ECR API Reference).
+MAX_CACHE_PREFIX = 30
+# CreatePullThroughCacheRule's credentialArn pattern (the secret's name must start ecr-pullthroughcache/).
+CREDENTIAL_ARN = re.compile(
+    r"^arn:aws[a-z-]*:secretsmanager:([a-z0-9-]+):(\d{12}):secret:ecr-pullthroughcache/[\w/+=.@-]+$"
+)
+
+
+@dataclass(frozen=True)
+class Upstream:
+    name: str
+    hosts: re.Pattern[str]  # the image reference's registry host
+    prefix: str  # the cache's path under the stack's prefix
+    route: Route  # without a credential
+    # ECR's upstreamRegistryUrl for a pull-through cache rule; None: ECR cannot cache it.
+    upstream_url: str | None
+    # The registryCredentials key whose Secrets Manager secret lets ECR cache it (route becomes pull-through).
+    credential: str | None
+    bytes_from: str  # where ECR (or the copy command) gets the bytes
+    source: str  # what says so
+
+
+UPSTREAMS = (
+    Upstream(
+        name="registry.k8s.io",
+        hosts=re.compile(r"registry\.k8s\.io"),
+        prefix="k8s",
+        route="pull-through",
+        upstream_url="registry.k8s.io",
+        credential=None,
+        bytes_from="ECR fetches from registry.k8s.io on the first pull of a tag, in AWS's account",
+        source='Amazon ECR User Guide, "Sync an upstream registry with an Amazon ECR private registry" '
+        "(CreatePullThroughCacheRule upstreamRegistryUrl: Kubernetes (k8s) - registry.k8s.io)",
+    ),
+    Upstream(
+        name="quay.io",
+        hosts=re.compile(r"quay\.io"),
+        prefix="quay",
+        route="pull-through",
+        upstream_url="quay.io",
+        credential=None,
+        bytes_from="ECR fetches from quay.io on the first pull of a tag",
+        source="the same (Quay (quay) - quay.io, no authentication)",
+    ),
+    Upstream(
+        name="Amazon ECR Public",
+        hosts=re.compile(r"public\.ecr\.aws"),
+        prefix="ecr-public",
+        route="pull-through",
+        upstream_url="public.ecr.aws",
+        credential=None,
+        bytes_from="ECR fetches from ECR Public on the first pull of a tag (Docker official images too)",
+        source="the same (Amazon ECR Public (ecr-public) - public.ecr.aws, no authentication)",
+    ),
+    Upstream(
+        name="GitHub Container Registry",
+        hosts=re.compile(r"ghcr\.io"),
+        prefix="ghcr",
+        route="copy",
+        upstream_url="ghcr.io",
+        credential="ghcr",
+        bytes_from="with registryCredentials.ghcr: ECR fetches from ghcr.io with it; else the copy command",
+        source="the same (GitHub Container Registry - ghcr.io, requires a Secrets Manager secret)",
+    ),
+    Upstream(
+        name="Docker Hub",
+        hosts=re.compile(r"(?:index\.|registry-1\.)?docker\.io"),
+        prefix="docker-hub",
+        route="copy",
+        upstream_url="registry-1.docker.io",
+        credential="dockerHub",
+        bytes_from="official images: ECR Public's copies; others with registryCredentials.dockerHub: ECR "
+        "fetches from Docker Hub with it; without: the copy command",
+        source="the same (Docker Hub (docker-hub) - registry-1.docker.io, needs a Secrets Manager secret); "
+        "Docker Official Images on ECR Public (gallery.ecr.aws/docker/library)",
+    ),
+    Upstream(
+        name="NVIDIA NGC",
+        hosts=re.compile(r"nvcr\.io"),
+        prefix="nvcr",
+        route="copy",
+        upstream_url=None,
+        credential=None,
+        bytes_from="the copy command (pull-through cache does not support nvcr.io)",
+        source="the same (the list of supported upstream registries names no nvcr.io)",
+    ),
+    Upstream(
+        name="IBM Cloud Container Registry",
+        hosts=re.compile(r"icr\.io"),
+        prefix="icr",
+        route="copy",
+        upstream_url=None,
+        credential=None,
+        bytes_from="the copy command (pull-through cache does not support icr.io; Kubecost's images)",
+        source="the same (the list names no icr.io)",
+    ),
+)
+
+# EKS's own images (the EFA device plugin) live in an EKS registry in every region; a node reads the one of
+# its region through the S3 endpoint. Amazon EKS User Guide, "View Amazon container image registries for
+# Amazon EKS add-ons": the account of every region it lists apart from 602401143452. A region not known here
+# keeps the chart's (us-west-2, 602401143452), whose layers come through the NAT.
+EKS_REGISTRY_ACCOUNT = "602401143452"
+_EKS_REGISTRY_ACCOUNTS = {
+    "af-south-1": "877085696533",
+    "ap-east-1": "800184023465",
+    "ap-south-2": "900889452093",
+    "ap-southeast-3": "296578399912",
+    "ap-southeast-4": "491585149902",
+    "ap-southeast-5": "151610086707",
+    "ap-southeast-6": "333609536671",
+    "ap-southeast-7": "121268973566",
 }
-_K8S_OWN_BUCKET = frozenset(
+_EKS_SHARED_ACCOUNT_REGIONS = frozenset(
     {
-        "af-south-1",
-        "ap-east-1",
         "ap-northeast-1",
         "ap-northeast-2",
         "ap-northeast-3",
+        "ap-south-1",
         "ap-southeast-1",
         "ap-southeast-2",
-        "ap-southeast-3",
-        "ap-southeast-4",
-        "ap-southeast-5",
-        "ap-southeast-6",
-        "ap-southeast-7",
-        "ap-south-1",
-        "ap-south-2",
         "ca-central-1",
-        "ca-west-1",
         "eu-central-1",
-        "eu-central-2",
         "eu-north-1",
-        "eu-south-1",
-        "eu-south-2",
         "eu-west-1",
         "eu-west-2",
         "eu-west-3",
-        "il-central-1",
-        "me-central-1",
-        "mx-central-1",
         "sa-east-1",
         "us-east-1",
         "us-east-2",
@@ -62,114 +157,18 @@ _K8S_OWN_BUCKET = frozenset(
         "us-west-2",
     }
 )
-_K8S_BUCKET_NAME = {"eu-west-2": "767373bbdcb8270361b96548387bf2a9ad0d48758c35-eu-west-2"}
+_ECR_HOST = re.compile(r"(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com")
+# One component of an ECR repository name (CreateRepository's repositoryName pattern).
+_REPOSITORY_COMPONENT = re.compile(r"[a-z0-9]+(?:[._-][a-z0-9]+)*")
 
 
-def registry_k8s_io_bucket(region: str) -> tuple[str, str] | None:
-    """(bucket, its region) that registry.k8s.io redirects a caller in `region` to, or None."""
-    bucket_region = _K8S_BUCKET_REGION.get(region, region if region in _K8S_OWN_BUCKET else None)
-    if bucket_region is None:
-        return None
-    return _K8S_BUCKET_NAME.get(bucket_region, f"prod-registry-k8s-io-{bucket_region}"), bucket_region
-
-
-def _k8s_endpoint_buckets(region: str) -> list[str]:
-    found = registry_k8s_io_bucket(region)
-    # A bucket in another region is reached through the NAT: the gateway endpoint serves its own region.
-    return [found[0]] if found and found[1] == region else []
-
-
-# Quay.io keeps blobs in S3 in us-east-1 (`quayio-production-s3`: the host Red Hat's OpenShift firewall
-# documentation lists for "Quay image content in AWS") and answers a caller inside AWS in that region
-# with an S3 URL instead of its CDN (quay/quay storage/cloud.py, CloudFrontedS3Storage
-# .get_direct_download_url and is_in_network_request: "only allow requests within the same region").
-QUAY_BUCKET, QUAY_BUCKET_REGION = "quayio-production-s3", "us-east-1"
-
-
-@dataclass(frozen=True)
-class Registry:
-    name: str
-    hosts: re.Pattern[str]  # the image reference's registry host
-    bytes_from: str  # where blob bytes come from for a caller in AWS
-    path: Path  # how they leave the private subnets
-    source: str  # what says so
-    buckets: Callable[[str], list[str]] = lambda region: []  # S3 buckets in `region` behind the endpoint
-
-
-REGISTRIES = (
-    Registry(
-        name="registry.k8s.io",
-        hosts=re.compile(r"registry\.k8s\.io"),
-        bytes_from="blobs: S3 bucket prod-registry-k8s-io-<region> by HTTP redirect (regions without a "
-        "bucket: the nearest one, or Artifact Registry); manifests: Artifact Registry",
-        path="s3-endpoint-in-region",
-        source="kubernetes/registry.k8s.io cmd/archeio/docs/request-handling.md, "
-        "cmd/archeio/internal/app/buckets.go; prometheus-community/helm-charts#2421",
-        buckets=_k8s_endpoint_buckets,
-    ),
-    Registry(
-        name="quay.io",
-        hosts=re.compile(r"quay\.io"),
-        bytes_from=f"in {QUAY_BUCKET_REGION}: S3 bucket {QUAY_BUCKET} by redirect; elsewhere its CDN "
-        "(cdn0N.quay.io)",
-        path="s3-endpoint-in-region",
-        source="quay/quay storage/cloud.py (CloudFrontedS3Storage, is_in_network_request)",
-        buckets=lambda region: [QUAY_BUCKET] if region == QUAY_BUCKET_REGION else [],
-    ),
-    Registry(
-        name="Amazon ECR (private)",
-        hosts=re.compile(r"\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com"),
-        bytes_from="layers: S3 bucket prod-<region>-starport-layer-bucket",
-        path="s3-endpoint-in-region",
-        source='Amazon ECR User Guide, "Amazon ECR interface VPC endpoints" (minimum S3 bucket permissions)',
-        buckets=lambda region: [f"prod-{region}-starport-layer-bucket"],
-    ),
-    Registry(
-        name="Amazon ECR Public",
-        hosts=re.compile(r"public\.ecr\.aws"),
-        bytes_from="layers: CloudFront",
-        path="nat",
-        source='AWS News Blog, "Amazon ECR Public: A New Public Container Registry" (layers in CloudFront)',
-    ),
-    Registry(
-        name="Docker Hub",
-        hosts=re.compile(r"docker\.io"),
-        bytes_from="blobs: production.cloudflare.docker.com, production.cloudfront.docker.com, Cloudflare R2",
-        path="nat",
-        source="docker/docs content/manuals/desktop/setup/allow-list.md (docker/docs#25122); a redirect to "
-        "an S3 bucket from inside AWS is reported by third parties only (docs/deploy.md: what only a real "
-        "`pulumi up` verifies)",
-    ),
-    Registry(
-        name="NVIDIA NGC",
-        hosts=re.compile(r"nvcr\.io"),
-        bytes_from="blobs: NGC's own storage behind nvcr.io (no S3 redirect documented)",
-        path="nat",
-        source="NVIDIA NGC documentation (no bucket documented; docs/deploy.md: what only a real `pulumi up` "
-        "verifies)",
-    ),
-    Registry(
-        name="GitHub Container Registry",
-        hosts=re.compile(r"ghcr\.io"),
-        bytes_from="blobs: pkg-containers.githubusercontent.com by redirect",
-        path="nat",
-        source='GitHub Docs, "Working with the Container registry"',
-    ),
-    Registry(
-        name="IBM Cloud Container Registry",
-        hosts=re.compile(r"icr\.io"),
-        bytes_from="blobs: IBM Cloud (Kubecost's images)",
-        path="nat",
-        source="IBM Cloud Container Registry documentation (icr.io is the global public registry)",
-    ),
-    Registry(
-        name="Google Artifact Registry",
-        hosts=re.compile(r"[a-z0-9-]+-docker\.pkg\.dev"),
-        bytes_from="blobs: Google Cloud Storage",
-        path="nat",
-        source="Google Cloud Artifact Registry documentation (repository locations)",
-    ),
-)
+def eks_registry(region: str) -> str:
+    """EKS's image registry a node in `region` pulls EKS's own images from."""
+    if region in _EKS_REGISTRY_ACCOUNTS:
+        return f"{_EKS_REGISTRY_ACCOUNTS[region]}.dkr.ecr.{region}.amazonaws.com"
+    if region in _EKS_SHARED_ACCOUNT_REGIONS:
+        return f"{EKS_REGISTRY_ACCOUNT}.dkr.ecr.{region}.amazonaws.com"
+    return f"{EKS_REGISTRY_ACCOUNT}.dkr.ecr.us-west-2.amazonaws.com"
 
 
 def registry_host(image: str) -> str:
@@ -182,6 +181,100 @@ def registry_host(image: str) -> str:
     return first
 
 
+def split_ref(image: str) -> tuple[str, str, str]:
+    """(name, tag, digest) of an image reference; "" where it has none."""
+    name, _, digest = image.partition("@")
+    tag = ""
+    if ":" in name.rsplit("/", 1)[-1]:
+        name, tag = name.rsplit(":", 1)
+    return name, tag, digest
+
+
+def _normalized(image: str) -> tuple[str, str]:
+    """(host, path with tag/digest) as a container runtime normalizes the reference; a Docker Hub official
+    image (`python:3.13`, `library/alpine:3`) becomes ECR Public's copy of it."""
+    host = registry_host(image)
+    path = image.partition("/")[2] if image.startswith(f"{host}/") else image
+    if host in ("docker.io", "index.docker.io", "registry-1.docker.io"):
+        host = "docker.io"
+        if "/" not in split_ref(path)[0]:
+            path = f"library/{path}"
+        if path.startswith("library/"):
+            return "public.ecr.aws", f"docker/{path}"
+    return host, path
+
+
+def upstream_of(image: str) -> Upstream | None:
+    host, _ = _normalized(image)
+    return next((u for u in UPSTREAMS if u.hosts.fullmatch(host)), None)
+
+
+def _is_eks_registry(host: str) -> bool:
+    found = _ECR_HOST.fullmatch(host)
+    return found is not None and found[1] in {EKS_REGISTRY_ACCOUNT, *_EKS_REGISTRY_ACCOUNTS.values()}
+
+
+@dataclass(frozen=True)
+class ImagePath:
+    """The stack's image path: which upstream images come through which ECR repositories."""
+
+    account_id: str
+    region: str
+    stack: str
+    # registryCredentials: Upstream.credential -> Secrets Manager secret ARN.
+    credentials: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not _REPOSITORY_COMPONENT.fullmatch(self.stack):
+            raise ValueError(
+                f"stack name {self.stack!r}: the image cache's repositories are <stack>/<registry>/..., "
+                "and ECR takes lowercase letters, digits and . _ - between them only"
+            )
+        longest = max(len(self.cache_prefix(u)) for u in UPSTREAMS)
+        if longest > MAX_CACHE_PREFIX:
+            most = MAX_CACHE_PREFIX - max(len(u.prefix) for u in UPSTREAMS) - 1
+            raise ValueError(
+                f"stack name {self.stack!r}: the image cache's repository prefixes are <stack>/<registry>, "
+                f"at most {MAX_CACHE_PREFIX} characters (ECR's limit), so a platform stack's name has at "
+                f"most {most} characters"
+            )
+
+    @property
+    def registry(self) -> str:
+        return f"{self.account_id}.dkr.ecr.{self.region}.amazonaws.com"
+
+    def cache_prefix(self, upstream: Upstream) -> str:
+        return f"{self.stack}/{upstream.prefix}"
+
+    def route(self, upstream: Upstream) -> Route:
+        if upstream.credential and upstream.credential in self.credentials:
+            return "pull-through"
+        return upstream.route
+
+    def pulled_through(self) -> list[Upstream]:
+        """The upstreams the stack has pull-through cache rules for."""
+        return [u for u in UPSTREAMS if self.route(u) == "pull-through"]
+
+    def is_served(self, image: str) -> bool:
+        """Whether a node pulls `image` from ECR: this registry, or EKS's of the region."""
+        return registry_host(image) in (self.registry, eks_registry(self.region))
+
+    def ref(self, image: str) -> str:
+        """Where a node pulls `image` from. Refused: an image of a registry with no row in UPSTREAMS."""
+        host, path = _normalized(image)
+        if host == self.registry:
+            return image
+        if _is_eks_registry(host):
+            return f"{eks_registry(self.region)}/{path}"
+        upstream = next((u for u in UPSTREAMS if u.hosts.fullmatch(host)), None)
+        if upstream is None:
+            known = ", ".join(u.name for u in UPSTREAMS)
+            raise ValueError(f"image {image!r}: its registry {host} has no row in UPSTREAMS ({known})")
+        return f"{self.registry}/{self.cache_prefix(upstream)}/{path}"
+
+
 def endpoint_buckets(region: str) -> list[str]:
-    """Every registry bucket a node in `region` downloads from through the S3 gateway endpoint."""
-    return sorted({b for r in REGISTRIES for b in r.buckets(region)})
+    """The S3 buckets nodes read image layers from through the VPC's S3 gateway endpoint: ECR's layer bucket
+    of the region, for every repository of every account there (Amazon ECR User Guide, "Amazon ECR interface
+    VPC endpoints", minimum Amazon S3 bucket permissions)."""
+    return [f"prod-{region}-starport-layer-bucket"]

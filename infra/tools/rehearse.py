@@ -157,6 +157,8 @@ class Rehearsal:
     progress: Callable[[str], None] = lambda line: None
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     runs: dict[tuple[str, str], RunResult] = field(default_factory=dict)
+    # The account's EKS clusters and their tags, as the rehearsed updates created them.
+    clusters: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def stack_config(self, stack: str, path: Path | None = None) -> tuple[dict[str, Any], list[str]]:
         """The stack file after the documented config steps: (its `config:`, the commands applied)."""
@@ -213,7 +215,9 @@ class Rehearsal:
                 preview=step.kind == "preview",
                 config=values,
                 secret_keys=secret_keys,
-                cloud=PlatformMocks(region, account_id=self.values["account"], caller_arn=caller),
+                cloud=PlatformMocks(
+                    region, account_id=self.values["account"], caller_arn=caller, clusters=self.clusters
+                ),
                 stack_outputs=self.outputs,
             )
             self.runs[(stack, step.kind)] = result

@@ -28,6 +28,18 @@ from sim.pulumi.language_host import engine_values, handed_over
 
 ACCOUNT_ID = "123456789012"
 REPO = Path(__file__).resolve().parents[2]
+# Instance types EC2 offers in some of a region's AZs only (DescribeInstanceTypeOfferings, location type
+# availability-zone); every other type is offered in each regular AZ. Tests pass their own table.
+OFFERINGS: dict[str, dict[str, list[str]]] = {
+    "us-east-1": {"p4d.24xlarge": ["us-east-1b", "us-east-1d"], "p4de.24xlarge": ["us-east-1b"]},
+}
+
+
+def zones_of(region: str) -> list[tuple[str, str, str]]:
+    """(name, opt-in status, zone type) as DescribeAvailabilityZones lists a region's zones for an account
+    that opted into a Local Zone: its name sorts before the regular AZs'."""
+    regular = [(f"{region}{letter}", "opt-in-not-required", "availability-zone") for letter in "abcdef"]
+    return [(f"{region}-bos-1a", "opted-in", "local-zone"), *regular]
 
 
 def _kubeconfig(cluster_name: str) -> dict:
@@ -54,13 +66,16 @@ class PlatformMocks(pulumi.runtime.Mocks):
         region: str,
         account_id: str = ACCOUNT_ID,
         caller_arn: str | None = None,
-        previous_outputs: Mapping[str, Any] | None = None,
+        clusters: dict[str, dict[str, str]] | None = None,
+        offerings: Mapping[str, Mapping[str, list[str]]] | None = None,
     ):
         self.region = region
         self.account_id = account_id
         self.caller_arn = caller_arn or f"arn:aws:iam::{account_id}:user/mock"
-        # What a StackReference reads (the stack's own last update: none before its first deploy).
-        self.previous_outputs = dict(previous_outputs or {})
+        # The EKS clusters of the account, name -> tags: what creates made (a caller's dict outlives the
+        # mocks, as the cloud outlives one update).
+        self.clusters = clusters if clusters is not None else {}
+        self.offerings = OFFERINGS if offerings is None else offerings
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict]:
         id_, state = self.created(args.typ, args.name, dict(args.inputs))
@@ -74,6 +89,13 @@ class PlatformMocks(pulumi.runtime.Mocks):
         outputs: dict[str, Any] = {"arn": arn, "name": inputs.get("name", name)}
         if typ == "eks:index:Cluster":
             cluster_name = inputs.get("name", name)
+            # pulumi-eks tags the cluster with Name, then clusterTags, then tags (cluster.ts).
+            tags = {
+                "Name": f"{name}-eksCluster",
+                **(inputs.get("clusterTags") or {}),
+                **(inputs.get("tags") or {}),
+            }
+            self.clusters[cluster_name] = tags
             issuer = f"oidc.eks.{region}.amazonaws.com/id/MOCK{cluster_name.upper()}"
             outputs = {
                 "kubeconfig": _kubeconfig(cluster_name),
@@ -85,6 +107,8 @@ class PlatformMocks(pulumi.runtime.Mocks):
             }
         elif typ == "aws:iam/role:Role":
             outputs = {"arn": f"arn:aws:iam::{account}:role/{name}", "name": name}
+        elif typ == "aws:iam/policy:Policy":
+            outputs = {"arn": f"arn:aws:iam::{account}:policy/{name}", "name": name}
         elif typ == "aws:kms/key:Key":
             outputs = {"arn": f"arn:aws:kms:{region}:{account}:key/{name}", "keyId": f"{name}-key-id"}
         elif typ == "aws:s3/bucket:Bucket":
@@ -97,16 +121,17 @@ class PlatformMocks(pulumi.runtime.Mocks):
             outputs = {"repositoryUrl": f"{account}.dkr.ecr.{region}.amazonaws.com/{repo}", "arn": arn}
         elif typ == "aws:ec2/launchTemplate:LaunchTemplate":
             outputs = {"latestVersion": 1, "arn": arn}
-        elif typ == "pulumi:pulumi:StackReference":
-            outputs = {"outputs": self.previous_outputs, "secretOutputNames": []}
         return f"{name}-id", {**inputs, **outputs}
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> dict:  # type: ignore[override]  # a dict is accepted
         if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
             return {"accountId": self.account_id, "arn": self.caller_arn, "userId": "MOCK", "id": "x"}
         if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
-            names = [f"{self.region}{letter}" for letter in "abcd"]
-            return {"names": names, "zoneIds": names, "id": self.region}
+            return self._availability_zones(args.args)
+        if args.token == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
+            return self._instance_type_offerings(args.args)
+        if args.token == "aws:eks/getClusters:getClusters":
+            return {"names": sorted(self.clusters), "id": self.region}
         if args.token == "aws:eks/getCluster:getCluster":
             return {
                 "name": args.args["name"],
@@ -114,9 +139,37 @@ class PlatformMocks(pulumi.runtime.Mocks):
                 "certificateAuthorities": [{"data": "TU9DSy1DQQ=="}],
                 "vpcConfig": {"clusterSecurityGroupId": "sg-0cluster"},
                 "kubernetesNetworkConfigs": [{"serviceIpv4Cidr": "172.20.0.0/16"}],
+                "tags": self.clusters.get(args.args["name"], {}),
             }
         # An empty answer would let the program build on outputs no real invoke returns: name the gap.
         raise NotImplementedError(f"the offline mock has no answer for invoke {args.token}; add one here")
+
+    def _availability_zones(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """DescribeAvailabilityZones: every zone the account sees, narrowed by `filters` as EC2 does
+        (opt-in-status, zone-type); `state` "available" keeps them all."""
+        zones = zones_of(self.region)
+        for f in request.get("filters") or []:
+            column = {"opt-in-status": 1, "zone-type": 2}[f["name"]]
+            zones = [z for z in zones if z[column] in f["values"]]
+        names = [z[0] for z in zones]
+        return {"names": names, "zoneIds": names, "groupNames": names, "id": self.region}
+
+    def _instance_type_offerings(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """DescribeInstanceTypeOfferings by AZ: a (type, AZ) pair per offering, filtered by instance-type."""
+        if request.get("locationType") != "availability-zone":
+            raise NotImplementedError("the offline mock answers locationType availability-zone only")
+        table = self.offerings.get(self.region, {})
+        regular = [z[0] for z in zones_of(self.region) if z[2] == "availability-zone"]
+        filters = request.get("filters") or []
+        wanted: list[str] = next((f["values"] for f in filters if f["name"] == "instance-type"), [])
+        pairs = [(t, z) for t in wanted for z in table.get(t, regular)]
+        return {
+            "instanceTypes": [t for t, _ in pairs],
+            "locations": [z for _, z in pairs],
+            "locationTypes": ["availability-zone"] * len(pairs),
+            "locationType": "availability-zone",
+            "id": self.region,
+        }
 
 
 class ImmediateExecutor(concurrent.futures.ThreadPoolExecutor):
@@ -232,17 +285,21 @@ def synth(
     stack: str,
     values: dict[str, Any],
     monitor_type: type[RecordingMonitor] | None = None,
-    previous_outputs: Mapping[str, Any] | None = None,
+    clusters: dict[str, dict[str, str]] | None = None,
+    offerings: Mapping[str, Mapping[str, list[str]]] | None = None,
+    account_id: str = ACCOUNT_ID,
 ) -> tuple[PlatformConfig, list[Registered], dict[str, Any]]:
     """Run the real platform program for `stack` under mocks. Raises ConfigError on invalid config.
     `monitor_type`: a RecordingMonitor subclass that keeps more of each registration (tests).
-    `previous_outputs`: the stack's outputs from an earlier update (default: its first deploy). Leaves an
+    `clusters`: the account's EKS clusters and their tags (default: none, the stack's first deploy);
+    `offerings`: EC2's instance type offerings by region (default: `OFFERINGS`); `account_id`: whose
+    account the outputs name (ECR's registry among them). Leaves an
     empty config and a fresh event loop behind, so a caller that synthesizes again (tests) starts clean."""
     from infra.program import program
 
     config = PlatformConfig.from_mapping(values)  # fail with the config message before any mock runs
     config.check_deployable()
-    mocks = PlatformMocks(config.region, previous_outputs=previous_outputs)
+    mocks = PlatformMocks(config.region, account_id=account_id, clusters=clusters, offerings=offerings)
     monitor = (monitor_type or RecordingMonitor)(mocks)
     install_mocks(mocks, stack, monitor)
     exports: dict[str, Any] = {}

@@ -16,7 +16,11 @@ What runs is what `pulumi preview|up --policy-pack policy` runs, minus the cloud
 What stands in for the cloud: a create returns the inputs plus the outputs `PlatformMocks.created` computes
 (ARNs in the user's account); a preview returns the inputs only, so every computed output is unknown, as
 on a first `pulumi preview`. Invokes are answered by `PlatformMocks.call` (the caller is the rehearsal's
-deploy identity); StackReference reads by the outputs of the stacks rehearsed before.
+deploy identity; the EKS clusters are those earlier creates made); StackReference reads by the outputs of
+the stacks rehearsed before, named as the backend names them: `organization/project/stack` on a
+project-scoped backend (Pulumi Cloud, a DIY backend of the current layout); a DIY backend of the legacy
+layout knows bare stack names only (pkg/backend/diy: "stack names may not contain slashes" without
+project mode) and refuses an `org/project/stack` reference.
 """
 
 from __future__ import annotations
@@ -174,8 +178,10 @@ class Monitor(resource_pb2_grpc.ResourceMonitorServicer):
         cloud: PlatformMocks,
         stack_outputs: Mapping[str, Mapping[str, Any]],
         analyzer: Analyzer | None,
+        legacy_backend: bool = False,
     ) -> None:
         self.stack, self.preview, self.cloud = stack, preview, cloud
+        self.legacy_backend = legacy_backend
         self.stack_outputs = stack_outputs
         self.analyzer = analyzer
         self.registrations: list[Registration] = []
@@ -229,6 +235,13 @@ class Monitor(resource_pb2_grpc.ResourceMonitorServicer):
         if request.type != STACK_REFERENCE:
             context.abort(grpc.StatusCode.UNIMPLEMENTED, f"the rehearsal reads no {request.type}")
         name = request.id
+        if self.legacy_backend and "/" in name:
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"stack reference {name!r}: a DIY backend of the legacy layout has no organization or "
+                "project "
+                "in stack names",
+            )
         if name not in self.stack_outputs and not name.endswith(f"/{self.stack}"):
             context.abort(grpc.StatusCode.NOT_FOUND, f"no stack {name} was rehearsed before this one")
         # A stack that has not been updated yet (its own first deploy) has no outputs.
@@ -258,7 +271,10 @@ class Monitor(resource_pb2_grpc.ResourceMonitorServicer):
             self.analyzer.analyze(registration)
         id_, state = "", dict(inputs)
         if not self.preview and (request.custom or request.remote):
-            id_, created = self.cloud.created(request.type, request.name, _unwrap(inputs))
+            try:
+                id_, created = self.cloud.created(request.type, request.name, _unwrap(inputs))
+            except CreateFailed as err:
+                context.abort(grpc.StatusCode.UNKNOWN, str(err))
             secret_inputs = {
                 k
                 for k, v in inputs.items()
@@ -281,6 +297,10 @@ class Monitor(resource_pb2_grpc.ResourceMonitorServicer):
 
     def SignalAndWaitForShutdown(self, request, context):  # noqa: N802
         return empty_pb2.Empty()
+
+
+class CreateFailed(Exception):
+    """What a cloud stand-in raises for a create the provider would fail (the update stops there)."""
 
 
 @dataclass
@@ -416,10 +436,19 @@ def run_program(
     cloud: PlatformMocks,
     stack_outputs: Mapping[str, Mapping[str, Any]],
     policy_pack: bool = True,
+    legacy_backend: bool = False,
 ) -> RunResult:
-    """One `pulumi preview` (preview=True) or the update step of `pulumi up` of `stack`."""
+    """One `pulumi preview` (preview=True) or the update step of `pulumi up` of `stack`. `legacy_backend`:
+    the state lives in a DIY backend of the legacy layout (see the module docstring)."""
     engine = Engine()
-    monitor = Monitor(stack=stack, preview=preview, cloud=cloud, stack_outputs=stack_outputs, analyzer=None)
+    monitor = Monitor(
+        stack=stack,
+        preview=preview,
+        cloud=cloud,
+        stack_outputs=stack_outputs,
+        analyzer=None,
+        legacy_backend=legacy_backend,
+    )
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     engine_pb2_grpc.add_EngineServicer_to_server(engine, server)
     resource_pb2_grpc.add_ResourceMonitorServicer_to_server(monitor, server)

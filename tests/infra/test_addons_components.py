@@ -18,6 +18,8 @@ from infra.addons.monitoring.kube_prometheus import Observability, Observability
 from infra.addons.training import Training, TrainingArgs
 from infra.config.addons import AddonsConfig
 from infra.config.platform import GpuPoolConfig
+from infra.platform.image_cache import ImageCache, ImageCacheArgs
+from infra.platform.registries import ImagePath
 
 REPO = Path(__file__).resolve().parents[2]
 GPU_POOLS = [
@@ -57,6 +59,13 @@ class _DependsOn:
         return None
 
 
+def _images() -> ImageCache:
+    """The stack's image path (infra/platform/image_cache.py), registered under the test's mocks."""
+    path = ImagePath("123456789012", "us-east-1", "test")
+    key = "arn:aws:kms:us-east-1:123456789012:key/test"
+    return ImageCache("image-cache", ImageCacheArgs(path=path, kms_key_arn=key, tags={}))
+
+
 def _karpenter(provider: k8s.Provider, depends_on=(), opts=None) -> Karpenter:
     args = KarpenterArgs(
         config=CONFIG.karpenter,
@@ -67,6 +76,7 @@ def _karpenter(provider: k8s.Provider, depends_on=(), opts=None) -> Karpenter:
         k8s_provider=provider,
         subnet_tags={"karpenter.sh/discovery": "mlops-eks-test"},
         security_group_id="sg-0123456789abcdef0",
+        images=_images(),
     )
     waits_for = pulumi.ResourceOptions(depends_on=list(depends_on))
     return Karpenter("karpenter", args, opts=pulumi.ResourceOptions.merge(opts, waits_for))
@@ -116,7 +126,8 @@ def test_karpenter_identity_queue_and_node_access(mocks):
         assert (queue["messageRetentionSeconds"], queue["sqsManagedSseEnabled"]) == (300, True)
         assert release["values"]["settings"]["interruptionQueue"] == "karpenter-interruption"
         assert len(mocks.by_name("aws:cloudwatch/eventTarget:EventTarget")) == 5
-        assert len(mocks.by_name("aws:iam/policy:Policy")) == 6
+        # The controller's reference policies (the image cache's node policy is the platform's).
+        assert len([n for n in mocks.by_name("aws:iam/policy:Policy") if n.startswith("karpenter-")]) == 6
         trust = json.loads(mocks.by_name("aws:iam/role:Role")["karpenter-controller"]["assumeRolePolicy"])
         # Pinned to this cluster (its ARN: account, region and name), not any cluster in the account.
         assert trust["Statement"][0]["Condition"]["StringEquals"] == {
@@ -141,7 +152,7 @@ def test_gpu_pools_carry_the_labels_and_taint_the_device_plugins_schedule_onto(
 ):
     provider = k8s.Provider("k8s", kubeconfig="{}")
     karpenter = _karpenter(provider)
-    gpu = GpuSoftware("gpu", GpuSoftwareArgs(config=CONFIG.gpu, k8s_provider=provider))
+    gpu = GpuSoftware("gpu", GpuSoftwareArgs(config=CONFIG.gpu, k8s_provider=provider, images=_images()))
     kubelet_labels = {"kubernetes.io/arch": "amd64"}
 
     def check(_):
@@ -188,7 +199,9 @@ def test_node_classes_use_the_nvidia_alias_or_the_amd_ami_and_imdsv2_one_hop(moc
 def test_grafana_password_is_generated_when_not_configured_and_kept_secret(mocks):
     observability = Observability(
         "observability",
-        ObservabilityArgs(config=CONFIG.observability, k8s_provider=k8s.Provider("k8s", kubeconfig="{}")),
+        ObservabilityArgs(
+            config=CONFIG.observability, k8s_provider=k8s.Provider("k8s", kubeconfig="{}"), images=_images()
+        ),
     )
 
     def check(args):
@@ -211,7 +224,10 @@ def test_grafana_password_is_generated_when_not_configured_and_kept_secret(mocks
 @pulumi.runtime.test
 def test_training_installs_trainer_runtime_operator_v1_and_kueue_queues(mocks):
     training = Training(
-        "training", TrainingArgs(config=CONFIG.training, k8s_provider=k8s.Provider("k8s", kubeconfig="{}"))
+        "training",
+        TrainingArgs(
+            config=CONFIG.training, k8s_provider=k8s.Provider("k8s", kubeconfig="{}"), images=_images()
+        ),
     )
 
     def check(_):
@@ -220,13 +236,10 @@ def test_training_installs_trainer_runtime_operator_v1_and_kueue_queues(mocks):
         runtimes = mocks.by_name("kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime")
         assert [r["metadata"]["name"] for r in runtimes.values()] == ["torch-distributed"]
         (operator_v1,) = mocks.by_name("kubernetes:kustomize/v2:Directory").values()
-        # Our overlay of the upstream one pinned by commit (the tag v1.9.2's), not by a tag that could move.
+        # Our overlay of upstream's manifests vendored at the pinned commit: kustomize reads no URL.
         assert operator_v1["directory"] == "infra/addons/kustomize/training-operator-v1"
         kustomization = yaml.safe_load((REPO / operator_v1["directory"] / "kustomization.yaml").read_text())
-        commit = "bde9c20903ad9b54af1f3883e4fa764a3c0db797"
-        assert kustomization["resources"] == [
-            f"https://github.com/kubeflow/trainer//manifests/overlays/standalone?ref={commit}"
-        ]
+        assert kustomization["resources"] == ["base", "namespace.yaml"]
         assert {"kubeflow-trainer", "kueue"} <= set(mocks.by_name("kubernetes:helm.sh/v3:Release"))
         assert len(mocks.by_name("kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue")) == 1
 
@@ -241,6 +254,7 @@ def test_a_configured_grafana_password_is_used_instead_of_a_generated_one(mocks)
             config=CONFIG.observability,
             k8s_provider=k8s.Provider("k8s", kubeconfig="{}"),
             grafana_admin_password="from-pulumi-config",
+            images=_images(),
         ),
     )
 

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from infra.accelerators import CATALOG
+from infra.addons.chart_images import image_values, merged
 from infra.addons.cost import cost_analyzer_values
 from infra.addons.gpu import (
     amd_device_plugin_values,
@@ -29,7 +30,8 @@ from infra.addons.training import (
 )
 from infra.config.addons import AddonsConfig
 from infra.config.platform import GpuPoolConfig
-from infra.pins import CHARTS, TRAINER_TORCH_RUNTIME_IMAGE
+from infra.pins import CHARTS, IMAGES
+from infra.platform.registries import ImagePath
 from sim.contracts import HELM_PACKAGES, UPSTREAM, values_file
 
 GPU_POOLS = [
@@ -62,7 +64,7 @@ FACTS = NodeClassFacts(
     tags={"managed-by": "pulumi"},
 )
 
-VALUES = {
+RENDERED = {
     "karpenter": karpenter_values(cluster_name="mlops-eks-dev", queue_name="q", service_monitor=True),
     "nvidia-device-plugin": nvidia_device_plugin_values(),
     "dcgm-exporter": dcgm_exporter_values(service_monitor=True),
@@ -76,6 +78,10 @@ VALUES = {
     "kuberay-operator": kuberay_values(service_monitor=True),
     "metrics-server": metrics_server_values(service_monitor=True),
 }
+# As infra/charts.py installs them: every image pointed at the stack's ECR (infra/addons/chart_images.py).
+VALUES = {
+    k: merged(v, image_values(k, ImagePath("123456789012", "us-east-1", "dev"))) for k, v in RENDERED.items()
+}
 
 
 def test_every_pinned_chart_has_a_values_renderer():
@@ -88,7 +94,9 @@ COMMENTED_EXAMPLES = {"kube-prometheus-stack": ("grafana", "persistence")}
 
 
 # Values of a subchart the parent's values.yaml does not repeat: (chart key, subchart) -> the dotted paths
-# set, each checked against what the subchart's own templates read (in the real package's charts/).
+# set, each checked against what the subchart's own templates read (in the real package's charts/); subchart
+# "": values the chart's own templates read that its values.yaml leaves out (or shows commented out).
+_IMAGE = ("image.registry", "image.repository", "image.tag")
 SUBCHART_VALUES = {
     ("kube-prometheus-stack", "grafana"): (
         "initChownData.enabled",
@@ -96,8 +104,14 @@ SUBCHART_VALUES = {
         "rbac.useExistingRole",
         "sidecar.dashboards.resource",
         "sidecar.datasources.resource",
+        *_IMAGE,
+        *(f"sidecar.{p}" for p in _IMAGE),
+        *(f"initChownData.{p}" for p in _IMAGE),
     ),
+    ("kube-prometheus-stack", "kube-state-metrics"): _IMAGE,
+    ("kube-prometheus-stack", "prometheus-node-exporter"): (*_IMAGE, "image.distroless"),
     ("kubeflow-trainer", "jobset"): ("image.repository", "image.tag", "image.pullPolicy"),
+    ("cost-analyzer", ""): ("kubecostModel.fullImageName", "kubecostFrontend.fullImageName"),
 }
 
 
@@ -112,7 +126,7 @@ def _without_commented_example(chart_key: str, values: dict) -> dict:
     for (key, subchart), paths in SUBCHART_VALUES.items():
         if key == chart_key:
             for path in paths:
-                values = _drop(values, [subchart, *path.split(".")])
+                values = _drop(values, [*([subchart] if subchart else []), *path.split(".")])
     if chart_key not in COMMENTED_EXAMPLES:
         return values
     parent, block = COMMENTED_EXAMPLES[chart_key]
@@ -128,11 +142,16 @@ def test_subchart_values_are_read_by_the_subcharts_templates(chart_key, subchart
         templates = "".join(
             package.extractfile(m).read().decode()  # type: ignore[union-attr]
             for m in package.getmembers()
-            if f"/charts/{subchart}/templates/" in m.name and m.isfile()
+            if m.isfile()
+            and (
+                f"/charts/{subchart}/templates/" in m.name
+                if subchart
+                else m.name.startswith(f"{chart.short_name}/templates/")
+            )
         )
     for path in SUBCHART_VALUES[(chart_key, subchart)]:
         assert f".Values.{path}" in templates, path
-        value = VALUES[chart_key][subchart]
+        value = VALUES[chart_key][subchart] if subchart else VALUES[chart_key]
         for key in path.split("."):
             value = value[key]
 
@@ -246,7 +265,7 @@ def test_torch_runtime_keeps_the_image_of_the_pinned_trainers_runtime():
     (image,) = {line.split("image:", 1)[1].strip() for line in upstream.splitlines() if "image:" in line}
     containers = torch_distributed_runtime()["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]
     node = containers["spec"]["template"]["spec"]["containers"][0]
-    assert node["image"] == TRAINER_TORCH_RUNTIME_IMAGE == image
+    assert node["image"] == IMAGES["torch-runtime"].ref == image
 
 
 def test_kueue_flavors_pin_pods_to_the_accelerators_nodes():

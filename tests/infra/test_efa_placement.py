@@ -15,6 +15,7 @@ import json
 
 import yaml
 
+from infra.tools.synth import OFFERINGS
 from sim.kubernetes.cel import CrdRules
 
 NODE_CLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
@@ -46,8 +47,11 @@ def test_the_prod_a100_pool_launches_into_a_cluster_placement_group_in_one_subne
     assert spec["placementGroupSelector"] == {"name": group.inputs["name"]}
     assert group.inputs["name"] == f"{prod.exports['cluster_name']}-a100"
     (term,) = spec["subnetSelectorTerms"]
-    private = sorted(r.name for r in prod.of_type(SUBNET) if "-private-" in r.name)
-    assert private and term == {"id": f"{private[0]}-id"}  # the mock's id of the first AZ's subnet
+    # The subnet of the first VPC AZ that EC2 offers p4d.24xlarge in (the mocks answer with OFFERINGS).
+    offering = OFFERINGS["us-east-1"]["p4d.24xlarge"]
+    private = {r.name: r.inputs["availabilityZone"] for r in prod.of_type(SUBNET) if "-private-" in r.name}
+    first = next(name for name, zone in sorted(private.items()) if zone in offering)
+    assert term == {"id": f"{first}-id"}
 
 
 def test_only_efa_pools_get_a_placement_group(dev, prod):

@@ -13,6 +13,7 @@ import pytest
 from infra.addons import node_health
 from infra.addons.gpu_node_check import STARTUP_TAINT
 from infra.contract import taint_spec
+from infra.pins import DCGM_VERSION, NODE_MONITORING_AGENT_VERSION
 from infra.tools.synth import RecordingMonitor, stack_config, synth
 
 # The platform program with a reserved (managed) T4 pool beside dev's Karpenter pools.
@@ -110,6 +111,10 @@ def test_the_agent_add_on_and_the_check_come_with_gpu_pools(reserved):
     resources, _, _ = reserved
     agent = _one(resources, "aws:eks/addon:Addon", "addons-eks-node-monitoring-agent")
     assert json.loads(agent.inputs["configurationValues"]) == node_health.monitoring_agent_configuration()
+    # Pinned, with the dcgm-exporter whose DCGM client is the agent's host engine's release (infra/pins.py).
+    assert agent.inputs["addonVersion"] == NODE_MONITORING_AGENT_VERSION == "v1.6.7-eksbuild.1"
+    exporter = _one(resources, "kubernetes:helm.sh/v3:Release", "dcgm-exporter").inputs["values"]["image"]
+    assert exporter["tag"].split("-")[0] == DCGM_VERSION == "4.5.2"
     daemon_sets = {
         r.name for r in resources if r.type == "kubernetes:apps/v1:DaemonSet" and "check" in r.name
     }

@@ -12,6 +12,7 @@ from functools import cache
 import pytest
 
 from sim.contracts import HELM_PACKAGES
+from sim.helm_render import chart_name
 from tests.infra.dependency_graph import Node, build_graph, depends_on
 
 CLUSTER = "eks:index:Cluster"
@@ -64,7 +65,7 @@ def is_custom_resource(type_: str) -> bool:
 @cache
 def chart_crd_groups(chart: str, version: str) -> frozenset[str]:
     """The API groups of the CRDs a chart package installs (crds/ and templates/ alike)."""
-    package = HELM_PACKAGES / f"{chart.rsplit('/', 1)[-1]}-{version}.tgz"
+    package = HELM_PACKAGES / f"{chart_name(chart, version)}-{version}.tgz"
     if not package.exists():
         pytest.fail(f"{package} is missing: the ordering check reads the CRDs each pinned chart installs")
     groups = set()

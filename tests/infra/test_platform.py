@@ -75,7 +75,9 @@ def test_cluster_encrypts_secrets_with_a_rotating_key_and_logs_everything(stack)
 def test_prod_endpoint_admits_only_the_deployer_and_dev_public_endpoint_is_limited(dev, prod):
     prod_eks, dev_eks = prod.one("eks:index:Cluster").inputs, dev.one("eks:index:Cluster").inputs
     assert prod_eks["endpointPrivateAccess"] is True and prod_eks["endpointPublicAccess"] is True
-    assert prod_eks["publicAccessCidrs"] == ["198.51.100.7/32"] and "clusterTags" not in prod_eks
+    assert prod_eks["publicAccessCidrs"] == ["198.51.100.7/32"]
+    # Tagged with its creator (infra/platform/creator.py), not as deployed from the VPC.
+    assert set(prod_eks["clusterTags"]) == {"mlops-eks:cluster-creator"}
     assert dev_eks["endpointPublicAccess"] is True
     assert dev_eks["publicAccessCidrs"] == ["203.0.113.0/24"]
 
@@ -205,7 +207,8 @@ def test_reserved_a100_pool_has_efa_interfaces_in_one_placement_group_and_one_su
     interfaces = lt["networkInterfaces"]
     assert [i["networkCardIndex"] for i in interfaces] == [0, 1, 2, 3]
     assert {i["interfaceType"] for i in interfaces} == {"efa"} and interfaces[0]["deviceIndex"] == 0
-    assert groups["gpu-a100-reserved"]["subnetIds"] == ["network-private-0-id"]
+    # us-east-1b's: the first of the VPC's AZs EC2 offers p4d.24xlarge in (the mocks' OFFERINGS table).
+    assert groups["gpu-a100-reserved"]["subnetIds"] == ["network-private-1-id"]
     assert exports["accelerator_pools"]["a100-reserved"]["efa_interfaces"] == 4
 
 

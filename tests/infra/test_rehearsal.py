@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from typing import Any
 
 import pytest
+import yaml
 from pulumi.runtime import rpc
 
 from infra.config import stack_files
 from infra.contract import ACCELERATOR_LABEL
+from infra.platform.creator import CREATOR_TAG
 from infra.tools.rehearse import (
     FIRST_DEPLOYER,
     REPO,
@@ -25,7 +28,7 @@ from infra.tools.rehearse import (
     check_identities,
 )
 from infra.tools.synth import PlatformMocks
-from sim.pulumi.engine import Analyzer, Registration, RunResult, run_program
+from sim.pulumi.engine import Analyzer, CreateFailed, Registration, RunResult, run_program
 
 STACKS = ["dev", "prod", *stack_files.workload_stacks(REPO)]
 
@@ -37,16 +40,21 @@ def preview(
     stack: str = "dev",
     caller: str = FIRST_DEPLOYER,
     outputs: dict[str, dict] | None = None,
+    clusters: dict[str, dict[str, str]] | None = None,
+    update: bool = False,
+    legacy_backend: bool = False,
 ) -> RunResult:
-    """One `make preview` of the program alone (no policy pack) as `caller`."""
+    """One `make preview` (or with `update`, the update of `make up`) of the program alone (no policy pack)
+    as `caller`, in an account with the EKS `clusters` (name -> tags)."""
     return run_program(
         stack=stack,
-        preview=True,
+        preview=not update,
         config=values,
         secret_keys=secret_keys,
-        cloud=PlatformMocks("us-east-1", account_id=USER_ACCOUNT, caller_arn=caller),
+        cloud=PlatformMocks("us-east-1", account_id=USER_ACCOUNT, caller_arn=caller, clusters=clusters),
         stack_outputs=outputs or {},
         policy_pack=False,
+        legacy_backend=legacy_backend,
     )
 
 
@@ -162,7 +170,7 @@ def test_a_deployer_neither_creator_nor_admin_is_refused_before_anything_is_crea
     session, _ = rehearsal
     values, secret_keys = session.merged("dev", session.stack_config("dev")[0])
     stranger = f"arn:aws:sts::{USER_ACCOUNT}:assumed-role/someone-else/x"
-    result = preview(values, secret_keys, caller=stranger, outputs=session.outputs)
+    result = preview(values, secret_keys, caller=stranger, clusters=session.clusters)
     assert result.returncode != 0 and result.registrations == []
     assert any("is neither the cluster's creator" in e for e in result.errors), result.errors
 
@@ -225,27 +233,89 @@ def test_deploying_from_inside_the_vpc_is_refused_on_the_first_deploy_and_accept
     }
     values, secret_keys = session.merged("prod", config)
 
-    def from_runner(previous: dict) -> RunResult:
-        return preview(values, secret_keys, stack="prod", outputs={"organization/mlops-eks/prod": previous})
+    def from_runner(clusters: dict) -> RunResult:
+        return preview(values, secret_keys, stack="prod", clusters=clusters)
 
     first = from_runner({})
     assert first.registrations == []
     assert any("deployFromVpc" in e and "first deploy" in e for e in first.errors), first.errors
-    # After a first deploy from outside (the recorded outputs of the prod rehearsal), from the runner:
-    later = from_runner(session.outputs["organization/mlops-eks/prod"])
+    # After a first deploy from outside (the cluster the prod rehearsal created), from the runner:
+    later = from_runner({"mlops-eks-prod": session.clusters["mlops-eks-prod"]})
     assert later.returncode == 0, later.errors
     rules = [r for r in later.registrations if r.type == "aws:ec2/securityGroupRule:SecurityGroupRule"]
     assert [r.inputs["cidrBlocks"] for r in rules] == [["10.30.0.0/19"]]
 
 
-def test_a_stack_deployed_before_the_creator_was_recorded_records_its_next_deployer(rehearsal):
+ADMIN = f"arn:aws:sts::{USER_ACCOUNT}:assumed-role/platform-admin/ci"  # listed in adminPrincipalArns
+
+
+def test_a_cluster_created_before_the_creator_was_recorded_on_it_records_its_next_deployer(rehearsal):
     session, _ = rehearsal
     values, secret_keys = session.merged("dev", session.stack_config("dev")[0])
-    admin = f"arn:aws:sts::{USER_ACCOUNT}:assumed-role/platform-admin/ci"  # listed in adminPrincipalArns
-    legacy = {"organization/mlops-eks/dev": {"vpc_id": "vpc-0old", "cluster_name": "mlops-eks-dev"}}
-    result = preview(values, secret_keys, caller=admin, outputs=legacy)
+    untagged = {"mlops-eks-dev": {"Name": "cluster-eks-eksCluster"}}
+    result = preview(values, secret_keys, caller=ADMIN, clusters=untagged)
     assert result.returncode == 0, result.errors
-    assert any("no cluster_creator_arn recorded" in m for s, m in result.logs if s == "warning")
+    warnings = [m for s, m in result.logs if s == "warning"]
+    assert any(f"has no {CREATOR_TAG} tag: recording {ADMIN}" in m for m in warnings), warnings
+    (cluster,) = [r for r in result.registrations if r.type == "eks:index:Cluster"]
+    assert cluster.inputs["clusterTags"][CREATOR_TAG] == ADMIN
+
+
+class FailsAfterTheCluster(PlatformMocks):
+    """A first update that fails once EKS created the cluster: its first Helm release is refused."""
+
+    def created(self, typ, name, inputs):
+        if typ == "kubernetes:helm.sh/v3:Release":
+            raise CreateFailed(f"release {name}: context deadline exceeded")
+        return super().created(typ, name, inputs)
+
+
+def test_a_failed_first_update_keeps_its_creator_for_the_next_deployer_on_a_legacy_diy_backend(rehearsal):
+    """The first update fails after EKS created the cluster: the stack records no outputs. The next update
+    by a listed admin reads the creator from the cluster's tag (not outputs that were never written, and
+    through no `organization/project/stack` reference, which a DIY backend of the legacy layout refuses)."""
+    session, _ = rehearsal
+    values, secret_keys = session.merged("dev", session.stack_config("dev")[0])
+    clusters: dict[str, dict[str, str]] = {}
+    failing = FailsAfterTheCluster(
+        "us-east-1", account_id=USER_ACCOUNT, caller_arn=FIRST_DEPLOYER, clusters=clusters
+    )
+    first = run_program(
+        stack="dev",
+        preview=False,
+        config=values,
+        secret_keys=secret_keys,
+        cloud=failing,
+        stack_outputs={},
+        policy_pack=False,
+        legacy_backend=True,
+    )
+    assert first.returncode != 0 and any(
+        "context deadline exceeded" in e for e in [*first.errors, first.output]
+    )
+    assert clusters["mlops-eks-dev"][CREATOR_TAG] == FIRST_DEPLOYER
+    retry = preview(values, secret_keys, caller=ADMIN, clusters=clusters, update=True, legacy_backend=True)
+    assert retry.returncode == 0, retry.errors or retry.output[-2000:]
+    assert retry.outputs["cluster_creator_arn"] == FIRST_DEPLOYER
+    policy = next(
+        r.inputs["policy"] for r in retry.registrations if r.type.endswith("bucketPolicy:BucketPolicy")
+    )
+    assert "role/deployer" in json.dumps(policy), "the creator lost the bucket to the second deployer"
+
+
+def test_a_replaced_clusters_creator_is_read_from_the_cluster_not_the_stacks_old_record(rehearsal):
+    """EKS made the identity that created the new cluster its admin: listing it too would fail with a
+    duplicate
+    access entry. The check names the creator the cluster records, whatever the stack recorded before."""
+    session, _ = rehearsal
+    values, secret_keys = session.merged("dev", session.stack_config("dev")[0])
+    replaced = {"mlops-eks-dev": {CREATOR_TAG: ADMIN}}
+    old_record = {"organization/mlops-eks/dev": {"cluster_creator_arn": FIRST_DEPLOYER, "vpc_id": "vpc-0old"}}
+    result = preview(values, secret_keys, caller=ADMIN, clusters=replaced, outputs=old_record)
+    assert result.registrations == []
+    role = f"arn:aws:iam::{USER_ACCOUNT}:role/platform-admin"
+    problem = f"adminPrincipalArns[0]: '{role}' is the cluster's creator ({ADMIN})"
+    assert any(problem in e for e in result.errors), result.errors
 
 
 def test_a_mistyped_stack_is_refused_with_the_stack_it_resembles():
@@ -253,3 +323,74 @@ def test_a_mistyped_stack_is_refused_with_the_stack_it_resembles():
         RehearsalError, match=r"Pulumi\.dev-zimbd\.yaml \(did you mean dev-zimdb\?\); allowed: a stack"
     ):
         Rehearsal().run("dev-zimbd")
+
+
+# A URL in what the program registers is something a provider could fetch while previewing or updating.
+_URL = re.compile(r"\b(?:https?|git|oci|ssh|s3)://[^\s\"'\\]+|\bgit@[\w.-]+:[^\s\"'\\]+")
+# The URLs among the registrations no provider fetches, and why.
+NOT_FETCHED = {
+    r"^https?://[\w.-]+\.svc(?:\.cluster\.local)?(?::\d+)?(?:/|$)": "an in-cluster Service a pod calls "
+    "at run time (Kubecost's Prometheus)",
+    r"^https://\{host\}:\{port\}": "a template the startup GPU check fills in at run time with the API "
+    "server's in-cluster address",
+    r"^https://[\w.-]+\.eks\.amazonaws\.com/?$": "the cluster's API endpoint (kubeconfig): where the "
+    "Kubernetes provider deploys, not something it downloads",
+}
+
+
+def remote_references(registrations: list[Registration]) -> list[str]:
+    found = []
+    for r in registrations:
+        for url in sorted(set(_URL.findall(json.dumps(r.inputs)))):
+            if not any(re.match(allowed, url) for allowed in NOT_FETCHED):
+                found.append(f"{r.type} {r.name}: {url}")
+    return found
+
+
+def kustomize_remote_bases(registrations: list[Registration]) -> list[str]:
+    """Remote resources of the kustomizations the program installs: kustomize fetches them at each preview."""
+    found = []
+    pending = [
+        REPO / r.inputs["directory"] for r in registrations if r.type == "kubernetes:kustomize/v2:Directory"
+    ]
+    assert pending, "no kustomization to follow"
+    while pending:
+        directory = pending.pop()
+        kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+        for resource in kustomization.get("resources") or []:
+            if "://" in resource or resource.startswith("git@"):
+                found.append(f"{directory.relative_to(REPO)}: {resource}")
+            elif (directory / resource).is_dir():
+                pending.append(directory / resource)
+    return found
+
+
+def test_nothing_the_program_registers_names_a_remote_a_provider_fetches_at_deploy(rehearsal):
+    """Charts come from the vendored archives (infra/charts.py), images from ECR: no Helm repository, no
+    registry and no GitHub in any input of dev's and prod's updates."""
+    session, _ = rehearsal
+    for stack in ("dev", "prod"):
+        registrations = session.runs[(stack, "up")].registrations
+        assert remote_references(registrations) == [], stack
+        charts = [r.inputs["chart"] for r in registrations if r.type == "kubernetes:helm.sh/v3:Release"]
+        assert charts and all((REPO / c).is_file() for c in charts), charts
+    # The check finds what a provider would fetch.
+    helm_repo = Registration(
+        "u",
+        "kubernetes:helm.sh/v3:Release",
+        "x",
+        "",
+        True,
+        {"repositoryOpts": {"repo": "https://nvidia.github.io/k8s-device-plugin"}},
+        {},
+        [],
+        {},
+    )
+    assert remote_references([helm_repo]) == [
+        "kubernetes:helm.sh/v3:Release x: https://nvidia.github.io/k8s-device-plugin"
+    ]
+
+
+def test_no_kustomization_the_program_installs_builds_on_a_remote_base(rehearsal):
+    session, _ = rehearsal
+    assert kustomize_remote_bases(session.runs[("dev", "up")].registrations) == []

@@ -215,38 +215,14 @@ def test_the_trust_helper_is_pure_so_workloads_may_import_it():
     assert imported <= {"__future__", "typing"}, imported
 
 
-def test_s3_endpoint_admits_every_registry_bucket_nodes_pull_layers_from_in_the_region(stack):
-    """registry.k8s.io and quay.io redirect a caller inside AWS to an S3 bucket in its region
-    (infra/platform/registries.py): through the gateway endpoint, a bucket the policy does not admit is a 403
-    and the image never pulls."""
-    from infra.platform.registries import REGISTRIES
-
+def test_s3_endpoint_admits_ecrs_layer_bucket_read_only_and_no_other_registrys(stack):
+    """Every image a node pulls comes from ECR (infra/platform/registries.py), whose layers are in its S3
+    bucket of the region: through the gateway endpoint, a bucket the policy does not admit is a 403 and the
+    image never pulls; no other registry's bucket (registry.k8s.io's, Quay's) is admitted."""
     region = stack.config.region
     policy = json.loads(stack.one("aws:ec2/vpcEndpoint:VpcEndpoint").inputs["policy"])
-    buckets = {r.name: r.buckets(region) for r in REGISTRIES if r.path == "s3-endpoint-in-region"}
-    assert buckets["registry.k8s.io"] == [f"prod-registry-k8s-io-{region}"]
-    for registry, names in buckets.items():
-        for bucket in names:
-            blob = f"arn:aws:s3:::{bucket}/containers/images/sha256:0a1b"
-            assert _allowed_by_endpoint(policy, "s3:GetObject", blob, "aws"), f"{registry}: {bucket}"
-            assert not _allowed_by_endpoint(policy, "s3:PutObject", blob, "aws"), f"{registry}: {bucket}"
-
-
-@pytest.mark.parametrize(
-    ("region", "bucket"),
-    [
-        ("us-east-1", ("prod-registry-k8s-io-us-east-1", "us-east-1")),
-        ("eu-west-2", ("767373bbdcb8270361b96548387bf2a9ad0d48758c35-eu-west-2", "eu-west-2")),
-        ("ap-east-2", ("prod-registry-k8s-io-ap-east-1", "ap-east-1")),
-        ("me-south-1", ("prod-registry-k8s-io-me-central-1", "me-central-1")),
-        ("us-gov-west-1", None),
-    ],
-)
-def test_registry_k8s_io_bucket_by_region_follows_archeio(region, bucket):
-    """Cases of kubernetes/registry.k8s.io cmd/archeio/internal/app/buckets.go awsRegionToHostURL: a region
-    mapped to another region's bucket reaches it through the NAT, not the endpoint."""
-    from infra.platform.registries import endpoint_buckets, registry_k8s_io_bucket
-
-    assert registry_k8s_io_bucket(region) == bucket
-    k8s = [b for b in endpoint_buckets(region) if "registry-k8s-io" in b or b.endswith("-eu-west-2")]
-    assert k8s == ([bucket[0]] if bucket and bucket[1] == region else [])
+    blob = f"arn:aws:s3:::prod-{region}-starport-layer-bucket/a1b2/sha256:0a1b"
+    assert _allowed_by_endpoint(policy, "s3:GetObject", blob, "aws")
+    assert not _allowed_by_endpoint(policy, "s3:PutObject", blob, "aws")
+    for other in (f"prod-registry-k8s-io-{region}", "quayio-production-s3"):
+        assert not _allowed_by_endpoint(policy, "s3:GetObject", f"arn:aws:s3:::{other}/x", "aws"), other

@@ -22,6 +22,8 @@ from infra.addons import training_operator_v1
 from infra.addons.training import Training, TrainingArgs
 from infra.config.addons import AddonsConfig
 from infra.image_refs import image_problem
+from infra.platform.image_cache import ImageCache, ImageCacheArgs
+from infra.platform.registries import ImagePath
 from infra.tools.synth import stack_config
 from tests.conftest import synth_with_edges
 from tests.infra.dependency_graph import build_graph, depends_on
@@ -121,7 +123,10 @@ def _training(gang_scheduler: str) -> Training:
         {"training": {"trainingOperatorV1": True, "gangScheduler": gang_scheduler, "queues": [{"name": "a"}]}}
     )
     provider = k8s.Provider("k8s", kubeconfig="{}")
-    return Training("training", TrainingArgs(config=config.training, k8s_provider=provider))
+    path = ImagePath("123456789012", "us-east-1", "test")
+    key = "arn:aws:kms:us-east-1:123456789012:key/test"
+    images = ImageCache("image-cache", ImageCacheArgs(path=path, kms_key_arn=key, tags={}))
+    return Training("training", TrainingArgs(config=config.training, k8s_provider=provider, images=images))
 
 
 @pulumi.runtime.test

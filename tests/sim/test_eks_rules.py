@@ -151,12 +151,13 @@ def test_a_private_only_prod_deployed_from_the_vpc_passes_pulumi_eks_and_the_pro
         "mlops-eks:deployerCidrs": ["10.30.0.0/19"],
     }
     # An update from a runner inside the VPC (the first deploy cannot be: tests/infra/test_rehearsal.py).
-    _, registered, _ = synth("prod", values, previous_outputs={"vpc_id": "vpc-0prod"})
+    creator = {"mlops-eks:cluster-creator": "arn:aws:iam::123456789012:user/mock"}
+    _, registered, _ = synth("prod", values, clusters={"mlops-eks-prod": creator})
     resources = [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in registered]
     assert rules.violations(resources) == []
     cluster = _one(resources, rules.CLUSTER)["inputs"]
     assert cluster["endpointPublicAccess"] is False and "publicAccessCidrs" not in cluster
-    assert cluster["clusterTags"] == {"mlops-eks:deploy-from-vpc": "true"}
+    assert cluster["clusterTags"] == {**creator, "mlops-eks:deploy-from-vpc": "true"}
     prod_endpoint = next(r for r in EKS_POLICIES if r.name == "eks-prod-endpoint-deployer-only")
     assert prod_endpoint.violations(rules.CLUSTER, cluster, prod=True) == []
     untagged = {k: v for k, v in cluster.items() if k != "clusterTags"}

@@ -42,6 +42,7 @@ from infra.component_args import ComponentArgs, child_options
 from infra.config.addons import KarpenterConfig
 from infra.config.platform import GpuPoolConfig
 from infra.platform import pod_identity
+from infra.platform.image_cache import ImageCache
 
 NAMESPACE = "kube-system"
 SERVICE_ACCOUNT = "karpenter"
@@ -57,8 +58,10 @@ class KarpenterArgs(ComponentArgs):
     k8s_provider: k8s.Provider
     # Tags on the private subnets (karpenter.sh/discovery: <cluster>) and the cluster security group.
     subnet_tags: dict[str, str]
-    # The private subnets, in AZ order: an EFA pool's nodes launch into the first (node_pools.py).
+    # The private subnets, in AZ order, and the index of the one each EFA pool's nodes launch into: in
+    # the AZ that offers its instance types (infra/platform/zones.py).
     private_subnet_ids: pulumi.Output[Any] | Sequence[str] = ()
+    efa_subnet_index: dict[str, int] = {}
     security_group_id: pulumi.Output[str] | str
     partition: str = "aws"
     # Create a ServiceMonitor for the controller's metrics (needs the Prometheus Operator CRDs).
@@ -68,6 +71,7 @@ class KarpenterArgs(ComponentArgs):
     node_repair: bool = False
     gpu_check: bool = False
     tags: dict[str, str] = {}
+    images: ImageCache
 
 
 # After the grace period: the instances' termination and Karpenter's finalizer on the NodeClaims.
@@ -103,6 +107,10 @@ def karpenter_values(
     }
 
 
+def _item(index: int) -> Callable[[Any], str]:
+    return lambda ids: ids[index]
+
+
 def _group_name(pool: GpuPoolConfig) -> Callable[[str], str]:
     return lambda cluster: placement_group_name(cluster, pool)
 
@@ -135,6 +143,13 @@ class Karpenter(pulumi.ComponentResource):
                 policy_arn=f"arn:{args.partition}:iam::aws:policy/{managed}",
                 opts=aws_opts,
             )
+        # The node role fills the platform's image cache (infra/platform/image_cache.py).
+        aws.iam.RolePolicyAttachment(
+            f"{name}-node-image-cache",
+            role=self.node_role.name,
+            policy_arn=args.images.node_policy_arn,
+            opts=aws_opts,
+        )
         access_entry = aws.eks.AccessEntry(
             f"{name}-node",
             cluster_name=args.cluster_name,
@@ -241,6 +256,7 @@ class Karpenter(pulumi.ComponentResource):
             child_options(
                 self, opts, provider=args.k8s_provider, depends_on=[identity, access_entry, *attachments]
             ),
+            images=args.images,
         )
 
         facts_inputs = (args.cluster_name, self.node_role.name, args.subnet_tags, args.security_group_id)
@@ -292,8 +308,9 @@ class Karpenter(pulumi.ComponentResource):
                     opts=pulumi.ResourceOptions(parent=self),
                 )
                 self.placement_groups[pool.name] = group
-                first_subnet = pulumi.Output.from_input(args.private_subnet_ids).apply(lambda ids: ids[0])
-                node_class(gpu_node_class_name(pool), subnet_id=first_subnet, placement_group=group.name)
+                index = args.efa_subnet_index[pool.name]
+                subnet = pulumi.Output.from_input(args.private_subnet_ids).apply(_item(index))
+                node_class(gpu_node_class_name(pool), subnet_id=subnet, placement_group=group.name)
         if cfg.cpu_pool.enabled:
             node_class(CPU_NODE_CLASS)
 

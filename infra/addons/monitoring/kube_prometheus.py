@@ -34,6 +34,7 @@ from infra.addons.monitoring.dashboards import DASHBOARDS
 from infra.charts import release
 from infra.component_args import ComponentArgs, child_options
 from infra.config.addons import ObservabilityConfig
+from infra.platform.image_cache import ImageCache
 
 NAMESPACE = "monitoring"
 RELEASE = "kube-prometheus-stack"
@@ -161,6 +162,7 @@ class ObservabilityArgs(ComponentArgs):
     alert_receiver_secret: pulumi.Output[str] | str | None = None
     # Whether the startup GPU check is on (addons.nodeHealth.gpuCheck): its alert comes with it.
     gpu_check: bool = True
+    images: ImageCache
 
 
 class Observability(pulumi.ComponentResource):
@@ -236,6 +238,7 @@ class Observability(pulumi.ComponentResource):
                 args.config, storage_class=args.storage_class, gpu_check=args.gpu_check
             ),
             pulumi.ResourceOptions.merge(in_namespace, pulumi.ResourceOptions(depends_on=release_after)),
+            images=args.images,
             timeout_s=900,
         )
         monitor = training_metrics.pod_monitor(NAMESPACE)  # the trainer's /metrics on every training pod
@@ -256,6 +259,7 @@ class Observability(pulumi.ComponentResource):
 class MetricsServerArgs(ComponentArgs):
     k8s_provider: k8s.Provider
     service_monitor_after: pulumi.Resource | None = None
+    images: ImageCache
 
 
 class MetricsServer(pulumi.ComponentResource):
@@ -268,5 +272,6 @@ class MetricsServer(pulumi.ComponentResource):
             "kube-system",
             metrics_server_values(service_monitor=args.service_monitor_after is not None),
             child_options(self, opts, provider=args.k8s_provider, depends_on=after),
+            images=args.images,
         )
         self.register_outputs({})

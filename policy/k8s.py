@@ -11,6 +11,7 @@ from infra.accelerators import CATALOG
 from infra.image_refs import image_problem
 from policy import pod_security
 from policy.core import Resource, Rule, as_list, dig
+from policy.coverage import whole_number
 
 KUBERNETES = "kubernetes:"
 # Kinds whose pods run training code: they get the stricter pod rules (restricted's capabilities,
@@ -214,10 +215,12 @@ def check_image_pinned(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
 
 
 def _gpu_requests(resources: Any) -> set[str]:
+    """The GPU resources a container asks for: any count but zero (0, "0", or 0.0 as the engine sends
+    every number)."""
     wanted: set[str] = set()
     for section in ("requests", "limits"):
         for key, count in dig(resources, section, default={}).items():
-            if key in GPU_TAINTS and str(count) not in ("0", ""):
+            if key in GPU_TAINTS and count not in (None, "") and whole_number(count) != 0:
                 wanted.add(key)
     return wanted
 

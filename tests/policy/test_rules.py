@@ -9,6 +9,7 @@ import pytest
 
 from policy.core import Resource, evaluate
 from policy.pack import RULES, STACK_RULES
+from tests.policy.engine_path import violations
 
 RULE = {r.name: r for r in RULES}
 LOGS = ["api", "audit", "authenticator", "controllerManager", "scheduler"]
@@ -386,6 +387,13 @@ CASES = [
         pod(None, GPU, kind="PyTorchJob"),
     ),
     (
+        # The engine sends every number as a float: a request of 0 GPUs arrives as 0.0, and is none.
+        "k8s-gpu-requests-tolerate-taint",
+        "kubernetes:core/v1:Pod",
+        pod(None, {"resources": {"limits": {"nvidia.com/gpu": 0}}}),
+        pod(None, {"resources": {"limits": {"nvidia.com/gpu": "1"}}}),
+    ),
+    (
         "k8s-gpu-requests-tolerate-taint",
         "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob",
         {
@@ -502,6 +510,30 @@ CASES = [
         {"spec": {"podSelector": {}, "ingress": [{}]}},
     ),
     (
+        # Halves of the port range and of the address space, in separate rules, are the whole.
+        "k8s-no-allow-all-network-policy",
+        "kubernetes:networking.k8s.io/v1:NetworkPolicy",
+        {
+            "spec": {
+                "egress": [
+                    {"to": [{"ipBlock": {"cidr": "0.0.0.0/1"}}], "ports": [{"port": 1, "endPort": 32767}]},
+                    {"to": [{"ipBlock": {"cidr": "128.0.0.0/1"}}], "ports": [{"port": 1, "endPort": 65535}]},
+                ]
+            }
+        },
+        {
+            "spec": {
+                "egress": [
+                    {"to": [{"ipBlock": {"cidr": "0.0.0.0/1"}}], "ports": [{"port": 1, "endPort": 65535}]},
+                    {
+                        "to": [{"ipBlock": {"cidr": "128.0.0.0/1"}}],
+                        "ports": [{"port": 1, "endPort": 32767}, {"port": 32768, "endPort": 65535}],
+                    },
+                ]
+            }
+        },
+    ),
+    (
         "k8s-helm-values-no-privilege",
         "kubernetes:helm.sh/v3:Release",
         {"values": {"securityContext": {"runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}}},
@@ -516,8 +548,9 @@ CASES = [
     ids=[f"{c[0]}-{c[1].rsplit(':', 1)[-1]}-{i}" for i, c in enumerate(CASES)],
 )
 def test_rule_reports_bad_and_passes_good(rule, type_, good, bad):
-    assert RULE[rule].violations(type_, good) == []
-    assert RULE[rule].violations(type_, bad), f"{rule} missed {bad}"
+    """Through the engine's path (tests/policy/engine_path.py), as `pulumi up` hands the pack its inputs."""
+    assert violations(rule, type_, good) == []
+    assert violations(rule, type_, bad), f"{rule} missed {bad}"
 
 
 def test_every_rule_has_a_bad_case():

@@ -131,6 +131,7 @@ def build(config: PlatformConfig, stack: str, creator_arn: str | None = None) ->
             account_id=account_id,
             log_key_arn=key.arn,
             log_retention_days=config.log_retention,
+            session_manager=config.session_manager,
             tags=tags,
         ),
     )

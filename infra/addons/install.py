@@ -130,6 +130,7 @@ def install_addons(
                 service_monitor=observability is not None,
                 node_repair=config.node_health.karpenter_node_repair,
                 gpu_check=config.node_health.gpu_check,
+                session_manager=platform.config.session_manager,
                 tags=platform.tags,
             ),
             # With monitoring, the ServiceMonitor's CRD (the observability release) must exist first.

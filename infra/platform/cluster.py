@@ -20,7 +20,7 @@ import pulumi_kubernetes as k8s
 from infra.addons import node_health
 from infra.component_args import ComponentArgs, child_options
 from infra.config.cluster_rules import DEPLOY_FROM_VPC_TAG
-from infra.platform import keys, pod_identity
+from infra.platform import keys, pod_identity, session_manager
 
 LOG_TYPES = ["api", "audit", "authenticator", "controllerManager", "scheduler"]
 # EKS's own default service CIDR, set explicitly because custom-AMI nodes are told it at bootstrap.
@@ -45,13 +45,9 @@ fi
 """
 # The VPC CNI's service account (the vpc-cni add-on's DaemonSet aws-node runs as it).
 VPC_CNI_SERVICE_ACCOUNT = "aws-node"
-# No AmazonEKS_CNI_Policy: the VPC CNI has its own Pod Identity role (module docstring).
-NODE_POLICIES = (
-    "AmazonEKSWorkerNodePolicy",
-    "AmazonEC2ContainerRegistryReadOnly",
-    # Session Manager instead of SSH: no key pairs, no port 22.
-    "AmazonSSMManagedInstanceCore",
-)
+# No AmazonEKS_CNI_Policy: the VPC CNI has its own Pod Identity role (module docstring). Session Manager
+# (instead of SSH) is an inline policy of its own actions (infra/platform/session_manager.py).
+NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly")
 
 
 def assume_role_policy(service: str, actions: tuple[str, ...] = ("sts:AssumeRole",), **condition) -> str:
@@ -88,6 +84,8 @@ class ClusterArgs(ComponentArgs):
     # are kept.
     log_key_arn: pulumi.Output[str] | str
     log_retention_days: int
+    # Session Manager on the managed groups' nodes (infra/platform/session_manager.py).
+    session_manager: bool = True
     tags: dict[str, str]
 
 
@@ -123,6 +121,8 @@ class Cluster(pulumi.ComponentResource):
                 policy_arn=f"arn:{args.partition}:iam::aws:policy/{policy}",
                 opts=child,
             )
+        if args.session_manager:
+            session_manager.grant(f"{name}-node", self.node_role, child)
 
         # Created before the cluster: EKS would otherwise create the group itself, unencrypted and
         # never expiring, and then leave it behind on destroy.

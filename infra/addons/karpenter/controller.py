@@ -41,7 +41,7 @@ from infra.charts import release
 from infra.component_args import ComponentArgs, child_options
 from infra.config.addons import KarpenterConfig
 from infra.config.platform import GpuPoolConfig
-from infra.platform import pod_identity
+from infra.platform import pod_identity, session_manager
 
 NAMESPACE = "kube-system"
 SERVICE_ACCOUNT = "karpenter"
@@ -67,6 +67,8 @@ class KarpenterArgs(ComponentArgs):
     # NVIDIA NodePools (infra/addons/gpu_node_check.py).
     node_repair: bool = False
     gpu_check: bool = False
+    # Session Manager on Karpenter's nodes (infra/platform/session_manager.py).
+    session_manager: bool = True
     tags: dict[str, str] = {}
 
 
@@ -135,6 +137,8 @@ class Karpenter(pulumi.ComponentResource):
                 policy_arn=f"arn:{args.partition}:iam::aws:policy/{managed}",
                 opts=aws_opts,
             )
+        if args.session_manager:
+            session_manager.grant(f"{name}-node", self.node_role, aws_opts)
         access_entry = aws.eks.AccessEntry(
             f"{name}-node",
             cluster_name=args.cluster_name,

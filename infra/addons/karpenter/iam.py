@@ -263,9 +263,7 @@ def node_trust_policy() -> dict[str, Any]:
     }
 
 
-# No AmazonEKS_CNI_Policy: the VPC CNI has its own Pod Identity role (infra/platform/cluster.py).
-NODE_MANAGED_POLICIES = (
-    "AmazonEKSWorkerNodePolicy",
-    "AmazonEC2ContainerRegistryPullOnly",
-    "AmazonSSMManagedInstanceCore",
-)
+# No AmazonEKS_CNI_Policy: the VPC CNI has its own Pod Identity role (infra/platform/cluster.py). No
+# AmazonSSMManagedInstanceCore (the reference's): Session Manager gets an inline policy of its own actions
+# (infra/platform/session_manager.py).
+NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly")

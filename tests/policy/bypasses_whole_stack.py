@@ -1,0 +1,404 @@
+"""Ways around the guardrails that only a reading of meaning or of the whole stack catches: grants split
+over policies, patterns or rules that add up to everything, wildcards in the values that should pin a
+caller, tags the holder may set, pods found by their fields, Helm values however given, and the classes of
+resources the pack did not look at. Each attempt is a stack (one resource or several, linked by the
+engine's property dependencies, sometimes with the values a first preview does not know yet) that the
+named policy must report; each SECURE entry is a stack it must pass. Both run through the engine's path
+(tests/policy/engine_path.py)."""
+
+from __future__ import annotations
+
+import json
+import string
+from typing import Any, NamedTuple
+
+from policy.core import Resource
+from tests.policy.engine_path import UNKNOWN
+
+ACCOUNT = "111122223333"
+ROLE = "aws:iam/role:Role"
+POLICY = "aws:iam/policy:Policy"
+ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
+ATTACHMENT = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
+BUCKET_POLICY = "aws:s3/bucketPolicy:BucketPolicy"
+KMS_KEY = "aws:kms/key:Key"
+SECRET_POLICY = "aws:secretsmanager/secretPolicy:SecretPolicy"
+ECR_POLICY = "aws:ecr/repositoryPolicy:RepositoryPolicy"
+
+
+class Attempt(NamedTuple):
+    policy: str
+    what: str
+    resources: tuple[Resource, ...]
+    prod: bool = False
+
+
+def doc(*statements: dict[str, Any]) -> str:
+    return json.dumps({"Version": "2012-10-17", "Statement": list(statements)})
+
+
+def allow(action: Any, resource: Any = "*", **extra: Any) -> dict[str, Any]:
+    return {"Effect": "Allow", "Action": action, "Resource": resource, **extra}
+
+
+def one(type_: str, inputs: dict[str, Any], name: str = "r") -> tuple[Resource, ...]:
+    return (Resource(type=type_, name=name, inputs=inputs),)
+
+
+def role(name: str = "builder", **inputs: Any) -> Resource:
+    trust = doc(
+        {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}
+    )
+    return Resource(type=ROLE, name=name, inputs={"assumeRolePolicy": trust, **inputs})
+
+
+def role_policy(name: str, document: str, role_name: str = "builder", preview: bool = False) -> Resource:
+    """An inline policy of `role_name`; in a preview its role's name is not known yet, only the
+    dependency the engine records."""
+    inputs = {"role": UNKNOWN if preview else role_name, "policy": document}
+    return Resource(type=ROLE_POLICY, name=name, inputs=inputs, deps={"role": [role_name]})
+
+
+def policy(resource_name: str, document: str, **inputs: Any) -> Resource:
+    return Resource(type=POLICY, name=resource_name, inputs={"policy": document, **inputs})
+
+
+def attachment(name: str, policy_name: str, role_name: str = "builder") -> Resource:
+    inputs = {"role": UNKNOWN, "policyArn": UNKNOWN}
+    return Resource(
+        type=ATTACHMENT, name=name, inputs=inputs, deps={"role": [role_name], "policyArn": [policy_name]}
+    )
+
+
+def managed(name: str, policy_name: str, role_name: str = "builder") -> Resource:
+    inputs = {"role": role_name, "policyArn": f"arn:aws:iam::aws:policy/{policy_name}"}
+    return Resource(type=ATTACHMENT, name=name, inputs=inputs)
+
+
+TLS_ONLY = {
+    "Effect": "Deny",
+    "Principal": "*",
+    "Action": "s3:*",
+    "Resource": ["arn:aws:s3:::b", "arn:aws:s3:::b/*"],
+    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+}
+
+
+def public(condition: dict[str, Any], action: str = "*") -> dict[str, Any]:
+    return {"Effect": "Allow", "Principal": "*", "Action": action, "Resource": "*", "Condition": condition}
+
+
+def trust(condition: dict[str, Any]) -> dict[str, Any]:
+    statement = {
+        "Effect": "Allow",
+        "Principal": {"AWS": "*"},
+        "Action": "sts:AssumeRole",
+        "Condition": condition,
+    }
+    return {"assumeRolePolicy": doc(statement)}
+
+
+NAME_CHARS = sorted(set(string.ascii_letters + string.digits + "+=,.@_-/:"))
+ROLES = f"arn:aws:iam::{ACCOUNT}:role/"
+EVERY_ROLE_BY_PREFIX = [f"{ROLES}{ch}*" for ch in NAME_CHARS]
+HALF = len(EVERY_ROLE_BY_PREFIX) // 2
+# ec2:ModifyInstanceAttribute, then a stop and a start, runs new user data as the instance's role.
+USER_DATA = ["ec2:ModifyInstanceAttribute"]
+RESTART = ["ec2:StopInstances", "ec2:StartInstances"]
+
+IAM_ATTEMPTS: tuple[Attempt, ...] = (
+    Attempt(
+        "iam-no-star-on-star",
+        "PassRole over prefixes that together name every role",
+        one(POLICY, {"policy": doc(allow("iam:PassRole", EVERY_ROLE_BY_PREFIX))}),
+    ),
+    Attempt(
+        "iam-no-star-on-star",
+        "PassRole on role/? and role/??*: every name of one character and of more",
+        one(POLICY, {"policy": doc(allow("iam:PassRole", [f"{ROLES}?", f"{ROLES}??*"]))}),
+    ),
+    Attempt(
+        "iam-no-star-on-star",
+        "s3:GetObjectVersion on every object",
+        one(POLICY, {"policy": doc(allow("s3:GetObjectVersion"))}),
+    ),
+    Attempt(
+        "iam-no-star-on-star",
+        "ssm:GetParameterHistory on every parameter",
+        one(POLICY, {"policy": doc(allow("ssm:GetParameterHistory"))}),
+    ),
+    Attempt(
+        "iam-no-star-on-star",
+        "reads narrowed by a tag the holder may set itself",
+        one(
+            POLICY,
+            {
+                "policy": doc(
+                    allow("s3:GetObject", Condition={"StringEquals": {"aws:ResourceTag/team": "a"}}),
+                    allow("s3:PutObjectTagging"),
+                )
+            },
+        ),
+    ),
+    Attempt(
+        "iam-no-star-on-star",
+        "AmazonS3ReadOnlyAccess attached (reads every object)",
+        one(ATTACHMENT, {"role": "r", "policyArn": "arn:aws:iam::aws:policy/AmazonS3ReadOnlyAccess"}),
+    ),
+    Attempt(
+        "iam-no-star-on-star",
+        "ReadOnlyAccess in managedPolicyArns",
+        one(ROLE, {"managedPolicyArns": ["arn:aws:iam::aws:policy/ReadOnlyAccess"]}),
+    ),
+    Attempt(
+        "iam-no-star-on-star",
+        "AmazonSSMFullAccess through an exclusive attachment",
+        one(
+            "aws:iam/rolePolicyAttachmentsExclusive:RolePolicyAttachmentsExclusive",
+            {"roleName": "r", "policyArns": ["arn:aws:iam::aws:policy/AmazonSSMFullAccess"]},
+        ),
+    ),
+    Attempt(
+        "iam-no-star-on-star",
+        "AmazonSSMManagedInstanceCore (ssm:GetParameter on every parameter)",
+        one(ATTACHMENT, {"role": "r", "policyArn": "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"}),
+    ),
+    Attempt(
+        "iam-principal-no-escalation",
+        "an escalation path split over two inline policies of one role (a preview: names unknown)",
+        (
+            role(),
+            role_policy("a", doc(allow(USER_DATA)), preview=True),
+            role_policy("b", doc(allow(RESTART))),
+        ),
+    ),
+    Attempt(
+        "iam-principal-no-escalation",
+        "PassRole prefixes split over two customer managed policies",
+        (
+            role(),
+            policy("first", doc(allow("iam:PassRole", EVERY_ROLE_BY_PREFIX[:HALF]))),
+            policy("second", doc(allow("iam:PassRole", EVERY_ROLE_BY_PREFIX[HALF:]))),
+            attachment("first", "first"),
+            attachment("second", "second"),
+        ),
+    ),
+    Attempt(
+        "iam-principal-no-escalation",
+        "the rest of a path in an AWS managed policy beside an inline one",
+        (
+            role(),
+            role_policy("a", doc(allow(USER_DATA))),
+            managed("m", "AWSQuickSetupStartStopInstancesExecutionPolicy"),
+        ),
+    ),
+    Attempt(
+        "iam-principal-no-escalation",
+        "a policy that may rewrite itself (CreatePolicyVersion on policy/mlops-*)",
+        (
+            role(),
+            policy(
+                "ci",
+                doc(
+                    allow(
+                        ["iam:CreatePolicyVersion", "iam:SetDefaultPolicyVersion"],
+                        f"arn:aws:iam::{ACCOUNT}:policy/mlops-*",
+                    )
+                ),
+                name="mlops-ci",
+            ),
+            attachment("ci", "ci"),
+        ),
+    ),
+    Attempt(
+        "iam-principal-no-escalation",
+        "a loose policy that may rewrite itself, auto-named",
+        (
+            policy(
+                "mlops-deployer",
+                doc(allow("iam:CreatePolicyVersion", f"arn:aws:iam::{ACCOUNT}:policy/mlops-*")),
+            ),
+        ),
+    ),
+    Attempt(
+        "iam-principal-no-escalation",
+        "PutRolePolicy on its own role",
+        (
+            role(),
+            role_policy("self", doc(allow("iam:PutRolePolicy", f"arn:aws:iam::{ACCOUNT}:role/builder"))),
+        ),
+    ),
+    Attempt(
+        "iam-principal-no-escalation",
+        "AttachRolePolicy on its own role, named by a prefix",
+        (
+            role("deployer", namePrefix="ci-"),
+            role_policy(
+                "self", doc(allow("iam:AttachRolePolicy", f"arn:aws:iam::{ACCOUNT}:role/ci-*")), "deployer"
+            ),
+        ),
+    ),
+)
+
+PIN_ATTEMPTS: tuple[Attempt, ...] = (
+    Attempt(
+        "resource-policy-not-public",
+        "bucket policy for every organization (o-*)",
+        one(
+            BUCKET_POLICY,
+            {"bucket": "b", "policy": doc(public({"StringLike": {"aws:PrincipalOrgID": "o-*"}}))},
+        ),
+    ),
+    Attempt(
+        "resource-policy-not-public",
+        "KMS key for every VPC endpoint (vpce-*)",
+        one(KMS_KEY, {"policy": doc(public({"StringLike": {"aws:SourceVpce": "vpce-*"}}))}),
+    ),
+    Attempt(
+        "resource-policy-not-public",
+        "secret for every role session (AROA*)",
+        one(
+            SECRET_POLICY, {"secretArn": "s", "policy": doc(public({"StringLike": {"aws:userid": "AROA*"}}))}
+        ),
+    ),
+    Attempt(
+        "resource-policy-not-public",
+        "ECR repository for every AWS principal (arn:aws:*)",
+        one(
+            ECR_POLICY,
+            {"repository": "r", "policy": doc(public({"ArnLike": {"aws:PrincipalArn": "arn:aws:*"}}))},
+        ),
+    ),
+    Attempt(
+        "resource-policy-not-public",
+        "ForAllValues over an org id the anonymous caller does not carry",
+        one(
+            BUCKET_POLICY,
+            {
+                "bucket": "b",
+                "policy": doc(public({"ForAllValues:StringEquals": {"aws:PrincipalOrgID": "o-a1b2c3d4e5"}})),
+            },
+        ),
+    ),
+    Attempt(
+        "iam-trust-not-open",
+        "trust for every account's roles (arn:aws:iam::*:role/*)",
+        one(ROLE, trust({"ArnLike": {"aws:PrincipalArn": "arn:aws:iam::*:role/*"}})),
+    ),
+    Attempt(
+        "iam-trust-not-open",
+        "trust for every organization path (o-*/*)",
+        one(ROLE, trust({"ForAnyValue:StringLike": {"aws:PrincipalOrgPaths": "o-*/*"}})),
+    ),
+)
+
+ATTEMPTS: tuple[Attempt, ...] = IAM_ATTEMPTS + PIN_ATTEMPTS
+
+
+class Secure(NamedTuple):
+    what: str
+    resources: tuple[Resource, ...]
+    prod: bool = False
+
+
+SECURE: tuple[Secure, ...] = (
+    Secure(
+        "PassRole on one named role",
+        one(POLICY, {"policy": doc(allow("iam:PassRole", f"{ROLES}mlops-node"))}),
+    ),
+    Secure(
+        "PassRole on most prefixes but not all",
+        one(POLICY, {"policy": doc(allow("iam:PassRole", EVERY_ROLE_BY_PREFIX[1:]))}),
+    ),
+    Secure(
+        "reads of one bucket's prefix",
+        one(
+            POLICY,
+            {"policy": doc(allow(["s3:GetObject", "s3:GetObjectVersion"], "arn:aws:s3:::mlops-data/jobs/*"))},
+        ),
+    ),
+    Secure(
+        "reads narrowed by a tag the holder cannot set",
+        one(
+            POLICY,
+            {"policy": doc(allow("s3:GetObject", Condition={"StringEquals": {"aws:ResourceTag/team": "a"}}))},
+        ),
+    ),
+    Secure(
+        "a role whose two policies form no path",
+        (
+            role(),
+            role_policy("a", doc(allow(USER_DATA))),
+            role_policy("b", doc(allow("ec2:DescribeInstances"))),
+        ),
+    ),
+    Secure(
+        "a policy that manages other policies, not itself",
+        (
+            role(),
+            policy(
+                "ci",
+                doc(allow("iam:CreatePolicyVersion", f"arn:aws:iam::{ACCOUNT}:policy/app-*")),
+                name="ci-admin",
+            ),
+            attachment("ci", "ci"),
+        ),
+    ),
+    Secure(
+        "PutRolePolicy on another role only",
+        (
+            role(),
+            role_policy("other", doc(allow("iam:PutRolePolicy", f"arn:aws:iam::{ACCOUNT}:role/app-runner"))),
+        ),
+    ),
+    Secure(
+        "bucket policy pinned to one organization",
+        one(
+            BUCKET_POLICY,
+            {
+                "bucket": "b",
+                "policy": doc(TLS_ONLY, public({"StringEquals": {"aws:PrincipalOrgID": "o-a1b2c3d4e5"}})),
+            },
+        ),
+    ),
+    Secure(
+        "ForAllValues with the key demanded by a Null condition",
+        one(
+            BUCKET_POLICY,
+            {
+                "bucket": "b",
+                "policy": doc(
+                    TLS_ONLY,
+                    public(
+                        {
+                            "ForAllValues:StringEquals": {"aws:PrincipalOrgID": "o-a1b2c3d4e5"},
+                            "Null": {"aws:PrincipalOrgID": "false"},
+                        }
+                    ),
+                ),
+            },
+        ),
+    ),
+    Secure(
+        "trust for one account's roles",
+        one(ROLE, trust({"ArnLike": {"aws:PrincipalArn": f"arn:aws:iam::{ACCOUNT}:role/*"}})),
+    ),
+    Secure(
+        "secret for one role's sessions",
+        one(
+            SECRET_POLICY,
+            {"secretArn": "s", "policy": doc(public({"StringLike": {"aws:userid": "AROAEXAMPLEID:*"}}))},
+        ),
+    ),
+    Secure(
+        "Session Manager's own permissions on a node role",
+        (
+            role("node"),
+            role_policy(
+                "ssm",
+                doc(allow(["ssm:UpdateInstanceInformation", "ssmmessages:CreateControlChannel"])),
+                "node",
+            ),
+        ),
+    ),
+)

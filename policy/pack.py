@@ -43,7 +43,7 @@ RULES: tuple[Rule, ...] = (
     *helm_values.RULES,
     *placeholders.RULES,
 )
-STACK_RULES: tuple[StackRule, ...] = (*storage.STACK_RULES, *iam.STACK_RULES)
+STACK_RULES: tuple[StackRule, ...] = (*storage.STACK_RULES, *iam.STACK_RULES, *network.STACK_RULES)
 
 
 def _prod(stack_tags: Mapping[str, str]) -> bool:

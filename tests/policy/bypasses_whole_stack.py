@@ -292,7 +292,144 @@ PIN_ATTEMPTS: tuple[Attempt, ...] = (
     ),
 )
 
-ATTEMPTS: tuple[Attempt, ...] = IAM_ATTEMPTS + PIN_ATTEMPTS
+NACL = "aws:ec2/networkAcl:NetworkAcl"
+NACL_RULE = "aws:ec2/networkAclRule:NetworkAclRule"
+SG_RULE = "aws:ec2/securityGroupRule:SecurityGroupRule"
+PREFIX_LIST = "aws:ec2/managedPrefixList:ManagedPrefixList"
+NETPOL = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+
+
+def acl_entry(rule_no: int, action: str, cidr: str, low: int = 22, high: int = 22) -> dict[str, Any]:
+    return {
+        "ruleNo": rule_no,
+        "action": action,
+        "protocol": "tcp",
+        "fromPort": low,
+        "toPort": high,
+        "cidrBlock": cidr,
+    }
+
+
+def prefix_list(*cidrs: str) -> Resource:
+    entries = [{"cidr": c} for c in cidrs]
+    return Resource(
+        type=PREFIX_LIST, name="office", inputs={"name": "office", "maxEntries": 5, "entries": entries}
+    )
+
+
+def ssh_from_prefix_list(preview: bool = True) -> Resource:
+    inputs = {"type": "ingress", "protocol": "tcp", "fromPort": 22, "toPort": 22, "securityGroupId": "sg-1"}
+    inputs["prefixListIds"] = [UNKNOWN if preview else "office-id"]
+    return Resource(type=SG_RULE, name="ssh", inputs=inputs, deps={"prefixListIds": ["office"]})
+
+
+def netpol(direction: str, *rules: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "n", "namespace": "team-a"},
+        "spec": {"podSelector": {}, direction: list(rules)},
+    }
+
+
+NETWORK_ATTEMPTS: tuple[Attempt, ...] = (
+    Attempt(
+        "network-no-internet-admin-ports",
+        "a network ACL that admits SSH from everywhere",
+        one(NACL, {"vpcId": "vpc-1", "ingress": [acl_entry(100, "allow", "0.0.0.0/0")]}),
+    ),
+    Attempt(
+        "network-no-internet-admin-ports",
+        "a NetworkAclRule for ports 1024-65535 (RDP among them) from the internet",
+        one(
+            NACL_RULE,
+            {
+                "networkAclId": "acl-1",
+                "ruleNumber": 100,
+                "egress": False,
+                "ruleAction": "allow",
+                "protocol": "6",
+                "fromPort": 1024,
+                "toPort": 65535,
+                "cidrBlock": "0.0.0.0/0",
+            },
+        ),
+    ),
+    Attempt(
+        "network-no-internet-admin-ports",
+        "an ACL deny that comes after the allow it should stop",
+        one(
+            NACL,
+            {
+                "vpcId": "vpc-1",
+                "ingress": [acl_entry(100, "allow", "0.0.0.0/0"), acl_entry(200, "deny", "0.0.0.0/0")],
+            },
+        ),
+    ),
+    Attempt(
+        "network-default-security-group-closed",
+        "the default security group left open inside the VPC",
+        one(
+            "aws:ec2/defaultSecurityGroup:DefaultSecurityGroup",
+            {"vpcId": "vpc-1", "ingress": [{"protocol": "-1", "fromPort": 0, "toPort": 0, "self": True}]},
+        ),
+    ),
+    Attempt(
+        "network-prefix-lists-not-internet",
+        "SSH from a prefix list holding the internet in halves (a preview: its id unknown)",
+        (prefix_list("0.0.0.0/1", "128.0.0.0/1"), ssh_from_prefix_list()),
+    ),
+    Attempt(
+        "network-prefix-lists-not-internet",
+        "SSH from a prefix list the stack does not define",
+        (
+            Resource(
+                type=SG_RULE,
+                name="ssh",
+                inputs={**ssh_from_prefix_list(False).inputs, "prefixListIds": ["pl-0123"]},
+            ),
+        ),
+    ),
+    Attempt(
+        "k8s-no-allow-all-network-policy",
+        "egress to everyone on ports split over two rules",
+        one(
+            NETPOL,
+            netpol(
+                "egress",
+                {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"port": 1, "endPort": 32767}]},
+                {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"port": 32768, "endPort": 65535}]},
+            ),
+        ),
+    ),
+    Attempt(
+        "k8s-no-allow-all-network-policy",
+        "ingress from the internet in halves, one peer each",
+        one(
+            NETPOL,
+            netpol(
+                "ingress",
+                {"from": [{"ipBlock": {"cidr": "0.0.0.0/1"}}, {"ipBlock": {"cidr": "128.0.0.0/1"}}]},
+            ),
+        ),
+    ),
+    Attempt(
+        "k8s-no-allow-all-network-policy",
+        "an exception given back by a second block",
+        one(
+            NETPOL,
+            netpol(
+                "egress",
+                {
+                    "to": [
+                        {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8"]}},
+                        {"ipBlock": {"cidr": "10.0.0.0/8"}},
+                    ]
+                },
+            ),
+        ),
+    ),
+)
+
+ATTEMPTS: tuple[Attempt, ...] = IAM_ATTEMPTS + PIN_ATTEMPTS + NETWORK_ATTEMPTS
 
 
 class Secure(NamedTuple):
@@ -302,6 +439,52 @@ class Secure(NamedTuple):
 
 
 SECURE: tuple[Secure, ...] = (
+    Secure(
+        "an ACL whose lower-numbered deny stops SSH from the internet",
+        one(
+            NACL,
+            {
+                "vpcId": "vpc-1",
+                "ingress": [acl_entry(90, "deny", "0.0.0.0/0"), acl_entry(100, "allow", "0.0.0.0/0")],
+            },
+        ),
+    ),
+    Secure(
+        "an ACL that admits SSH from the office only, HTTPS from everywhere",
+        one(
+            NACL,
+            {
+                "vpcId": "vpc-1",
+                "ingress": [
+                    acl_entry(100, "allow", "100.64.7.0/24"),
+                    acl_entry(110, "allow", "0.0.0.0/0", 443, 443),
+                ],
+            },
+        ),
+    ),
+    Secure(
+        "the default security group closed",
+        one(
+            "aws:ec2/defaultSecurityGroup:DefaultSecurityGroup",
+            {"vpcId": "vpc-1", "ingress": [], "egress": []},
+        ),
+    ),
+    Secure(
+        "SSH from a prefix list holding the office", (prefix_list("100.64.7.0/24"), ssh_from_prefix_list())
+    ),
+    Secure(
+        "egress to HTTPS outside private space (a job namespace's)",
+        one(
+            NETPOL,
+            netpol(
+                "egress",
+                {
+                    "to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8", "172.16.0.0/12"]}}],
+                    "ports": [{"port": 443, "protocol": "TCP"}],
+                },
+            ),
+        ),
+    ),
     Secure(
         "PassRole on one named role",
         one(POLICY, {"policy": doc(allow("iam:PassRole", f"{ROLES}mlops-node"))}),

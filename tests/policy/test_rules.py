@@ -534,6 +534,15 @@ CASES = [
         },
     ),
     (
+        "network-default-security-group-closed",
+        "aws:ec2/defaultSecurityGroup:DefaultSecurityGroup",
+        {"vpcId": "vpc-1", "ingress": [], "egress": []},
+        {
+            "vpcId": "vpc-1",
+            "egress": [{"protocol": "-1", "fromPort": 0, "toPort": 0, "cidrBlocks": ["0.0.0.0/0"]}],
+        },
+    ),
+    (
         "k8s-helm-values-no-privilege",
         "kubernetes:helm.sh/v3:Release",
         {"values": {"securityContext": {"runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}}},

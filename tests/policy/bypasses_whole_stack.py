@@ -429,7 +429,147 @@ NETWORK_ATTEMPTS: tuple[Attempt, ...] = (
     ),
 )
 
-ATTEMPTS: tuple[Attempt, ...] = IAM_ATTEMPTS + PIN_ATTEMPTS + NETWORK_ATTEMPTS
+RELEASE = "kubernetes:helm.sh/v3:Release"
+ASSET_SIG = {"4dabf18193072939515e22adb298388d": "c44067f5952c0a294b673a41bacd8c17"}
+IMAGE = "1.dkr.ecr.us-east-1.amazonaws.com/x:1"
+
+
+def kind(api: str, kind_: str, spec: dict[str, Any]) -> tuple[Resource, ...]:
+    group, _, version = api.rpartition("/")
+    token = f"kubernetes:{group or 'core'}/{version}:{kind_}"
+    return one(
+        token,
+        {"apiVersion": api, "kind": kind_, "metadata": {"name": "w", "namespace": "team-a"}, "spec": spec},
+    )
+
+
+def runtime_patch(pod_patch: dict[str, Any]) -> dict[str, Any]:
+    """A TrainJob's spec whose runtime patch sets pod fields and repeats no container."""
+    replicated = {"name": "node", "template": {"spec": {"template": {"spec": pod_patch}}}}
+    patch = {"manager": "x", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [replicated]}}}}
+    return {"runtimeRef": {"name": "torch"}, "trainer": {"image": IMAGE}, "runtimePatches": [patch]}
+
+
+def release(**inputs: Any) -> tuple[Resource, ...]:
+    return one(RELEASE, {"chart": "c", "version": "1.0.0", **inputs})
+
+
+POD_ATTEMPTS: tuple[Attempt, ...] = (
+    Attempt(
+        "k8s-no-privileged-containers",
+        "a DeploymentPatch that turns on hostNetwork without repeating containers",
+        one(
+            "kubernetes:apps/v1:DeploymentPatch",
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "coredns", "namespace": "kube-system"},
+                "spec": {"template": {"spec": {"hostNetwork": True}}},
+            },
+        ),
+    ),
+    Attempt(
+        "k8s-training-run-as-non-root",
+        "a TrainJob runtime patch that runs the pod as root",
+        kind(
+            "trainer.kubeflow.org/v1alpha1", "TrainJob", runtime_patch({"securityContext": {"runAsUser": 0}})
+        ),
+    ),
+    Attempt(
+        "k8s-training-no-host-namespaces",
+        "a TrainJob runtime patch that shares the node's PID namespace",
+        kind("trainer.kubeflow.org/v1alpha1", "TrainJob", runtime_patch({"hostPID": True})),
+    ),
+    Attempt(
+        "k8s-training-run-as-non-root",
+        "a StatefulSetPatch that sets UID 0 on the pod",
+        one(
+            "kubernetes:apps/v1:StatefulSetPatch",
+            {
+                "apiVersion": "apps/v1",
+                "kind": "StatefulSet",
+                "metadata": {"name": "s"},
+                "spec": {"template": {"spec": {"securityContext": {"runAsUser": 0}}}},
+            },
+        ),
+    ),
+    Attempt(
+        "k8s-no-privileged-containers",
+        "an Argo template's container: privileged",
+        kind(
+            "argoproj.io/v1alpha1",
+            "Workflow",
+            {
+                "entrypoint": "main",
+                "templates": [
+                    {"name": "main", "container": {"image": IMAGE, "securityContext": {"privileged": True}}}
+                ],
+            },
+        ),
+    ),
+    Attempt(
+        "k8s-no-privileged-containers",
+        "an Argo template's hostPath volume beside its script",
+        kind(
+            "argoproj.io/v1alpha1",
+            "WorkflowTemplate",
+            {
+                "templates": [
+                    {
+                        "name": "main",
+                        "script": {"image": IMAGE, "source": "id"},
+                        "volumes": [{"name": "root", "hostPath": {"path": "/"}}],
+                    }
+                ]
+            },
+        ),
+    ),
+    Attempt(
+        "k8s-no-privileged-containers",
+        "an Argo podSpecPatch string",
+        kind("argoproj.io/v1alpha1", "Workflow", {"podSpecPatch": "hostNetwork: true\n", "templates": []}),
+    ),
+    Attempt(
+        "k8s-helm-values-no-privilege",
+        "privileged through a valueYamlFiles text asset",
+        release(valueYamlFiles=[{**ASSET_SIG, "text": "securityContext:\n  privileged: true\n"}]),
+    ),
+    Attempt(
+        "k8s-helm-values-no-privilege",
+        "privileged through a valueYamlFiles file",
+        release(valueYamlFiles=[{**ASSET_SIG, "path": "tests/policy/data/privileged-values.yaml"}]),
+    ),
+    Attempt(
+        "k8s-helm-values-no-privilege",
+        "a valueYamlFiles file that is not there (cannot be judged)",
+        release(valueYamlFiles=[{**ASSET_SIG, "path": "values/missing.yaml"}]),
+    ),
+    Attempt(
+        "k8s-helm-values-no-privilege",
+        "a privileged sidecar in a YAML string the chart passes through tpl",
+        release(values={"extraContainers": "- name: x\n  securityContext:\n    privileged: true\n"}),
+    ),
+    Attempt(
+        "k8s-helm-values-no-privilege",
+        'hostNetwork: "true" (Helm renders the string as true)',
+        release(values={"hostNetwork": "true"}),
+    ),
+    Attempt(
+        "k8s-helm-values-no-privilege",
+        'runAsUser: "0" as a string',
+        release(values={"securityContext": {"runAsUser": "0"}}),
+    ),
+    Attempt(
+        "k8s-helm-values-no-privilege",
+        "imageTag: latest",
+        release(values={"controller": {"imageTag": "latest"}}),
+    ),
+    Attempt(
+        "k8s-helm-values-no-privilege", "image: repo:main", release(values={"image": "ghcr.io/o/x:main"})
+    ),
+)
+
+ATTEMPTS: tuple[Attempt, ...] = IAM_ATTEMPTS + PIN_ATTEMPTS + NETWORK_ATTEMPTS + POD_ATTEMPTS
 
 
 class Secure(NamedTuple):
@@ -439,6 +579,55 @@ class Secure(NamedTuple):
 
 
 SECURE: tuple[Secure, ...] = (
+    Secure(
+        "a DeploymentPatch that only pins the pods to system nodes",
+        one(
+            "kubernetes:apps/v1:DeploymentPatch",
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "d"},
+                "spec": {"template": {"spec": {"nodeSelector": {"role": "system"}}}},
+            },
+        ),
+    ),
+    Secure(
+        "a TrainJob runtime patch that only adds tolerations and a node selector",
+        kind(
+            "trainer.kubeflow.org/v1alpha1",
+            "TrainJob",
+            runtime_patch(
+                {"nodeSelector": {"pool": "t4"}, "securityContext": {"runAsNonRoot": True, "runAsUser": 1000}}
+            ),
+        ),
+    ),
+    Secure(
+        "an Argo template run as a user, without privileges",
+        kind(
+            "argoproj.io/v1alpha1",
+            "Workflow",
+            {
+                "securityContext": {"runAsNonRoot": True, "runAsUser": 1000},
+                "templates": [
+                    {
+                        "name": "main",
+                        "container": {"image": IMAGE, "securityContext": {"allowPrivilegeEscalation": False}},
+                    }
+                ],
+            },
+        ),
+    ),
+    Secure(
+        "release values that tighten, with version tags, in a file and as strings",
+        release(
+            values={
+                "securityContext": {"privileged": "false", "runAsNonRoot": True},
+                "imageTag": "v1.2.3",
+                "note": "multi\nline text",
+            },
+            valueYamlFiles=[{**ASSET_SIG, "text": "image:\n  tag: 0.19.2\n"}],
+        ),
+    ),
     Secure(
         "an ACL whose lower-numbered deny stops SSH from the internet",
         one(

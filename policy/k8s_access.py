@@ -1,6 +1,6 @@
-"""Kubernetes rules on who may do what in the cluster, rather than on pods: RBAC that hands out
-cluster-admin, admission webhooks that send objects out of the cluster, namespaces whose Pod Security
-level is lowered, and NetworkPolicies that undo the default-deny."""
+"""Kubernetes rules on who may do what in the cluster, rather than on pods: admission webhooks that send
+objects out of the cluster, namespaces whose Pod Security level is lowered, and NetworkPolicies that undo
+the default-deny (RBAC is policy/k8s_rbac.py)."""
 
 from __future__ import annotations
 
@@ -13,57 +13,17 @@ from infra.contract import POD_SECURITY
 from policy import coverage, pod_security
 from policy.core import Rule, as_list, dig
 
-RBAC = "kubernetes:rbac.authorization.k8s.io/v1:"
-CLUSTER_ROLE = f"{RBAC}ClusterRole"
-BINDINGS = (f"{RBAC}ClusterRoleBinding", f"{RBAC}RoleBinding")
 WEBHOOKS = (
     "kubernetes:admissionregistration.k8s.io/v1:MutatingWebhookConfiguration",
     "kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration",
 )
 NAMESPACES = ("kubernetes:core/v1:Namespace", "kubernetes:core/v1:NamespacePatch")
 NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
-CLUSTER_ADMIN = "cluster-admin"
-# Groups every identity (or every pod's service account) is in: a binding to them is a binding to all.
-EVERYONE = ("system:anonymous", "system:unauthenticated", "system:authenticated", "system:serviceaccounts")
-# What the API server itself binds to everyone (rbac/bootstrappolicy): harmless discovery roles.
-DISCOVERY_ROLES = ("system:basic-user", "system:discovery", "system:public-info-viewer")
 ENFORCE = "pod-security.kubernetes.io/enforce"
 ENFORCE_VERSION = "pod-security.kubernetes.io/enforce-version"
 # The least a namespace the platform does not list enforces (job namespaces: restricted, an MPIJob's
 # baseline, workloads/render.py and workloads/mpijob.py).
 LEAST_LEVEL = "baseline"
-
-
-def _wildcard(values: Any) -> bool:
-    return "*" in [str(v) for v in as_list(values)]
-
-
-def check_cluster_role(inputs: Mapping[str, Any]) -> Iterator[str]:
-    for i, rule in enumerate(as_list(dig(inputs, "rules"))):
-        if all(_wildcard(dig(rule, key)) for key in ("apiGroups", "resources", "verbs")):
-            yield f"rules[{i}] grants every verb on every resource of every API group: cluster-admin"
-        verbs = {str(v) for v in as_list(dig(rule, "verbs"))} & {"escalate", "bind", "impersonate"}
-        if verbs and _wildcard(dig(rule, "resources")):
-            yield f"rules[{i}] grants {', '.join(sorted(verbs))} on every resource: a way to cluster-admin"
-
-
-def check_binding(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
-    role = str(dig(inputs, "roleRef", "name", default=""))
-    for subject in as_list(dig(inputs, "subjects")):
-        kind, name = str(dig(subject, "kind", default="")), str(dig(subject, "name", default=""))
-        who = f"{kind} {name}" + (f" in {dig(subject, 'namespace')}" if dig(subject, "namespace") else "")
-        if role == CLUSTER_ADMIN and kind in ("Group", "ServiceAccount"):
-            yield f"binds cluster-admin to {who}: every member, or every pod running as it, owns the cluster"
-        everyone = name in EVERYONE or (kind == "Group" and name.startswith("system:serviceaccounts"))
-        if everyone and role not in DISCOVERY_ROLES:
-            yield f"binds {role} to {who}, which every identity or pod is part of"
-
-
-def check_rbac(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
-    if type_ == CLUSTER_ROLE:
-        yield from check_cluster_role(inputs)
-    else:
-        yield from check_binding(type_, inputs)
 
 
 def _matches_everything(rule: Mapping[str, Any]) -> bool:
@@ -215,18 +175,6 @@ def check_network_policy(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]
 
 
 RULES = (
-    Rule(
-        name="k8s-rbac-no-cluster-admin-grants",
-        description="No RoleBinding or ClusterRoleBinding gives cluster-admin to a group or a service "
-        "account, or any role to everyone (system:authenticated, system:serviceaccounts...); no "
-        "ClusterRole grants every verb on every resource, or escalate/bind/impersonate on every resource.",
-        remediation="Bind a role with the verbs and resources the subject needs; give people cluster admin "
-        "through EKS access entries (adminPrincipalArns), never a job's service account.",
-        level="mandatory",
-        severity="critical",
-        types=(CLUSTER_ROLE, *BINDINGS),
-        check=check_rbac,
-    ),
     Rule(
         name="k8s-webhooks-stay-in-cluster",
         description="No admission webhook called by URL receives every object or Secrets, or mutates Pods: "

@@ -24,6 +24,7 @@ from policy import (
     iam,
     k8s,
     k8s_access,
+    k8s_rbac,
     network,
     placeholders,
     resource_policies,
@@ -40,10 +41,16 @@ RULES: tuple[Rule, ...] = (
     *iam.RULES,
     *k8s.RULES,
     *k8s_access.RULES,
+    *k8s_rbac.RULES,
     *helm_values.RULES,
     *placeholders.RULES,
 )
-STACK_RULES: tuple[StackRule, ...] = (*storage.STACK_RULES, *iam.STACK_RULES, *network.STACK_RULES)
+STACK_RULES: tuple[StackRule, ...] = (
+    *storage.STACK_RULES,
+    *iam.STACK_RULES,
+    *network.STACK_RULES,
+    *k8s_rbac.STACK_RULES,
+)
 
 
 def _prod(stack_tags: Mapping[str, str]) -> bool:

@@ -97,6 +97,7 @@ SUBCHART_VALUES = {
         "sidecar.dashboards.resource",
         "sidecar.datasources.resource",
     ),
+    ("kube-prometheus-stack", "kube-state-metrics"): ("collectorsExclude",),
     ("kubeflow-trainer", "jobset"): ("image.repository", "image.tag", "image.pullPolicy"),
 }
 

@@ -569,7 +569,202 @@ POD_ATTEMPTS: tuple[Attempt, ...] = (
     ),
 )
 
-ATTEMPTS: tuple[Attempt, ...] = IAM_ATTEMPTS + PIN_ATTEMPTS + NETWORK_ATTEMPTS + POD_ATTEMPTS
+RBAC_API = "rbac.authorization.k8s.io/v1"
+
+
+def rbac_rule(group: str, resources: list[str], verbs: list[str], **extra: Any) -> dict[str, Any]:
+    return {"apiGroups": [group], "resources": resources, "verbs": verbs, **extra}
+
+
+def cluster_role(name: str, *rules: dict[str, Any], **meta: Any) -> Resource:
+    inputs = {
+        "apiVersion": RBAC_API,
+        "kind": "ClusterRole",
+        "metadata": {"name": name, **meta},
+        "rules": list(rules),
+    }
+    return Resource(type="kubernetes:rbac.authorization.k8s.io/v1:ClusterRole", name=name, inputs=inputs)
+
+
+def ns_role(name: str, namespace: str, *rules: dict[str, Any]) -> Resource:
+    meta = {"name": name, "namespace": namespace}
+    inputs = {"apiVersion": RBAC_API, "kind": "Role", "metadata": meta, "rules": list(rules)}
+    return Resource(
+        type="kubernetes:rbac.authorization.k8s.io/v1:Role", name=f"{namespace}-{name}", inputs=inputs
+    )
+
+
+SA = {"kind": "ServiceAccount", "name": "runner", "namespace": "team-a"}
+
+
+def binding(
+    role: str, *subjects: dict[str, str], namespace: str | None = None, kind_: str = "ClusterRole"
+) -> Resource:
+    kind_name = "RoleBinding" if namespace else "ClusterRoleBinding"
+    meta: dict[str, Any] = {"name": f"{role}-binding"}
+    if namespace:
+        meta["namespace"] = namespace
+    inputs = {
+        "apiVersion": RBAC_API,
+        "kind": kind_name,
+        "metadata": meta,
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind_, "name": role},
+        "subjects": list(subjects or (SA,)),
+    }
+    return Resource(
+        type=f"kubernetes:rbac.authorization.k8s.io/v1:{kind_name}",
+        name=f"{role}-{namespace}-b",
+        inputs=inputs,
+    )
+
+
+RBAC_ATTEMPTS: tuple[Attempt, ...] = (
+    Attempt(
+        "k8s-rbac-no-cluster-admin-grants",
+        "escalate on clusterroles (not on *)",
+        (cluster_role("r", rbac_rule("rbac.authorization.k8s.io", ["clusterroles"], ["escalate"])),),
+    ),
+    Attempt(
+        "k8s-rbac-no-cluster-admin-grants",
+        "bind on roles in a team namespace",
+        (ns_role("r", "team-a", rbac_rule("rbac.authorization.k8s.io", ["roles"], ["bind"])),),
+    ),
+    Attempt(
+        "k8s-rbac-no-cluster-admin-grants",
+        "impersonate users",
+        (cluster_role("r", rbac_rule("", ["users"], ["impersonate"])),),
+    ),
+    Attempt(
+        "k8s-rbac-no-cluster-admin-grants",
+        "an aggregation rule whose selector names no label value (every ClusterRole)",
+        (
+            Resource(
+                type="kubernetes:rbac.authorization.k8s.io/v1:ClusterRole",
+                name="all",
+                inputs={
+                    "metadata": {"name": "all"},
+                    "aggregationRule": {
+                        "clusterRoleSelectors": [{"matchExpressions": [{"key": "app", "operator": "Exists"}]}]
+                    },
+                    "rules": [],
+                },
+            ),
+        ),
+    ),
+    Attempt(
+        "k8s-rbac-no-cluster-admin-grants",
+        "Secret reads added to the built-in view role",
+        (
+            cluster_role(
+                "peek",
+                rbac_rule("", ["secrets"], ["get", "list"]),
+                labels={"rbac.authorization.k8s.io/aggregate-to-view": "true"},
+            ),
+        ),
+    ),
+    Attempt(
+        "k8s-rbac-no-cluster-admin-grants",
+        "the built-in edit in every namespace",
+        (binding("edit", {"kind": "Group", "name": "developers"}),),
+    ),
+    Attempt(
+        "k8s-rbac-no-cluster-admin-grants",
+        "the built-in admin in kube-system",
+        (binding("admin", namespace="kube-system"),),
+    ),
+    Attempt(
+        "k8s-rbac-no-cluster-admin-grants",
+        "cluster-admin to a User named like a service account",
+        (binding("cluster-admin", {"kind": "User", "name": "system:serviceaccount:team-a:runner"}),),
+    ),
+    Attempt(
+        "k8s-rbac-no-cluster-admin-grants",
+        "the kubelet's role to a service account",
+        (binding("system:node"),),
+    ),
+    Attempt(
+        "k8s-rbac-effective-privileges",
+        "nodes/proxy through a ClusterRoleBinding",
+        (cluster_role("kubelet-api", rbac_rule("", ["nodes/proxy"], ["get"])), binding("kubelet-api")),
+    ),
+    Attempt(
+        "k8s-rbac-effective-privileges",
+        "service account tokens in every namespace",
+        (cluster_role("tokens", rbac_rule("", ["serviceaccounts/token"], ["create"])), binding("tokens")),
+    ),
+    Attempt(
+        "k8s-rbac-effective-privileges",
+        "pods/exec in kube-system",
+        (
+            ns_role("debug", "kube-system", rbac_rule("", ["pods/exec"], ["create"])),
+            binding("debug", namespace="kube-system", kind_="Role"),
+        ),
+    ),
+    Attempt(
+        "k8s-rbac-effective-privileges",
+        "Secrets of every namespace (list)",
+        (cluster_role("secrets", rbac_rule("", ["secrets"], ["list"])), binding("secrets")),
+    ),
+    Attempt(
+        "k8s-rbac-effective-privileges",
+        "a ClusterRole for Secrets bound in gpu-system",
+        (
+            cluster_role("secrets", rbac_rule("", ["secrets"], ["get"])),
+            binding("secrets", namespace="gpu-system"),
+        ),
+    ),
+    Attempt(
+        "k8s-rbac-effective-privileges",
+        "deleting the admission policy bindings",
+        (
+            cluster_role(
+                "lift",
+                rbac_rule("admissionregistration.k8s.io", ["validatingadmissionpolicybindings"], ["delete"]),
+            ),
+            binding("lift"),
+        ),
+    ),
+    Attempt(
+        "k8s-rbac-effective-privileges",
+        "approving certificate signing requests",
+        (
+            cluster_role(
+                "approve",
+                rbac_rule("certificates.k8s.io", ["certificatesigningrequests/approval"], ["update"]),
+            ),
+            binding("approve"),
+        ),
+    ),
+    Attempt(
+        "k8s-rbac-effective-privileges",
+        "creating PersistentVolumes",
+        (cluster_role("pv", rbac_rule("", ["persistentvolumes"], ["create"])), binding("pv")),
+    ),
+    Attempt(
+        "k8s-rbac-effective-privileges",
+        "patching Namespaces (their Pod Security labels)",
+        (cluster_role("ns", rbac_rule("", ["namespaces"], ["patch"])), binding("ns")),
+    ),
+    Attempt(
+        "k8s-rbac-effective-privileges",
+        "pods/exec aggregated into a role bound cluster-wide",
+        (
+            cluster_role("exec", rbac_rule("", ["pods/exec"], ["create"]), labels={"team": "ops"}),
+            Resource(
+                type="kubernetes:rbac.authorization.k8s.io/v1:ClusterRole",
+                name="ops",
+                inputs={
+                    "metadata": {"name": "ops"},
+                    "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"team": "ops"}}]},
+                    "rules": [],
+                },
+            ),
+            binding("ops"),
+        ),
+    ),
+)
+
+ATTEMPTS: tuple[Attempt, ...] = IAM_ATTEMPTS + PIN_ATTEMPTS + NETWORK_ATTEMPTS + POD_ATTEMPTS + RBAC_ATTEMPTS
 
 
 class Secure(NamedTuple):
@@ -579,6 +774,29 @@ class Secure(NamedTuple):
 
 
 SECURE: tuple[Secure, ...] = (
+    Secure(
+        "a controller that reads pods everywhere",
+        (cluster_role("reader", rbac_rule("", ["pods"], ["get", "list", "watch"])), binding("reader")),
+    ),
+    Secure(
+        "pods/exec and Secrets in the team's own namespace",
+        (
+            ns_role("debug", "team-a", rbac_rule("", ["pods/exec", "secrets"], ["create", "get"])),
+            binding("debug", namespace="team-a", kind_="Role"),
+        ),
+    ),
+    Secure(
+        "the built-in edit in a team namespace",
+        (binding("edit", {"kind": "Group", "name": "team-a"}, namespace="team-a"),),
+    ),
+    Secure("the built-in view in every namespace", (binding("view", {"kind": "Group", "name": "auditors"}),)),
+    Secure(
+        "one named Secret everywhere",
+        (
+            cluster_role("one", rbac_rule("", ["secrets"], ["get"], resourceNames=["ca-bundle"])),
+            binding("one"),
+        ),
+    ),
     Secure(
         "a DeploymentPatch that only pins the pods to system nodes",
         one(

@@ -75,6 +75,8 @@ def _field(key: str, value: Any) -> str | None:
     tag_key = key.lower().endswith("tag") and not key.lower().endswith("pulltag")
     if tag_key and isinstance(value, str) and value and (problem := tag_problem(value)):
         return f"image tag: {problem}"
+    if key in ("type", "serviceType") and value in ("LoadBalancer", "NodePort"):
+        return f"{key}: {value} exposes a Service outside the cluster"
     tagged = isinstance(value, str) and (":" in value.rsplit("/", 1)[-1] or "@" in value)
     if key == "image" and tagged and (problem := image_problem(value)):
         return problem

@@ -59,7 +59,7 @@ PRIVATE = tuple(
 WIDEST_PUBLIC = PUBLIC_CIDR_MIN_PREFIX["dev"]
 
 
-def _public_addresses(cidrs: list[str]) -> tuple[int, int, list[str]]:
+def public_addresses(cidrs: list[str]) -> tuple[int, int, list[str]]:
     """(public IPv4 addresses, public IPv6 /64s, unreadable CIDRs) that `cidrs` admit together."""
     v4: list[ipaddress.IPv4Network] = []
     v6: list[ipaddress.IPv6Network] = []
@@ -131,7 +131,7 @@ def _admin_ports_open(opened: list[tuple[tuple[int, int], list[str]]]) -> Iterat
         cidrs = [c for (lo, hi), cs in opened if lo <= high and low <= hi for c in cs]
         if not cidrs:
             continue
-        v4, v6, bad = _public_addresses(cidrs)
+        v4, v6, bad = public_addresses(cidrs)
         port = str(low) if low == high else f"{low}-{high}"
         if bad:
             yield f"{name} ({port}/tcp) is open to {bad}, which are not CIDRs: the group cannot be judged"

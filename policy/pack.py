@@ -20,10 +20,12 @@ from pulumi_policy import (
 from infra.config.environment import is_prod
 from policy import (
     eks,
+    eks_access,
     helm_values,
     iam,
     k8s,
     k8s_access,
+    k8s_exposure,
     k8s_rbac,
     network,
     placeholders,
@@ -35,6 +37,7 @@ from policy.core import Resource, Rule, StackRule, in_scope
 PACK_NAME = "mlops-eks-guardrails"
 RULES: tuple[Rule, ...] = (
     *eks.RULES,
+    *eks_access.RULES,
     *network.RULES,
     *storage.RULES,
     *resource_policies.RULES,
@@ -42,6 +45,7 @@ RULES: tuple[Rule, ...] = (
     *k8s.RULES,
     *k8s_access.RULES,
     *k8s_rbac.RULES,
+    *k8s_exposure.RULES,
     *helm_values.RULES,
     *placeholders.RULES,
 )
@@ -50,6 +54,8 @@ STACK_RULES: tuple[StackRule, ...] = (
     *iam.STACK_RULES,
     *network.STACK_RULES,
     *k8s_rbac.STACK_RULES,
+    *k8s_exposure.STACK_RULES,
+    *eks_access.STACK_RULES,
 )
 
 

@@ -1,8 +1,8 @@
-"""Resource policies (S3 bucket, KMS key, ECR repository and registry, SQS queue, SNS topic, Secrets
-Manager secret, Lambda permission) that grant anyone: an Allow for Principal "*" (or AWS "*", a
-wildcard principal, NotPrincipal) without a condition that pins the caller's account, organization,
-ARN or network path. A bucket's public access block refuses such a policy at apply time; the others
-have no such guard."""
+"""Resource policies (S3 bucket and access point, KMS key, ECR repository, registry and creation
+template, SQS queue, SNS topic, Secrets Manager secret, Lambda permission) that grant anyone: an Allow for
+Principal "*" (or AWS "*", a wildcard principal, NotPrincipal) without a condition that pins the caller's
+account, organization, ARN or network path. A bucket's public access block refuses such a policy at apply
+time; the others have no such guard."""
 
 from __future__ import annotations
 
@@ -28,6 +28,11 @@ POLICY_INPUTS = {
     "aws:sns/topicPolicy:TopicPolicy": "policy",
     "aws:secretsmanager/secret:Secret": "policy",
     "aws:secretsmanager/secretPolicy:SecretPolicy": "policy",
+    "aws:s3/accessPoint:AccessPoint": "policy",
+    "aws:s3control/accessPointPolicy:AccessPointPolicy": "policy",
+    "aws:s3control/objectLambdaAccessPointPolicy:ObjectLambdaAccessPointPolicy": "policy",
+    "aws:s3control/bucketPolicy:BucketPolicy": "policy",
+    "aws:ecr/repositoryCreationTemplate:RepositoryCreationTemplate": "repositoryPolicy",
 }
 LAMBDA_PERMISSION = "aws:lambda/permission:Permission"
 # A Lambda permission for "*" is scoped by these inputs (the service's source, the caller's org).

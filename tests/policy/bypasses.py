@@ -16,6 +16,7 @@ GOOD_CLUSTER = {
     "endpointPrivateAccess": True,
     "endpointPublicAccess": True,
     "skipDefaultNodeGroup": True,
+    "vpcCniOptions": {"enableNetworkPolicy": True},
 }
 POD_ID = {"Service": "pods.eks.amazonaws.com"}
 POD_TAGS = {

@@ -764,7 +764,291 @@ RBAC_ATTEMPTS: tuple[Attempt, ...] = (
     ),
 )
 
-ATTEMPTS: tuple[Attempt, ...] = IAM_ATTEMPTS + PIN_ATTEMPTS + NETWORK_ATTEMPTS + POD_ATTEMPTS + RBAC_ATTEMPTS
+SERVICE = "kubernetes:core/v1:Service"
+ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+ASSOCIATION = "aws:eks/accessPolicyAssociation:AccessPolicyAssociation"
+ADDON = "aws:eks/addon:Addon"
+TEMPLATE = "aws:ecr/repositoryCreationTemplate:RepositoryCreationTemplate"
+PULL_THROUGH = "aws:ecr/pullThroughCacheRule:PullThroughCacheRule"
+WEBHOOK = "kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration"
+
+
+def service(
+    spec: dict[str, Any], annotations: dict[str, str] | None = None, name: str = "dashboard"
+) -> Resource:
+    meta = {"name": name, "namespace": "team-a", "annotations": annotations or {}}
+    return Resource(
+        type=SERVICE,
+        name=name,
+        inputs={"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec},
+    )
+
+
+def ray_head(service_type: str) -> dict[str, Any]:
+    pod = {"securityContext": {"runAsNonRoot": True, "runAsUser": 1000}}
+    template = {"spec": {**pod, "containers": [{"name": "ray-head", "image": IMAGE}]}}
+    return {"headGroupSpec": {"serviceType": service_type, "rayStartParams": {}, "template": template}}
+
+
+def association(principal: str, policy_arn: str = ADMIN_POLICY, **scope: Any) -> dict[str, Any]:
+    return {
+        "clusterName": "c",
+        "principalArn": principal,
+        "policyArn": policy_arn,
+        "accessScope": {"type": "cluster", **scope},
+    }
+
+
+def node_role() -> Resource:
+    trust = doc(
+        {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}
+    )
+    return Resource(type=ROLE, name="node", inputs={"assumeRolePolicy": trust})
+
+
+def template(prefix: str, mutability: str = "IMMUTABLE", **inputs: Any) -> Resource:
+    fields = {
+        "prefix": prefix,
+        "appliedFors": ["PULL_THROUGH_CACHE"],
+        "imageTagMutability": mutability,
+        **inputs,
+    }
+    return Resource(type=TEMPLATE, name=f"template-{prefix}", inputs=fields)
+
+
+def pull_through(prefix: str) -> Resource:
+    inputs = {"ecrRepositoryPrefix": prefix, "upstreamRegistryUrl": "registry.k8s.io"}
+    return Resource(type=PULL_THROUGH, name=f"cache-{prefix}", inputs=inputs)
+
+
+def webhook_to(service_name: str) -> Resource:
+    hook = {
+        "name": "v.example.com",
+        "clientConfig": {"service": {"namespace": "team-a", "name": service_name}},
+        "rules": [
+            {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+        ],
+    }
+    return Resource(type=WEBHOOK, name="hook", inputs={"metadata": {"name": "hook"}, "webhooks": [hook]})
+
+
+CLASS_ATTEMPTS: tuple[Attempt, ...] = (
+    Attempt(
+        "k8s-services-not-exposed",
+        "the Ray dashboard behind an internet-facing LoadBalancer",
+        (service({"type": "LoadBalancer", "ports": [{"port": 8265}]}),),
+    ),
+    Attempt(
+        "k8s-services-not-exposed",
+        "a NodePort Service",
+        (service({"type": "NodePort", "ports": [{"port": 8265}]}),),
+    ),
+    Attempt(
+        "k8s-services-not-exposed",
+        "a LoadBalancer whose source ranges are the internet in halves",
+        (service({"type": "LoadBalancer", "loadBalancerSourceRanges": ["0.0.0.0/1", "128.0.0.0/1"]}),),
+    ),
+    Attempt(
+        "k8s-services-not-exposed",
+        "externalIPs",
+        (service({"type": "ClusterIP", "externalIPs": ["10.0.0.9"]}),),
+    ),
+    Attempt(
+        "k8s-services-not-exposed",
+        "a RayCluster head of type LoadBalancer",
+        kind("ray.io/v1", "RayCluster", ray_head("LoadBalancer")),
+    ),
+    Attempt(
+        "k8s-services-not-exposed",
+        "a RayJob's cluster head as a NodePort",
+        kind("ray.io/v1", "RayJob", {"entrypoint": "python x.py", "rayClusterSpec": ray_head("NodePort")}),
+    ),
+    Attempt(
+        "k8s-helm-values-no-privilege",
+        "a chart's Service made a LoadBalancer through values",
+        release(values={"dashboard": {"service": {"type": "LoadBalancer"}}}),
+    ),
+    Attempt(
+        "eks-admin-access-for-named-people",
+        "cluster-admin for the account root",
+        one(ASSOCIATION, association(f"arn:aws:iam::{ACCOUNT}:root")),
+    ),
+    Attempt(
+        "eks-admin-access-for-named-people",
+        "AmazonEKSAdminPolicy in kube-system for a pattern of roles",
+        one(
+            ASSOCIATION,
+            {
+                **association(
+                    f"arn:aws:iam::{ACCOUNT}:role/*",
+                    "arn:aws:eks::aws:cluster-access-policy/AmazonEKSAdminPolicy",
+                ),
+                "accessScope": {"type": "namespace", "namespaces": ["kube-system"]},
+            },
+        ),
+    ),
+    Attempt(
+        "eks-admin-access-for-named-people",
+        "an access entry in system:masters",
+        one(
+            "eks:index:Cluster",
+            {
+                "vpcCniOptions": {"enableNetworkPolicy": True},
+                "accessEntries": {
+                    "ci": {
+                        "principalArn": f"arn:aws:iam::{ACCOUNT}:role/ci",
+                        "kubernetesGroups": ["system:masters"],
+                    }
+                },
+            },
+        ),
+    ),
+    Attempt(
+        "eks-admin-access-for-named-people",
+        "aws-auth mapping a role into system:masters",
+        one(
+            "kubernetes:core/v1:ConfigMapPatch",
+            {
+                "metadata": {"name": "aws-auth", "namespace": "kube-system"},
+                "data": {
+                    "mapRoles": f"- rolearn: arn:aws:iam::{ACCOUNT}:role/ci\n  username: ci\n"
+                    "  groups:\n    - system:masters\n"
+                },
+            },
+        ),
+    ),
+    Attempt(
+        "eks-admin-access-not-for-workloads",
+        "cluster-admin for the nodes' role (a preview: its ARN unknown)",
+        (
+            node_role(),
+            Resource(
+                type=ASSOCIATION,
+                name="nodes-admin",
+                inputs=association(UNKNOWN),
+                deps={"principalArn": ["node"]},
+            ),
+        ),
+    ),
+    Attempt(
+        "eks-network-policy-enforced",
+        "the vpc-cni add-on without the network policy agent",
+        one(ADDON, {"clusterName": "c", "addonName": "vpc-cni", "configurationValues": '{"env": {}}'}),
+    ),
+    Attempt(
+        "eks-network-policy-enforced",
+        "pulumi-eks's default VPC CNI",
+        one("eks:index:Cluster", {"useDefaultVpcCni": True}),
+    ),
+    Attempt(
+        "s3-public-access-blocked",
+        "the account's public access block with public policies allowed",
+        one(
+            "aws:s3/accountPublicAccessBlock:AccountPublicAccessBlock",
+            {
+                "blockPublicAcls": True,
+                "blockPublicPolicy": False,
+                "ignorePublicAcls": True,
+                "restrictPublicBuckets": True,
+            },
+        ),
+    ),
+    Attempt(
+        "s3-public-access-blocked",
+        "a bucket ACL grant to AllUsers",
+        one(
+            "aws:s3/bucketAclV2:BucketAclV2",
+            {
+                "bucket": "b",
+                "accessControlPolicy": {
+                    "owner": {"id": "o"},
+                    "grants": [
+                        {
+                            "grantee": {
+                                "type": "Group",
+                                "uri": "http://acs.amazonaws.com/groups/global/AllUsers",
+                            },
+                            "permission": "READ",
+                        }
+                    ],
+                },
+            },
+        ),
+    ),
+    Attempt(
+        "s3-public-access-blocked",
+        "a public-read bucket ACL",
+        one("aws:s3/bucketAcl:BucketAcl", {"bucket": "b", "acl": "public-read"}),
+    ),
+    Attempt(
+        "s3-public-access-blocked",
+        "a public-read object",
+        one("aws:s3/bucketObjectv2:BucketObjectv2", {"bucket": "b", "key": "k", "acl": "public-read"}),
+    ),
+    Attempt(
+        "s3-public-access-blocked",
+        "an access point that lets public bucket policies through",
+        one(
+            "aws:s3/accessPoint:AccessPoint",
+            {"bucket": "b", "name": "ap", "publicAccessBlockConfiguration": {"restrictPublicBuckets": False}},
+        ),
+    ),
+    Attempt(
+        "resource-policy-not-public",
+        "an access point policy for everyone",
+        one(
+            "aws:s3control/accessPointPolicy:AccessPointPolicy",
+            {"accessPointArn": "a", "policy": doc(public({}))},
+        ),
+    ),
+    Attempt(
+        "ecr-scan-and-immutable-tags", "a creation template with mutable tags", (template("ROOT", "MUTABLE"),)
+    ),
+    Attempt(
+        "resource-policy-not-public",
+        "a creation template whose repository policy lets anyone pull",
+        one(
+            TEMPLATE,
+            {
+                "prefix": "ROOT",
+                "appliedFors": ["CREATE_ON_PUSH"],
+                "imageTagMutability": "IMMUTABLE",
+                "repositoryPolicy": doc(public({})),
+            },
+        ),
+    ),
+    Attempt(
+        "ecr-pull-through-templated", "a pull-through cache rule without a template", (pull_through("k8s"),)
+    ),
+    Attempt(
+        "ecr-pull-through-templated",
+        "a pull-through rule whose template is for another prefix",
+        (pull_through("k8s"), template("quay")),
+    ),
+    Attempt(
+        "k8s-no-legacy-service-account-tokens",
+        "a legacy service account token Secret",
+        one(
+            "kubernetes:core/v1:Secret",
+            {
+                "type": "kubernetes.io/service-account-token",
+                "metadata": {"name": "t", "annotations": {"kubernetes.io/service-account.name": "runner"}},
+            },
+        ),
+    ),
+    Attempt(
+        "k8s-webhook-services-in-cluster",
+        "a webhook behind an ExternalName Service",
+        (
+            service({"type": "ExternalName", "externalName": "hooks.example.net"}, name="hook"),
+            webhook_to("hook"),
+        ),
+    ),
+)
+
+ATTEMPTS: tuple[Attempt, ...] = (
+    IAM_ATTEMPTS + PIN_ATTEMPTS + NETWORK_ATTEMPTS + POD_ATTEMPTS + RBAC_ATTEMPTS + CLASS_ATTEMPTS
+)
 
 
 class Secure(NamedTuple):
@@ -774,6 +1058,75 @@ class Secure(NamedTuple):
 
 
 SECURE: tuple[Secure, ...] = (
+    Secure("a ClusterIP Service", (service({"type": "ClusterIP", "ports": [{"port": 8265}]}),)),
+    Secure(
+        "an internal load balancer",
+        (
+            service(
+                {"type": "LoadBalancer", "ports": [{"port": 443}]},
+                {"service.beta.kubernetes.io/aws-load-balancer-scheme": "internal"},
+            ),
+        ),
+    ),
+    Secure(
+        "an internet-facing load balancer for one office block",
+        (service({"type": "LoadBalancer", "loadBalancerSourceRanges": ["100.64.7.0/24"]}),),
+    ),
+    Secure("a RayCluster whose head is ClusterIP", kind("ray.io/v1", "RayCluster", ray_head("ClusterIP"))),
+    Secure(
+        "cluster-admin for a named role, view for the account",
+        (
+            Resource(
+                type=ASSOCIATION,
+                name="admin",
+                inputs=association(f"arn:aws:iam::{ACCOUNT}:role/platform-admin"),
+            ),
+            Resource(
+                type=ASSOCIATION,
+                name="view",
+                inputs=association(
+                    f"arn:aws:iam::{ACCOUNT}:root",
+                    "arn:aws:eks::aws:cluster-access-policy/AmazonEKSViewPolicy",
+                ),
+            ),
+        ),
+    ),
+    Secure(
+        "the vpc-cni add-on with the network policy agent",
+        one(
+            ADDON,
+            {
+                "clusterName": "c",
+                "addonName": "vpc-cni",
+                "configurationValues": '{"enableNetworkPolicy": "true"}',
+            },
+        ),
+    ),
+    Secure(
+        "every public access block on, an access point with the defaults",
+        (
+            Resource(
+                type="aws:s3/accountPublicAccessBlock:AccountPublicAccessBlock",
+                name="account",
+                inputs=dict.fromkeys(
+                    ["blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets"],
+                    True,
+                ),
+            ),
+            Resource(type="aws:s3/accessPoint:AccessPoint", name="ap", inputs={"bucket": "b", "name": "ap"}),
+            Resource(
+                type="aws:s3/bucketAclV2:BucketAclV2", name="acl", inputs={"bucket": "b", "acl": "private"}
+            ),
+        ),
+    ),
+    Secure("a pull-through rule with its immutable template", (pull_through("k8s"), template("k8s"))),
+    Secure(
+        "an Opaque Secret", one("kubernetes:core/v1:Secret", {"type": "Opaque", "metadata": {"name": "s"}})
+    ),
+    Secure(
+        "a webhook behind a ClusterIP Service",
+        (service({"type": "ClusterIP", "ports": [{"port": 443}]}, name="hook"), webhook_to("hook")),
+    ),
     Secure(
         "a controller that reads pods everywhere",
         (cluster_role("reader", rbac_rule("", ["pods"], ["get", "list", "watch"])), binding("reader")),

@@ -27,6 +27,7 @@ GOOD_EKS_CLUSTER = {
     "endpointPublicAccess": True,
     "publicAccessCidrs": ["203.0.113.0/24"],
     "skipDefaultNodeGroup": True,
+    "vpcCniOptions": {"enableNetworkPolicy": True},
 }
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
 GOOD_GPU_NODE_GROUP = {
@@ -532,6 +533,38 @@ CASES = [
                 ]
             }
         },
+    ),
+    (
+        "k8s-services-not-exposed",
+        "kubernetes:core/v1:Service",
+        {"spec": {"type": "ClusterIP", "ports": [{"port": 8265}]}},
+        {"spec": {"type": "LoadBalancer", "ports": [{"port": 8265}]}},
+    ),
+    (
+        "k8s-no-legacy-service-account-tokens",
+        "kubernetes:core/v1:Secret",
+        {"type": "Opaque", "metadata": {"name": "s"}},
+        {"type": "kubernetes.io/service-account-token", "metadata": {"name": "s"}},
+    ),
+    (
+        "eks-admin-access-for-named-people",
+        "aws:eks/accessPolicyAssociation:AccessPolicyAssociation",
+        {
+            "principalArn": "arn:aws:iam::210987654321:role/platform-admin",
+            "policyArn": "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy",
+            "accessScope": {"type": "cluster"},
+        },
+        {
+            "principalArn": "arn:aws:iam::210987654321:root",
+            "policyArn": "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy",
+            "accessScope": {"type": "cluster"},
+        },
+    ),
+    (
+        "eks-network-policy-enforced",
+        "aws:eks/addon:Addon",
+        {"addonName": "vpc-cni", "configurationValues": '{"enableNetworkPolicy": "true"}'},
+        {"addonName": "vpc-cni", "configurationValues": "{}"},
     ),
     (
         "network-default-security-group-closed",

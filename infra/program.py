@@ -328,7 +328,13 @@ def program(placeholders: Literal["refuse", "warn"] = "refuse") -> Platform:
     receiver = config.alert_receiver_secret
     receiver_secret = pulumi.Output.secret(receiver.get_secret_value()) if receiver else None
     platform.exports.update(
-        install_addons(platform, config.addons, secret, alert_receiver_secret=receiver_secret)
+        install_addons(
+            platform,
+            config.addons,
+            secret,
+            alert_receiver_secret=receiver_secret,
+            deployer_arns=[creator, *config.admin_principal_arns],
+        )
     )
     export(platform)
     return platform

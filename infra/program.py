@@ -281,8 +281,6 @@ def export(platform: Platform) -> None:
         cluster_name=platform.cluster_name,
         kubeconfig=cluster.kubeconfig_json.apply(pulumi.Output.secret),
         region=platform.region,
-        oidc_provider_arn=cluster.oidc_provider_arn,
-        oidc_provider_url=cluster.oidc_provider_url,
         vpc_id=network.vpc_id,
         private_subnet_ids=network.private_subnet_ids,
         public_subnet_ids=network.public_subnet_ids,

@@ -165,7 +165,9 @@ class Cluster(pulumi.ComponentResource):
             endpoint_private_access=True,
             endpoint_public_access=args.endpoint_public_access,
             public_access_cidrs=args.public_access_cidrs or None,
-            create_oidc_provider=True,
+            # No IAM OIDC provider: every pod role is a Pod Identity role (infra/platform/pod_identity.py),
+            # and an unused IRSA provider is one more way to assume roles that trust it.
+            create_oidc_provider=False,
             cluster_tags={DEPLOY_FROM_VPC_TAG: "true"} if args.deploy_from_vpc else None,
             kubernetes_service_ip_address_range=SERVICE_CIDR,
             # vpc-cni and kube-proxy come as EKS add-ons with the cluster; CoreDNS waits for nodes
@@ -184,8 +186,6 @@ class Cluster(pulumi.ComponentResource):
         # returns after pulumi-eks created it), carrying the dependency to whatever takes it as input.
         self.name: pulumi.Output[str] = self.eks.urn.apply(lambda _: args.cluster_name)
         self.kubeconfig_json = self.eks.kubeconfig_json
-        self.oidc_provider_arn = self.eks.oidc_provider_arn
-        self.oidc_provider_url = self.eks.oidc_provider_url
         # Attributes a custom-AMI or EFA launch template needs; read back once the cluster exists.
         self.info = aws.eks.get_cluster_output(
             name=args.cluster_name, opts=pulumi.InvokeOutputOptions(parent=self, depends_on=[self.eks])
@@ -216,7 +216,6 @@ class Cluster(pulumi.ComponentResource):
         self.register_outputs(
             {
                 "cluster_name": self.name,
-                "oidc_provider_arn": self.oidc_provider_arn,
                 "node_role_arn": self.node_role.arn,
             }
         )

@@ -567,6 +567,41 @@ CASES = [
         {"addonName": "vpc-cni", "configurationValues": "{}"},
     ),
     (
+        "resource-policy-service-principals-pinned",
+        "aws:sqs/queuePolicy:QueuePolicy",
+        {
+            "policy": json.dumps(
+                {
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Service": "events.amazonaws.com"},
+                            "Action": "sqs:SendMessage",
+                            "Resource": "arn:aws:sqs:us-east-1:1:q",
+                            "Condition": {
+                                "ArnEquals": {"aws:SourceArn": "arn:aws:events:us-east-1:1:rule/r"}
+                            },
+                        }
+                    ]
+                }
+            )
+        },
+        {
+            "policy": json.dumps(
+                {
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Service": ["events.amazonaws.com", "sqs.amazonaws.com"]},
+                            "Action": "sqs:SendMessage",
+                            "Resource": "arn:aws:sqs:us-east-1:1:q",
+                        }
+                    ]
+                }
+            )
+        },
+    ),
+    (
         "network-default-security-group-closed",
         "aws:ec2/defaultSecurityGroup:DefaultSecurityGroup",
         {"vpcId": "vpc-1", "ingress": [], "egress": []},

@@ -155,21 +155,25 @@ class Karpenter(pulumi.ComponentResource):
             tags=args.tags,
             opts=aws_opts,
         )
-        queue_policy = aws.sqs.QueuePolicy(
-            f"{name}-interruption",
-            queue_url=self.interruption_queue.url,
-            policy=self.interruption_queue.arn.apply(
-                lambda arn: json.dumps(iam.interruption_queue_policy(arn))
-            ),
-            opts=aws_opts,
-        )
-        for suffix, source, detail_type in iam.INTERRUPTION_EVENTS:
-            rule = aws.cloudwatch.EventRule(
+        rules = {
+            suffix: aws.cloudwatch.EventRule(
                 f"{name}-{suffix}",
                 event_pattern=json.dumps({"source": [source], "detail-type": [detail_type]}),
                 tags=args.tags,
                 opts=aws_opts,
             )
+            for suffix, source, detail_type in iam.INTERRUPTION_EVENTS
+        }
+        # Only these rules may send (aws:SourceArn): the policy names them, the targets wait for it.
+        queue_policy = aws.sqs.QueuePolicy(
+            f"{name}-interruption",
+            queue_url=self.interruption_queue.url,
+            policy=pulumi.Output.all(self.interruption_queue.arn, *(r.arn for r in rules.values())).apply(
+                lambda v: json.dumps(iam.interruption_queue_policy(v[0], list(v[1:])))
+            ),
+            opts=aws_opts,
+        )
+        for suffix, rule in rules.items():
             aws.cloudwatch.EventTarget(
                 f"{name}-{suffix}",
                 rule=rule.name,

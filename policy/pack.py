@@ -23,6 +23,7 @@ from policy import (
     eks_access,
     helm_values,
     iam,
+    image_digests,
     k8s,
     k8s_access,
     k8s_exposure,
@@ -47,6 +48,7 @@ RULES: tuple[Rule, ...] = (
     *k8s_rbac.RULES,
     *k8s_exposure.RULES,
     *helm_values.RULES,
+    *image_digests.RULES,
     *placeholders.RULES,
 )
 STACK_RULES: tuple[StackRule, ...] = (

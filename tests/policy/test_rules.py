@@ -602,6 +602,18 @@ CASES = [
         },
     ),
     (
+        "k8s-controller-images-by-digest",
+        "kubernetes:apps/v1:Deployment",
+        pod(
+            None,
+            {"image": "ghcr.io/example/controller@sha256:" + "a" * 64},
+            kind="Deployment",
+        )
+        | {"metadata": {"name": "c", "namespace": "kube-system"}},
+        pod(None, {"image": "ghcr.io/example/controller:v1.2.3"}, kind="Deployment")
+        | {"metadata": {"name": "c", "namespace": "kube-system"}},
+    ),
+    (
         "network-default-security-group-closed",
         "aws:ec2/defaultSecurityGroup:DefaultSecurityGroup",
         {"vpcId": "vpc-1", "ingress": [], "egress": []},

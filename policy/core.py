@@ -177,7 +177,10 @@ def known(value: Any) -> Any:
     """A plain copy of `value` without what a preview does not know yet: pulumi-policy's proxies raise
     when a rule reads an unknown value, which stops the whole policy for that resource, so a rule that
     walks every value (e.g. for placeholders) reads this copy and judges what is known."""
-    from pulumi_policy.proxy import UnknownValueError
+    from pulumi_policy.proxy import UnknownValueError, _DictProxy, _ListProxy
+
+    if not isinstance(value, _DictProxy | _ListProxy):
+        return value  # plain values (offline, or already read) hold no unknowns
 
     def read(get: Callable[[], Any]) -> Any:
         try:

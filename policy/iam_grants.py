@@ -20,6 +20,7 @@ as the whole they make.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -123,34 +124,52 @@ def _limits_tag_keys(statement: Statement) -> bool:
     return any(k == "aws:tagkeys" or "requesttag/" in k for e in conditions(statement).values() for k in e)
 
 
-def taggable_services(statements: Sequence[Statement]) -> frozenset[str]:
-    """Services whose every resource the statements let their holder tag with any key."""
+def taggable_services(statements: Sequence[Statement], services: frozenset[str]) -> frozenset[str]:
+    """Those of `services` whose every resource the statements let their holder tag with any key."""
     found = set()
     for s in statements:
         if not is_allow(s) or _limits_tag_keys(s):
             continue
-        found |= {a.split(":")[0] for a in granted(s) & tagging() if on_every_resource(s, a)}
+        actions = {a for a in granted(s) & tagging() if a.split(":")[0] in services - found}
+        found |= {a.split(":")[0] for a in actions if on_every_resource(s, a)}
     return frozenset(found)
 
 
-def _narrowed(statement: Statement, taggable: frozenset[str]) -> bool:
-    """A statement a tag condition narrows to resources its holder cannot retag."""
-    if not pinned_by(statement, tag_keys(statement)):
-        return False
-    return not {a.split(":")[0] for a in granted(statement)} & taggable
+def _tag_narrowed(statements: Sequence[Statement]) -> list[Statement]:
+    """The statements a tag condition narrows to resources their holder cannot retag."""
+    narrowed = [s for s in statements if pinned_by(s, tag_keys(s))]
+    if not narrowed:
+        return []
+    services = frozenset(a.split(":")[0] for s in narrowed for a in granted(s))
+    taggable = taggable_services(statements, services)
+    return [s for s in narrowed if not {a.split(":")[0] for a in granted(s)} & taggable]
 
 
 def on_every(statements: Iterable[Statement], narrowed_ok: bool = False) -> set[str]:
     """The actions (of those the rules judge) Allow statements grant on every resource, each judged on
     the union of the Resource patterns of every statement that grants it; with `narrowed_ok`, statements
     a tag condition narrows (and whose tags the holder cannot set) do not count."""
+    try:
+        key = json.dumps(list(statements), sort_keys=True)
+    except TypeError:  # not JSON (a proxy the engine handed over): judge it as it is
+        return _on_every(list(statements), narrowed_ok)
+    return set(_on_every_cached(key, narrowed_ok))
+
+
+@functools.lru_cache(maxsize=4096)
+def _on_every_cached(key: str, narrowed_ok: bool) -> frozenset[str]:
+    """on_every of the same statements again (a principal's documents are judged alone and together)."""
+    return frozenset(_on_every(json.loads(key), narrowed_ok))
+
+
+def _on_every(statements: list[Statement], narrowed_ok: bool) -> set[str]:
     allows = [s for s in statements if is_allow(s)]
-    taggable = taggable_services(allows) if narrowed_ok else frozenset()
+    skipped = [id(s) for s in _tag_narrowed(allows)] if narrowed_ok else []
     judged = _judged()
     everywhere: set[str] = set()
     patterns: dict[str, set[str]] = {}
     for s in allows:
-        if narrowed_ok and _narrowed(s, taggable):
+        if id(s) in skipped:
             continue
         actions = granted(s) & judged
         if s.get("NotResource") is not None:

@@ -90,8 +90,8 @@ def check_controller_images(type_: str, inputs: Mapping[str, Any]) -> Iterator[s
         return
     for path, spec in pod_specs(inputs):
         for c in containers(spec):
-            image = c.get("image")
-            if isinstance(image, str) and (why := problem(image)):
+            ref = c.get("image")
+            if isinstance(ref, str) and (why := problem(ref)):
                 yield f"{path}: container {c.get('name')!r}: {why}"
 
 

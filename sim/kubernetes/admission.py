@@ -140,13 +140,17 @@ def denials(policy: Mapping[str, Any], request: Request) -> list[str]:
         return []
     spec = policy["spec"]
     fail = spec.get("failurePolicy", "Fail") == "Fail"
-    values = {"object": request.object, "oldObject": request.old_object, "request": request.as_cel()}
+    values: dict[str, Any] = {
+        "object": dict(request.object) if request.object is not None else None,
+        "oldObject": dict(request.old_object) if request.old_object is not None else None,
+        "request": request.as_cel(),
+    }
     activation: dict[str, Any] = {k: celpy.json_to_cel(v) for k, v in values.items()}
     evaluate = _Evaluator(activation)
     try:
         if not all(bool(evaluate(c["expression"])) for c in spec.get("matchConditions") or []):
             return []
-        variables = {}
+        variables: dict[celtypes.StringType, Any] = {}
         for v in spec.get("variables") or []:
             activation["variables"] = celtypes.MapType(variables)
             variables[celtypes.StringType(v["name"])] = evaluate(v["expression"])

@@ -142,6 +142,36 @@ IAM_ATTEMPTS: tuple[Attempt, ...] = (
     ),
     Attempt(
         "iam-no-star-on-star",
+        "PassRole narrowed to roles tagged passable, with iam:TagRole on every role",
+        one(
+            POLICY,
+            {
+                "policy": doc(
+                    allow("iam:PassRole", Condition={"StringEquals": {"iam:ResourceTag/passable": "true"}}),
+                    allow("iam:TagRole"),
+                )
+            },
+        ),
+    ),
+    Attempt(
+        "iam-principal-no-escalation",
+        "secrets narrowed by a tag that another policy of the role lets it set",
+        (
+            role(),
+            role_policy(
+                "read",
+                doc(
+                    allow(
+                        "secretsmanager:GetSecretValue",
+                        Condition={"StringEquals": {"aws:ResourceTag/team": "a"}},
+                    )
+                ),
+            ),
+            role_policy("tag", doc(allow("secretsmanager:TagResource"))),
+        ),
+    ),
+    Attempt(
+        "iam-no-star-on-star",
         "AmazonS3ReadOnlyAccess attached (reads every object)",
         one(ATTACHMENT, {"role": "r", "policyArn": "arn:aws:iam::aws:policy/AmazonS3ReadOnlyAccess"}),
     ),

@@ -126,7 +126,7 @@ def _limits_tag_keys(statement: Statement) -> bool:
 
 def taggable_services(statements: Sequence[Statement], services: frozenset[str]) -> frozenset[str]:
     """Those of `services` whose every resource the statements let their holder tag with any key."""
-    found = set()
+    found: set[str] = set()
     for s in statements:
         if not is_allow(s) or _limits_tag_keys(s):
             continue

@@ -139,6 +139,7 @@ def build(
             log_key_arn=key.arn,
             log_retention_days=config.log_retention,
             creator_arn=creator_arn,
+            session_manager=config.session_manager,
             tags=tags,
         ),
     )
@@ -306,8 +307,6 @@ def export(platform: Platform) -> None:
         cluster_name=platform.cluster_name,
         kubeconfig=cluster.kubeconfig_json.apply(pulumi.Output.secret),
         region=platform.region,
-        oidc_provider_arn=cluster.oidc_provider_arn,
-        oidc_provider_url=cluster.oidc_provider_url,
         vpc_id=network.vpc_id,
         private_subnet_ids=network.private_subnet_ids,
         public_subnet_ids=network.public_subnet_ids,
@@ -367,7 +366,13 @@ def program(placeholders: Literal["refuse", "warn"] = "refuse") -> Platform:
     receiver = config.alert_receiver_secret
     receiver_secret = pulumi.Output.secret(receiver.get_secret_value()) if receiver else None
     platform.exports.update(
-        install_addons(platform, config.addons, secret, alert_receiver_secret=receiver_secret)
+        install_addons(
+            platform,
+            config.addons,
+            secret,
+            alert_receiver_secret=receiver_secret,
+            deployer_arns=[creator, *config.admin_principal_arns],
+        )
     )
     export(platform)
     return platform

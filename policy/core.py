@@ -8,6 +8,7 @@ Inputs may be pulumi-policy's read-only proxies, so checks only use the Mapping 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -170,6 +171,28 @@ def policy_document(value: Any) -> Mapping[str, Any] | None:
 # How the Pulumi engine passes a value not known until apply (pulumi/sdk/python/lib/pulumi/runtime/rpc.py
 # UNKNOWN): a preview's policy document may be this; it is judged at `up`, not refused here.
 UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+
+
+def known(value: Any) -> Any:
+    """A plain copy of `value` without what a preview does not know yet: pulumi-policy's proxies raise
+    when a rule reads an unknown value, which stops the whole policy for that resource, so a rule that
+    walks every value (e.g. for placeholders) reads this copy and judges what is known."""
+    from pulumi_policy.proxy import UnknownValueError, _DictProxy, _ListProxy
+
+    if not isinstance(value, _DictProxy | _ListProxy):
+        return value  # plain values (offline, or already read) hold no unknowns
+
+    def read(get: Callable[[], Any]) -> Any:
+        try:
+            return known(get())
+        except UnknownValueError:
+            return UNKNOWN
+
+    if isinstance(value, Mapping):
+        return {k: read(functools.partial(value.__getitem__, k)) for k in value}
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return [read(functools.partial(value.__getitem__, i)) for i in range(len(value))]
+    return value
 
 
 def unparsable_policy(value: Any) -> str | None:

@@ -10,12 +10,12 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from policy.core import Rule, as_list, dig, policy_document, statements, unparsable_policy
+from policy.core import Rule, StackRule, as_list, dig, policy_document, statements, unparsable_policy
+from policy.iam_grants import escalations, exposures
+from policy.iam_principals import check_principals
 from policy.iam_semantics import (
     admits_anyone,
     conditions,
-    escalations,
-    exposures,
     is_allow,
     is_web_identity,
     on_everything,
@@ -58,7 +58,8 @@ POD_IDENTITY_CLUSTER_KEYS = (
 
 @functools.cache
 def managed_escalations() -> dict[str, str]:
-    """Lower-cased name -> why, of the AWS managed policies that make their holder an admin."""
+    """Lower-cased name -> why, of the AWS managed policies that make their holder an admin or expose
+    every resource (scripts/refresh_managed_escalations.py)."""
     found = {}
     for line in MANAGED_ESCALATIONS_FILE.read_text().splitlines():
         name, _, why = line.partition("#")
@@ -97,7 +98,7 @@ def check_no_star_on_star(type_: str, inputs: Mapping[str, Any]) -> Iterator[str
         match = MANAGED_ARN.match(arn) if isinstance(arn, str) else None
         why = managed_escalations().get(match.group(1).lower()) if match else None
         if why is not None:
-            yield f"attaches {arn}, an AWS managed policy that makes its holder an admin: {why}"
+            yield f"attaches {arn}, an AWS managed policy whose holder {why}"
     if type_ in (*ATTACHMENTS, *EXCLUSIVE_ATTACHMENTS):
         return
     for doc in _documents(type_, inputs):
@@ -232,5 +233,21 @@ RULES = (
         severity="critical",
         types=(ROLE,),
         check=check_trust_not_open,
+    ),
+)
+
+STACK_RULES = (
+    StackRule(
+        name="iam-principal-no-escalation",
+        description="Each role, user and group is judged on the union of everything it holds (inline, "
+        "attached customer managed and AWS managed policies, a user's groups): no escalation path, data "
+        "read or permissions management on every resource that only the policies together grant, and no "
+        "permissions management on itself or on a managed policy it holds (PutRolePolicy on its own role, "
+        "CreatePolicyVersion on its own policy).",
+        remediation="Scope Resource to the ARNs the principal works on, leaving out its own role and the "
+        "policies attached to it; split duties that together form an escalation path across principals.",
+        level="mandatory",
+        severity="critical",
+        check=check_principals,
     ),
 )

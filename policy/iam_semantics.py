@@ -9,7 +9,16 @@ spelled.
   action when it matches every ARN of the action's resource types (from the same database) whatever
   their names: `*`, `arn:*`, `arn:aws:*:*:*:*`, `arn:aws:iam::*:*` and `arn:aws:iam::1234:role/*` all
   do for iam:PassRole. NotResource reaches all but a few, so it counts as every resource.
-- Condition keys are case-insensitive; operators are not.
+- A union of Resource patterns (within one statement or across the statements a principal holds) is
+  judged by what it covers together (policy/globs.py decides it exactly): `role/a*`, `role/b*`, ...
+  that together name every role are every role.
+- Condition keys are case-insensitive; operators are not. A condition pins the caller only with values
+  that name someone: under a *Like or Arn operator `o-*`, `vpce-*`, `AROA*` or `arn:aws:*` name nobody
+  in particular; a ForAllValues operator holds when the request carries no value for its key, so it
+  pins nothing unless a Null condition demands the key.
+
+What a set of statements grants (escalation paths, data reads, permissions management, a policy that
+may rewrite itself) is policy/iam_grants.py.
 """
 
 from __future__ import annotations
@@ -19,23 +28,9 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from cloudsplaining.shared.constants import PRIVILEGE_ESCALATION_METHODS, READ_ONLY_DATA_EXFILTRATION_ACTIONS
-
+from policy import globs
 from policy.core import as_list
 
-# Privilege escalation paths (Rhino Security Labs' research and pathfinding.cloud, as cloudsplaining
-# 0.9 lists them): each is a set of actions that, all allowed on every resource, let a principal raise
-# its own privileges. iam:PassRole on every role is the ingredient of most of them, and on its own
-# hands any role (an admin one included) to a service the principal controls.
-ESCALATIONS: dict[str, frozenset[str]] = {
-    name: frozenset(a.lower() for a in actions) for name, actions in PRIVILEGE_ESCALATION_METHODS.items()
-}
-PASS_ROLE = "iam:passrole"
-# Reads whose targets are data or secrets (cloudsplaining's "data exfiltration" actions).
-DATA_READS = frozenset(a.lower() for a in READ_ONLY_DATA_EXFILTRATION_ACTIONS)
-# "Permissions management" actions change who may use a resource (resource policies, ACLs, grants,
-# IAM's own write actions): on every resource they can publish any of them (policy_sentry's
-# resource-exposure audit list is built the same way).
 WEB_IDENTITY = "sts:assumerolewithwebidentity"
 
 # Condition keys that pin *who* may use a statement open to Principal "*": the caller's account,
@@ -98,14 +93,20 @@ def all_actions() -> frozenset[str]:
     return frozenset(a for actions in _by_service().values() for a in actions)
 
 
-@functools.cache
 def expand(pattern: str) -> frozenset[str]:
     """The actions (lower-cased) an Action pattern grants. A pattern naming no known action grants
     itself (an action newer than the database is still that action)."""
-    service, _, _ = pattern.partition(":")
-    regex = glob(pattern, case_sensitive=False)
+    return _expand(pattern.lower())
+
+
+@functools.cache
+def _expand(pattern: str) -> frozenset[str]:
+    if "*" not in pattern and "?" not in pattern:
+        return frozenset({pattern})
+    service, _, name = pattern.partition(":")
     services = _by_service()
-    if "*" in service or "?" in service:
+    wild_service = "*" in service or "?" in service
+    if wild_service:
         candidates = [
             a
             for prefix, actions in services.items()
@@ -113,9 +114,13 @@ def expand(pattern: str) -> frozenset[str]:
             for a in actions
         ]
     else:
-        candidates = list(services.get(service.lower(), ()))
-    hits = frozenset(a for a in candidates if regex.fullmatch(a))
-    return hits or frozenset({pattern.lower()})
+        candidates = list(services.get(service, ()))
+    if not wild_service and name.endswith("*") and not any(ch in name[:-1] for ch in "*?"):
+        hits = frozenset(a for a in candidates if a.startswith(pattern[:-1]))
+    else:
+        regex = glob(pattern, case_sensitive=False)
+        hits = frozenset(a for a in candidates if regex.fullmatch(a))
+    return hits or frozenset({pattern})
 
 
 def granted(statement: Mapping[str, Any]) -> frozenset[str]:
@@ -162,42 +167,70 @@ def arn_formats(action: str) -> tuple[tuple[str, ...], bool]:
 
 
 _PLACEHOLDER = re.compile(r"\$\{([^}]+)\}")
+# What each placeholder of an ARN format is made of (the rest are names).
+_PLACEHOLDER_CLASS = {"Account": globs.DIGITS, "Region": globs.LOWER_WORD, "Partition": globs.LOWER_WORD}
 
 
 def _scope(pattern: str) -> dict[str, str]:
     """The partition, region and account a pattern names literally: narrowing a pattern to one account
     or region still reaches every resource there."""
     parts = pattern.split(":", 5)
-    if len(parts) < 6 or parts[0] != "arn":
+    if parts[0] != "arn":
         return {}
-    names = {"Partition": parts[1], "Region": parts[3], "Account": parts[4]}
+    fields = {"Partition": 1, "Region": 3, "Account": 4}
+    names = {k: parts[i] for k, i in fields.items() if i < len(parts) - 1}
     return {k: v for k, v in names.items() if v and "*" not in v and "?" not in v}
 
 
-def _witnesses(arn_format: str, pattern: str) -> list[str]:
-    """ARNs of `arn_format` with names no pattern can anticipate: each name is a run of a character
-    that does not occur in `pattern`, of several lengths (so a `?` or a literal cannot match them all)."""
-    scope = {"Partition": "aws", "Region": "xx-witness-9", "Account": "000000000000", **_scope(pattern)}
-    filler = next(ch for ch in "~#%@!^\x00" if ch not in pattern)
+def format_glob(arn_format: str, scope: Mapping[str, str]) -> str:
+    """Every ARN of `arn_format` as a pattern with class tokens (policy/globs.py): each placeholder one or
+    more of the characters it is made of, except where `scope` fixes it."""
 
-    def name(match: re.Match[str], length: int) -> str:
-        return scope.get(match.group(1), filler * length)
+    def part(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return scope.get(name) or _PLACEHOLDER_CLASS.get(name, globs.NAME)
 
-    return [_PLACEHOLDER.sub(functools.partial(name, length=n), arn_format) for n in (1, 2, len(pattern) + 3)]
+    return _PLACEHOLDER.sub(part, arn_format)
+
+
+def _witnesses(target: str, patterns: tuple[str, ...]) -> list[str]:
+    """Strings of `target` with each class token filled by runs of a character of its class that no
+    pattern uses, of several lengths: a union that misses one of them does not cover the target. A
+    cheap test that spares the exact one most of the time ([] when a class has no such character)."""
+    used = {ch for p in patterns for ch in p}
+    fillers = {token: sorted(chars - used) for token, chars in globs.CLASSES.items()}
+    if not all(fillers[token] for token in globs.CLASSES if token in target):
+        return []
+    longest = max(map(len, patterns))
+    return [
+        "".join(fillers[ch][0] * n if ch in globs.CLASSES else ch for ch in target)
+        for n in (1, 2, longest + 3)
+    ]
 
 
 @functools.cache
-def _covers(pattern: str, arn_format: str) -> bool:
-    return all(matches(pattern, w) for w in _witnesses(arn_format, pattern))
+def _union_covers(patterns: tuple[str, ...], arn_format: str) -> bool:
+    """Whether `patterns` together match every ARN of `arn_format`, in the account (region, partition)
+    one of them names, or in every one."""
+    scopes = {tuple(sorted(_scope(p).items())) for p in patterns} | {()}
+    for items in sorted(scopes):
+        target = format_glob(arn_format, dict(items))
+        if not all(any(matches(p, w) for p in patterns) for w in _witnesses(target, patterns)):
+            continue
+        if globs.covers(patterns, target):
+            return True
+    return False
 
 
 def reaches_every(patterns: Iterable[Any], action: str) -> bool:
-    """Whether Resource `patterns` reach every resource `action` acts on (in some account)."""
-    patterns = [str(p) for p in patterns]
+    """Whether Resource `patterns`, together, reach every resource `action` acts on (in some account)."""
+    ordered = tuple(sorted({str(p) for p in patterns}))
+    if not ordered:
+        return False
     formats, all_needed = arn_formats(action)
     if not formats:  # no resource-level permissions: only a pattern that matches "*" grants it
-        return any(matches(p, "*") for p in patterns)
-    covered = [any(_covers(p, f) for p in patterns) for f in formats]
+        return any(matches(p, "*") for p in ordered)
+    covered = [_union_covers(ordered, f) for f in formats]
     return all(covered) if all_needed else any(covered)
 
 
@@ -208,7 +241,8 @@ def on_everything(statement: Mapping[str, Any]) -> bool:
     """Whether a statement's resources are every resource of every service (NotResource included)."""
     if statement.get("NotResource") is not None:
         return True
-    return any(matches(str(p), "*") or _covers(str(p), ANY_ARN) for p in as_list(statement.get("Resource")))
+    patterns = tuple(sorted({str(p) for p in as_list(statement.get("Resource"))}))
+    return any(matches(p, "*") for p in patterns) or (bool(patterns) and _union_covers(patterns, ANY_ARN))
 
 
 def on_every_resource(statement: Mapping[str, Any], action: str) -> bool:
@@ -235,25 +269,75 @@ def conditions(statement: Mapping[str, Any]) -> dict[str, dict[str, list[str]]]:
     return found
 
 
-def _pins(value: str) -> bool:
-    """Whether a condition value names someone: not only wildcards, not an ARN of any account."""
+WILDCARD_OPERATORS = ("StringLike", "ArnLike", "ArnEquals")  # the operators that read * and ? as wildcards
+# Keys whose value is an identifier: under a wildcard operator only an exact one names someone.
+IDENTIFIER_KEYS = frozenset(
+    k.lower()
+    for k in (
+        "aws:PrincipalAccount",
+        "aws:SourceAccount",
+        "kms:CallerAccount",
+        "aws:PrincipalOrgID",
+        "aws:SourceOrgID",
+        "aws:SourceVpce",
+        "aws:SourceVpc",
+    )
+)
+
+
+def _wild(text: str) -> bool:
+    return "*" in text or "?" in text
+
+
+def _pins(key: str, value: str, wildcards: bool) -> bool:
+    """Whether a condition value names someone. Without wildcard matching (StringEquals) any value does
+    (a literal `*` names nobody). With it: an identifier must be exact; an ARN must name its account (or,
+    for an ARN without one, its resource); an organization path its organization; aws:userid the unique
+    id before the session name (`AROA...:*`); any other key something besides wildcards."""
     if not value.replace("*", "").replace("?", ""):
         return False
-    parts = value.split(":")
-    return not (len(parts) >= 5 and parts[0] == "arn" and parts[4].strip("*?") == "")
+    if not wildcards:
+        return True
+    if key in IDENTIFIER_KEYS:
+        return not _wild(value)
+    if key.endswith("orgpaths"):
+        org = value.split("/", 1)[0]
+        return org.startswith("o-") and not _wild(org)
+    if key == "aws:userid":
+        return not _wild(value.split(":", 1)[0])
+    if key.endswith("arn"):
+        parts = value.split(":", 5)
+        if len(parts) < 6 or _wild(":".join(parts[:3])):
+            return False
+        account = parts[4]
+        return not _wild(account) if account else not _wild(parts[5])
+    return True
+
+
+def _null_demanded(statement: Mapping[str, Any], key: str) -> bool:
+    """A `Null: {key: "false"}` condition: the request must carry the key."""
+    values = conditions(statement).get("Null", {}).get(key, [])
+    return bool(values) and all(v.lower() == "false" for v in values)
 
 
 def pinned_by(statement: Mapping[str, Any], keys: frozenset[str]) -> list[str]:
     """The keys of `keys` a matching (not negated, not IfExists) condition pins to named values."""
     found = []
     for operator, entries in conditions(statement).items():
-        base = operator
-        for qualifier in QUALIFIERS:
-            if qualifier and base.startswith(qualifier):
-                base = base[len(qualifier) :]
+        qualifier, base = "", operator
+        for q in QUALIFIERS:
+            if q and base.startswith(q):
+                qualifier, base = q, base[len(q) :]
         if base not in MATCHING_OPERATORS:
             continue
-        found += [k for k, values in entries.items() if k in keys and values and all(map(_pins, values))]
+        wildcards = base in WILDCARD_OPERATORS
+        for k, values in entries.items():
+            if k not in keys or not values or not all(_pins(k, v, wildcards) for v in values):
+                continue
+            # ForAllValues holds for a request without the key: the anonymous caller carries no org id.
+            if qualifier == "ForAllValues:" and not _null_demanded(statement, k):
+                continue
+            found.append(k)
     return found
 
 
@@ -297,72 +381,3 @@ def is_web_identity(statement: Mapping[str, Any]) -> bool:
     return WEB_IDENTITY in granted(statement) and any(
         kind.lower() == "federated" for kind, _ in principals(statement)
     )
-
-
-@functools.cache
-def permissions_management() -> frozenset[str]:
-    return frozenset(a for a in all_actions() if access_level(a) == "Permissions management")
-
-
-def _judged() -> frozenset[str]:
-    escalations = frozenset().union(*ESCALATIONS.values())
-    return service_actions("iam") | escalations | DATA_READS | permissions_management()
-
-
-def on_every(statements: Iterable[Mapping[str, Any]], narrowed_ok: bool = False) -> set[str]:
-    """The actions (of those the rules judge) Allow statements grant on every resource; with
-    `narrowed_ok`, statements whose conditions pin the resources' or the request's tags do not count."""
-    found: set[str] = set()
-    judged = _judged()
-    for s in statements:
-        if not is_allow(s) or (narrowed_ok and pinned_by(s, tag_keys(s))):
-            continue
-        found |= {a for a in granted(s) & judged if on_every_resource(s, a)}
-    return found
-
-
-def tag_keys(statement: Mapping[str, Any]) -> frozenset[str]:
-    """The statement's condition keys on resource or request tags (aws:ResourceTag/..., ec2:...)."""
-    return frozenset(
-        k
-        for entries in conditions(statement).values()
-        for k in entries
-        if "resourcetag/" in k or "requesttag/" in k
-    )
-
-
-def escalations(statements: Iterable[Mapping[str, Any]]) -> list[str]:
-    """What Allow statements grant on every resource that makes the principal an admin: every IAM
-    action, iam:PassRole on every role, or all the actions of a privilege escalation path. Conditions
-    do not count: none of them stops a principal from escalating through the resources it may use."""
-    granted_everywhere = on_every(statements)
-    found = []
-    iam = service_actions("iam")
-    if iam <= granted_everywhere:
-        found.append("every IAM action on every resource (admin)")
-    if PASS_ROLE in granted_everywhere:
-        found.append("iam:PassRole on every role (hands any role, an admin one too, to a service)")
-    paths = [
-        f"{name} ({', '.join(sorted(actions))})"
-        for name, actions in sorted(ESCALATIONS.items())
-        if actions <= granted_everywhere and PASS_ROLE not in actions
-    ]
-    if paths:
-        more = f" and {len(paths) - 3} more" if len(paths) > 3 else ""
-        found.append(f"privilege escalation paths on every resource: {'; '.join(paths[:3])}{more}")
-    return found
-
-
-def exposures(statements: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Data reads (objects, parameters, secrets) and permissions-management actions (resource policies,
-    ACLs, grants) on every resource, where no condition pins the resources' or the request's tags."""
-    granted_everywhere = on_every(statements, narrowed_ok=True)
-    reads = sorted(granted_everywhere & DATA_READS)
-    manage = sorted(granted_everywhere & permissions_management())
-    found = []
-    if reads:
-        found.append(f"reads every resource's data ({', '.join(reads)})")
-    if manage:
-        shown = ", ".join(manage[:6]) + (f" and {len(manage) - 6} more" if len(manage) > 6 else "")
-        found.append(f"manages the permissions of every resource ({shown})")
-    return found

@@ -1,16 +1,24 @@
 """Kubernetes rules over every object kind the engine shows (`kubernetes:<group>/<version>:<Kind>`),
 including pod templates nested in custom resources (TrainJob runtimePatches, ClusterTrainingRuntime,
-PyTorchJob replica specs, JobSet): any mapping with a `containers` list is a pod spec."""
+PyTorchJob replica specs, JobSet, Argo workflows). A pod is found by what it is, wherever it sits: any
+mapping with a `containers` list; any mapping with pod-level fields (hostNetwork, securityContext,
+volumes...) where a pod spec goes (`template.spec`, a Pod's or PodPatch's `spec`, `podSpec`, a
+`podTemplateOverrides` entry's `spec`), so a patch that sets root or host namespaces without repeating
+`containers` is one; an Argo template's `container:` or `script:` with the template's own pod fields; and
+an Argo `podSpecPatch` string."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import yaml
+
 from infra.accelerators import CATALOG
 from infra.image_refs import image_problem
 from policy import pod_security
 from policy.core import Resource, Rule, as_list, dig
+from policy.coverage import whole_number
 
 KUBERNETES = "kubernetes:"
 # Kinds whose pods run training code: they get the stricter pod rules (restricted's capabilities,
@@ -70,17 +78,114 @@ def type_token(obj: Mapping[str, Any]) -> str:
     return f"{KUBERNETES}{api if '/' in api else 'core/' + api}:{obj.get('kind')}"
 
 
-def pod_specs(obj: Any, path: str = "") -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """(path, pod spec) for every pod spec nested anywhere in `obj`."""
+# Fields only a pod spec has (not a JobSpec or JobSetSpec beside it): where a pod spec goes, any one of
+# them makes the mapping a pod, however little of it a patch repeats.
+POD_FIELDS = frozenset(
+    {
+        "containers",
+        "initContainers",
+        "ephemeralContainers",
+        "hostNetwork",
+        "hostPID",
+        "hostIPC",
+        "hostUsers",
+        "securityContext",
+        "volumes",
+        "serviceAccountName",
+        "serviceAccount",
+        "automountServiceAccountToken",
+        "nodeName",
+        "nodeSelector",
+        "tolerations",
+        "shareProcessNamespace",
+        "runtimeClassName",
+        "priorityClassName",
+        "hostAliases",
+        "os",
+    }
+)
+# Keys whose value is a pod template ({metadata, spec}) or a list of pod spec overrides ({spec}).
+TEMPLATE_KEYS = frozenset({"template", "podTemplate", "submitterPodTemplate", "podTemplateOverrides"})
+ARGO_CONTAINERS = ("container", "script")
+
+
+def _sequence(value: Any) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, str)
+
+
+def _argo_pod(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """An Argo template's pod: its `container` (or `script`) with the template's pod-level fields."""
+    found = [obj[k] for k in ARGO_CONTAINERS if isinstance(obj.get(k), Mapping) and "image" in obj[k]]
+    if not found:
+        return None
+    return {**{k: v for k, v in obj.items() if k in POD_FIELDS}, "containers": found}
+
+
+def _patch_pod(value: Any) -> Mapping[str, Any] | None:
+    """An Argo `podSpecPatch`: a pod spec in YAML or JSON text."""
+    try:
+        parsed = yaml.safe_load(value) if isinstance(value, str) else None
+    except yaml.YAMLError:
+        return None
+    return parsed if isinstance(parsed, Mapping) else None
+
+
+def pod_templates(
+    obj: Any, path: str = "", keys: tuple[str, ...] = ()
+) -> Iterator[tuple[str, Mapping[str, Any], Mapping[str, Any]]]:
+    """(path, pod spec, pod metadata) for every pod spec in `obj` (module docstring); the metadata is
+    given for an Argo template's pod (the others' is their template's, _with_metadata). `keys`: the keys
+    that led to `obj` (list positions left out)."""
     if isinstance(obj, Mapping):
-        if isinstance(obj.get("containers"), Sequence) and not isinstance(obj.get("containers"), str):
-            yield path or ".", obj
+        if not keys and obj.get("kind") == "Pod" and isinstance(obj.get("spec"), Mapping):
+            keys = ("template",)  # a Pod (or PodPatch) is its own template
+        at_pod_path = bool(keys) and (
+            (len(keys) >= 2 and keys[-1] == "spec" and keys[-2] in TEMPLATE_KEYS) or keys[-1] == "podSpec"
+        )
+        if _sequence(obj.get("containers")) or (at_pod_path and POD_FIELDS & set(obj)):
+            yield path or ".", obj, {}
+        elif (argo := _argo_pod(obj)) is not None:
+            meta = obj.get("metadata")
+            yield path or ".", argo, meta if isinstance(meta, Mapping) else {}
+        patch = _patch_pod(obj.get("podSpecPatch"))
+        if patch is not None:
+            yield f"{path}.podSpecPatch" if path else "podSpecPatch", patch, {}
         for key, value in obj.items():
-            if isinstance(value, Mapping | Sequence) and not isinstance(value, str):
-                yield from pod_specs(value, f"{path}.{key}" if path else str(key))
-    elif isinstance(obj, Sequence) and not isinstance(obj, str):
+            if isinstance(value, Mapping) or _sequence(value):
+                yield from pod_templates(value, f"{path}.{key}" if path else str(key), (*keys, str(key)))
+    elif _sequence(obj):
         for i, value in enumerate(obj):
-            yield from pod_specs(value, f"{path}[{i}]")
+            yield from pod_templates(value, f"{path}[{i}]", keys)
+
+
+def pod_specs(obj: Any) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(path, pod spec) for every pod spec nested anywhere in `obj`."""
+    for path, spec, _ in _with_metadata(obj):
+        yield path, spec
+
+
+def _with_metadata(obj: Any) -> list[tuple[str, Mapping[str, Any], Mapping[str, Any]]]:
+    """pod_templates with each spec's metadata: the `metadata` of the template (or object) holding it."""
+    found = []
+    for path, spec, meta in pod_templates(obj):
+        if not meta:
+            parent = _parent(obj, path)
+            candidate = parent.get("metadata") if isinstance(parent, Mapping) else None
+            meta = candidate if isinstance(candidate, Mapping) else {}
+        found.append((path, spec, meta))
+    return found
+
+
+def _parent(obj: Any, path: str) -> Any:
+    """The mapping that holds the value at `path` (a pod spec's template), by walking `path`."""
+    steps = [p for p in path.replace("[", ".[").split(".") if p][:-1]
+    for step in steps:
+        if step.startswith("["):
+            index = int(step[1:-1])
+            obj = obj[index] if _sequence(obj) and len(obj) > index else None
+        else:
+            obj = obj.get(step) if isinstance(obj, Mapping) else None
+    return obj
 
 
 def containers(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -98,27 +203,6 @@ def _trainer(type_: str, inputs: Mapping[str, Any]) -> Mapping[str, Any] | None:
         return None
     trainer = dig(inputs, "spec", "trainer")
     return trainer if isinstance(trainer, Mapping) else None
-
-
-def pod_templates(obj: Any, path: str = "") -> Iterator[tuple[str, Mapping[str, Any], Mapping[str, Any]]]:
-    """(path, pod spec, pod metadata) for every pod spec in `obj`: the metadata beside it in its
-    template (or the object's own, for a Pod), which carries the AppArmor and seccomp annotations."""
-    if isinstance(obj, Mapping):
-        spec = obj.get("spec")
-        if isinstance(spec, Mapping) and isinstance(spec.get("containers"), Sequence):
-            meta = obj.get("metadata")
-            yield (f"{path}.spec" if path else "spec"), spec, meta if isinstance(meta, Mapping) else {}
-        for key, value in obj.items():
-            if isinstance(value, Mapping | Sequence) and not isinstance(value, str):
-                yield from pod_templates(value, f"{path}.{key}" if path else str(key))
-    elif isinstance(obj, Sequence) and not isinstance(obj, str):
-        for i, value in enumerate(obj):
-            yield from pod_templates(value, f"{path}[{i}]")
-
-
-def _metadata_of(inputs: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
-    """pod spec path -> the metadata beside it (by object identity of the spec)."""
-    return {id(spec): meta for _, spec, meta in pod_templates(inputs)}
 
 
 def _normalized_capability(name: Any) -> str:
@@ -156,9 +240,7 @@ def check_not_privileged(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]
         return
     training = kind_of(type_, inputs) in TRAINING_KINDS
     allowed = pod_security.RESTRICTED_CAPABILITIES if training else pod_security.BASELINE_CAPABILITIES
-    metadata = _metadata_of(inputs)
-    for path, spec in pod_specs(inputs):
-        meta = metadata.get(id(spec), {})
+    for path, spec, meta in _with_metadata(inputs):
         for v in pod_security.violations(spec, meta, level="baseline"):
             if v.check != "capabilities_baseline":
                 yield f"{path}: {v.detail}"
@@ -214,10 +296,12 @@ def check_image_pinned(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
 
 
 def _gpu_requests(resources: Any) -> set[str]:
+    """The GPU resources a container asks for: any count but zero (0, "0", or 0.0 as the engine sends
+    every number)."""
     wanted: set[str] = set()
     for section in ("requests", "limits"):
         for key, count in dig(resources, section, default={}).items():
-            if key in GPU_TAINTS and str(count) not in ("0", ""):
+            if key in GPU_TAINTS and count not in (None, "") and whole_number(count) != 0:
                 wanted.add(key)
     return wanted
 

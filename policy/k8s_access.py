@@ -1,70 +1,29 @@
-"""Kubernetes rules on who may do what in the cluster, rather than on pods: RBAC that hands out
-cluster-admin, admission webhooks that send objects out of the cluster, namespaces whose Pod Security
-level is lowered, and NetworkPolicies that undo the default-deny."""
+"""Kubernetes rules on who may do what in the cluster, rather than on pods: admission webhooks that send
+objects out of the cluster, namespaces whose Pod Security level is lowered, and NetworkPolicies that undo
+the default-deny (RBAC is policy/k8s_rbac.py)."""
 
 from __future__ import annotations
 
 import functools
-import ipaddress
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from infra.config.cluster_rules import MINIMUM_KUBERNETES_VERSION
 from infra.contract import POD_SECURITY
-from policy import pod_security
+from policy import coverage, pod_security
 from policy.core import Rule, as_list, dig
 
-RBAC = "kubernetes:rbac.authorization.k8s.io/v1:"
-CLUSTER_ROLE = f"{RBAC}ClusterRole"
-BINDINGS = (f"{RBAC}ClusterRoleBinding", f"{RBAC}RoleBinding")
 WEBHOOKS = (
     "kubernetes:admissionregistration.k8s.io/v1:MutatingWebhookConfiguration",
     "kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration",
 )
 NAMESPACES = ("kubernetes:core/v1:Namespace", "kubernetes:core/v1:NamespacePatch")
 NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
-CLUSTER_ADMIN = "cluster-admin"
-# Groups every identity (or every pod's service account) is in: a binding to them is a binding to all.
-EVERYONE = ("system:anonymous", "system:unauthenticated", "system:authenticated", "system:serviceaccounts")
-# What the API server itself binds to everyone (rbac/bootstrappolicy): harmless discovery roles.
-DISCOVERY_ROLES = ("system:basic-user", "system:discovery", "system:public-info-viewer")
 ENFORCE = "pod-security.kubernetes.io/enforce"
 ENFORCE_VERSION = "pod-security.kubernetes.io/enforce-version"
 # The least a namespace the platform does not list enforces (job namespaces: restricted, an MPIJob's
 # baseline, workloads/render.py and workloads/mpijob.py).
 LEAST_LEVEL = "baseline"
-
-
-def _wildcard(values: Any) -> bool:
-    return "*" in [str(v) for v in as_list(values)]
-
-
-def check_cluster_role(inputs: Mapping[str, Any]) -> Iterator[str]:
-    for i, rule in enumerate(as_list(dig(inputs, "rules"))):
-        if all(_wildcard(dig(rule, key)) for key in ("apiGroups", "resources", "verbs")):
-            yield f"rules[{i}] grants every verb on every resource of every API group: cluster-admin"
-        verbs = {str(v) for v in as_list(dig(rule, "verbs"))} & {"escalate", "bind", "impersonate"}
-        if verbs and _wildcard(dig(rule, "resources")):
-            yield f"rules[{i}] grants {', '.join(sorted(verbs))} on every resource: a way to cluster-admin"
-
-
-def check_binding(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
-    role = str(dig(inputs, "roleRef", "name", default=""))
-    for subject in as_list(dig(inputs, "subjects")):
-        kind, name = str(dig(subject, "kind", default="")), str(dig(subject, "name", default=""))
-        who = f"{kind} {name}" + (f" in {dig(subject, 'namespace')}" if dig(subject, "namespace") else "")
-        if role == CLUSTER_ADMIN and kind in ("Group", "ServiceAccount"):
-            yield f"binds cluster-admin to {who}: every member, or every pod running as it, owns the cluster"
-        everyone = name in EVERYONE or (kind == "Group" and name.startswith("system:serviceaccounts"))
-        if everyone and role not in DISCOVERY_ROLES:
-            yield f"binds {role} to {who}, which every identity or pod is part of"
-
-
-def check_rbac(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
-    if type_ == CLUSTER_ROLE:
-        yield from check_cluster_role(inputs)
-    else:
-        yield from check_binding(type_, inputs)
 
 
 def _matches_everything(rule: Mapping[str, Any]) -> bool:
@@ -129,55 +88,93 @@ def check_namespace_level(type_: str, inputs: Mapping[str, Any]) -> Iterator[str
         )
 
 
-def _every_peer(peer: Mapping[str, Any]) -> bool:
-    if "ipBlock" in peer:
-        try:
-            net = ipaddress.ip_network(str(dig(peer, "ipBlock", "cidr")), strict=False)
-        except ValueError:
-            return False
-        return net.prefixlen == 0 and not dig(peer, "ipBlock", "except")
-    ns = peer.get("namespaceSelector")
-    return ns is not None and not _selects_some(ns) and not _selects_some(peer.get("podSelector"))
-
-
 def _selects_some(selector: Any) -> bool:
     return bool(selector) and bool(dig(selector, "matchLabels") or dig(selector, "matchExpressions"))
 
 
-def _every_port(ports: Any) -> bool:
-    entries = as_list(ports)
+ALL_PEERS = "all"
+TCP_PORTS = (1, 65535)
+
+
+def _peers(rule: Mapping[str, Any], peers_key: str) -> str | list[Any]:
+    """ALL_PEERS, or the networks a rule's ipBlocks admit (each CIDR minus its exceptions); peers chosen
+    by pod or namespace labels add no network (they are some pods, not everyone)."""
+    peers = as_list(dig(rule, peers_key))
+    if not peers:
+        return ALL_PEERS
+    nets: list[Any] = []
+    for peer in peers:
+        if "ipBlock" in peer:
+            cidr, _ = coverage.networks([dig(peer, "ipBlock", "cidr")])
+            excepted, _ = coverage.networks(as_list(dig(peer, "ipBlock", "except")))
+            nets += coverage.minus(cidr, excepted)
+            continue
+        ns = peer.get("namespaceSelector")
+        if ns is not None and not _selects_some(ns) and not _selects_some(peer.get("podSelector")):
+            return ALL_PEERS
+    return nets
+
+
+def _tcp_ranges(rule: Mapping[str, Any]) -> list[tuple[int, int]]:
+    """The TCP port ranges a rule admits (no ports, or a TCP entry without a port: all of them); a named
+    port is some port of the pod, not a range."""
+    entries = as_list(dig(rule, "ports"))
     if not entries:
-        return True
+        return [TCP_PORTS]
+    found = []
     for p in entries:
-        port, end = dig(p, "port"), dig(p, "endPort")
-        if port is None or (isinstance(port, int) and port <= 1 and isinstance(end, int) and end >= 65535):
-            return True
-    return False
+        if str(dig(p, "protocol", default="TCP")).upper() != "TCP":
+            continue
+        port = dig(p, "port")
+        if port is None:
+            return [TCP_PORTS]
+        low = coverage.whole_number(port)
+        if low is None:
+            continue
+        high = coverage.whole_number(dig(p, "endPort"))
+        found.append((low, high if high is not None and high >= low else low))
+    return found
+
+
+def _admits_everyone(peers: list[str | list[Any]]) -> bool:
+    if ALL_PEERS in peers:
+        return True
+    return coverage.covers_everything(n for nets in peers if isinstance(nets, list) for n in nets)
+
+
+def _everyone_everywhere(rules: list[tuple[str | list[Any], list[tuple[int, int]]]]) -> bool:
+    """Whether the rules together admit every peer on every TCP port: on each stretch of ports between
+    the rules' boundaries, the peers of the rules that cover it add up to everyone."""
+    low, high = TCP_PORTS
+    cuts = sorted(
+        {low, high + 1} | {p for _, rs in rules for a, b in rs for p in (a, b + 1) if low <= p <= high}
+    )
+    for start in cuts[:-1]:
+        covering = [peers for peers, rs in rules if any(a <= start <= b for a, b in rs)]
+        if not _admits_everyone(covering):
+            return False
+    return True
 
 
 def check_network_policy(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
-    """A rule that admits every peer on every port: it undoes a namespace's default-deny for the pods
-    the policy selects (policies add up; none can take away what another allows)."""
+    """Rules that together admit every peer on every port: they undo a namespace's default-deny for the
+    pods the policy selects (policies add up; none can take away what another allows). Split peers
+    (0.0.0.0/1 and 128.0.0.0/1) and split port ranges count as the whole."""
     for direction, peers_key in (("ingress", "from"), ("egress", "to")):
-        for i, rule in enumerate(as_list(dig(inputs, "spec", direction))):
-            peers = as_list(dig(rule, peers_key))
-            if _every_port(dig(rule, "ports")) and (not peers or any(_every_peer(p) for p in peers)):
-                yield f"spec.{direction}[{i}] allows every peer on every port: it undoes the default-deny"
+        rules = [
+            (_peers(rule, peers_key), _tcp_ranges(rule)) for rule in as_list(dig(inputs, "spec", direction))
+        ]
+        alone = [i for i, rule in enumerate(rules) if _everyone_everywhere([rule])]
+        for i in alone:
+            yield f"spec.{direction}[{i}] allows every peer on every port: it undoes the default-deny"
+        if not alone and _everyone_everywhere(rules):
+            yield (
+                f"spec.{direction} rules {list(range(len(rules)))} together allow every peer on every port: "
+                "they undo the default-deny"
+            )
 
 
 RULES = (
-    Rule(
-        name="k8s-rbac-no-cluster-admin-grants",
-        description="No RoleBinding or ClusterRoleBinding gives cluster-admin to a group or a service "
-        "account, or any role to everyone (system:authenticated, system:serviceaccounts...); no "
-        "ClusterRole grants every verb on every resource, or escalate/bind/impersonate on every resource.",
-        remediation="Bind a role with the verbs and resources the subject needs; give people cluster admin "
-        "through EKS access entries (adminPrincipalArns), never a job's service account.",
-        level="mandatory",
-        severity="critical",
-        types=(CLUSTER_ROLE, *BINDINGS),
-        check=check_rbac,
-    ),
     Rule(
         name="k8s-webhooks-stay-in-cluster",
         description="No admission webhook called by URL receives every object or Secrets, or mutates Pods: "

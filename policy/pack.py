@@ -20,10 +20,14 @@ from pulumi_policy import (
 from infra.config.environment import is_prod
 from policy import (
     eks,
+    eks_access,
     helm_values,
     iam,
+    image_digests,
     k8s,
     k8s_access,
+    k8s_exposure,
+    k8s_rbac,
     network,
     placeholders,
     resource_policies,
@@ -34,16 +38,27 @@ from policy.core import Resource, Rule, StackRule, in_scope
 PACK_NAME = "mlops-eks-guardrails"
 RULES: tuple[Rule, ...] = (
     *eks.RULES,
+    *eks_access.RULES,
     *network.RULES,
     *storage.RULES,
     *resource_policies.RULES,
     *iam.RULES,
     *k8s.RULES,
     *k8s_access.RULES,
+    *k8s_rbac.RULES,
+    *k8s_exposure.RULES,
     *helm_values.RULES,
+    *image_digests.RULES,
     *placeholders.RULES,
 )
-STACK_RULES: tuple[StackRule, ...] = storage.STACK_RULES
+STACK_RULES: tuple[StackRule, ...] = (
+    *storage.STACK_RULES,
+    *iam.STACK_RULES,
+    *network.STACK_RULES,
+    *k8s_rbac.STACK_RULES,
+    *k8s_exposure.STACK_RULES,
+    *eks_access.STACK_RULES,
+)
 
 
 def _prod(stack_tags: Mapping[str, str]) -> bool:

@@ -9,11 +9,11 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from infra.config.placeholders import placeholder_problems
-from policy.core import Rule
+from policy.core import Rule, known
 
 
 def check_no_placeholders(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
-    yield from placeholder_problems(dict(inputs))
+    yield from placeholder_problems(known(inputs))
 
 
 RULES = (

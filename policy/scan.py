@@ -120,7 +120,8 @@ def template_pods(obj: dict[str, Any]) -> list[dict[str, Any]]:
         return []
     meta = obj.get("metadata") or {}
     pods = []
-    for i, (_, spec) in enumerate(pod_specs(obj.get("spec") or {})):
+    specs = [spec for _, spec in pod_specs(obj.get("spec") or {}) if spec.get("containers")]
+    for i, spec in enumerate(specs):
         metadata = {"name": f"{obj.get('kind', 'object').lower()}-{_name(obj)}-{i}"}
         if meta.get("namespace"):
             metadata["namespace"] = meta["namespace"]

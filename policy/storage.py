@@ -1,16 +1,31 @@
 """S3, ECR, SQS and KMS rules. S3 settings live on companion resources in pulumi-aws 7 (public access
 block, encryption, versioning, bucket policy), so each companion is checked on its own and a stack rule
-checks that every bucket has all of them."""
+checks that every bucket has all of them. Public access is refused wherever it can be granted: the
+account's and an access point's public access block (AWS Foundational Security Best Practices S3.1,
+S3.19; CIS AWS Foundations 2.1.4), bucket and object ACLs for everyone or every AWS user (S3.2, S3.3).
+ECR repositories that ECR creates itself (creation templates, pull-through cache) get immutable tags
+from a template (FSBP ECR.2)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from policy.core import Resource, Rule, StackRule, as_list, dig, policy_document, statements
+from policy.core import Resource, Rule, StackRule, as_list, dig, known, policy_document, statements
 
 BUCKETS = ("aws:s3/bucket:Bucket", "aws:s3/bucketV2:BucketV2")
 PUBLIC_ACCESS_BLOCK = "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock"
+ACCOUNT_PUBLIC_ACCESS_BLOCK = "aws:s3/accountPublicAccessBlock:AccountPublicAccessBlock"
+ACCESS_POINT = "aws:s3/accessPoint:AccessPoint"
+BUCKET_ACLS = ("aws:s3/bucketAcl:BucketAcl", "aws:s3/bucketAclV2:BucketAclV2")
+OBJECTS = ("aws:s3/bucketObject:BucketObject", "aws:s3/bucketObjectv2:BucketObjectv2")
+# The grantee groups an ACL opens to the world: everyone, and every AWS account's users.
+PUBLIC_GRANTEES = (
+    "http://acs.amazonaws.com/groups/global/AllUsers",
+    "http://acs.amazonaws.com/groups/global/AuthenticatedUsers",
+)
+CREATION_TEMPLATE = "aws:ecr/repositoryCreationTemplate:RepositoryCreationTemplate"
+PULL_THROUGH_RULE = "aws:ecr/pullThroughCacheRule:PullThroughCacheRule"
 ENCRYPTION = (
     "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
     "aws:s3/bucketServerSideEncryptionConfigurationV2:BucketServerSideEncryptionConfigurationV2",
@@ -26,15 +41,32 @@ SSE_ALGORITHMS = ("aws:kms", "aws:kms:dsse", "AES256")
 PUBLIC_ACLS = ("public-read", "public-read-write", "authenticated-read")
 
 
+def _public_grants(acl: Any) -> list[str]:
+    grants = as_list(dig(acl, "grants"))
+    return [
+        f"{dig(g, 'permission')} to {dig(g, 'grantee', 'uri')}"
+        for g in grants
+        if str(dig(g, "grantee", "uri", default="")) in PUBLIC_GRANTEES
+    ]
+
+
 def check_public_access_block(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
-    if type_ in BUCKETS:
+    if type_ in (*BUCKETS, *BUCKET_ACLS, *OBJECTS):
         acl = dig(inputs, "acl")
         if acl in PUBLIC_ACLS:
-            yield f"acl {acl!r} makes the bucket readable outside the account"
+            yield f"acl {acl!r} makes it readable outside the account"
+        for grant in _public_grants(dig(inputs, "accessControlPolicy")):
+            yield f"its ACL grants {grant}"
         return
-    off = [f for f in BLOCK_FLAGS if dig(inputs, f) is not True]
+    flags = inputs if type_ != ACCESS_POINT else dig(inputs, "publicAccessBlockConfiguration", default=None)
+    if flags is None:
+        return  # an access point blocks public access unless told otherwise (all four default to true)
+    # An access point's omitted flag is true; a public access block's omitted flag is false.
+    default = type_ == ACCESS_POINT
+    off = [f for f in BLOCK_FLAGS if dig(flags, f, default=default) is not True]
     if off:
-        yield f"{', '.join(off)} not true: the bucket can be made public"
+        what = {ACCOUNT_PUBLIC_ACCESS_BLOCK: "every bucket of the account", ACCESS_POINT: "the access point"}
+        yield f"{', '.join(off)} not true: {what.get(type_, 'the bucket')} can be made public"
 
 
 def check_encryption(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
@@ -118,11 +150,36 @@ def check_bucket_companions(resources: Sequence[Resource]) -> Iterator[tuple[str
 
 
 def check_ecr(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
+    if type_ == CREATION_TEMPLATE:
+        mutability = dig(inputs, "imageTagMutability", default="MUTABLE")
+        if mutability != "IMMUTABLE":
+            yield f"repositories this template creates get imageTagMutability {mutability!r}, not 'IMMUTABLE'"
+        return
     if dig(inputs, "imageScanningConfiguration", "scanOnPush") is not True:
         yield "imageScanningConfiguration.scanOnPush is not true"
     mutability = dig(inputs, "imageTagMutability", default="MUTABLE")
     if mutability != "IMMUTABLE":
         yield f"imageTagMutability is {mutability!r}, not 'IMMUTABLE'"
+
+
+def check_pull_through_templates(resources: Sequence[Resource]) -> Iterator[tuple[str | None, str]]:
+    """Every pull-through cache rule's repositories are created from a template for PULL_THROUGH_CACHE
+    with their prefix (or ROOT): without one ECR creates them with its defaults (mutable tags, no KMS key)."""
+    templates = {}
+    for t in (r for r in resources if r.type == CREATION_TEMPLATE):
+        inputs = known(t.inputs)
+        if "PULL_THROUGH_CACHE" in [str(a) for a in as_list(dig(inputs, "appliedFors"))]:
+            templates[str(dig(inputs, "prefix", default=""))] = t
+    for rule in (r for r in resources if r.type == PULL_THROUGH_RULE):
+        prefix = str(dig(known(rule.inputs), "ecrRepositoryPrefix", default=""))
+        if prefix not in templates and "ROOT" not in templates:
+            yield (
+                rule.name,
+                (
+                    f"pull-through cache rule {prefix!r} has no repository creation template for "
+                    "PULL_THROUGH_CACHE with its prefix (or ROOT): ECR creates its repositories mutable"
+                ),
+            )
 
 
 def check_sqs(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
@@ -141,13 +198,21 @@ def check_kms_rotation(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
 RULES = (
     Rule(
         name="s3-public-access-blocked",
-        description="S3 buckets block every form of public access (all four public access block flags, "
-        "no public ACL).",
+        description="S3 blocks every form of public access: all four public access block flags on each "
+        "bucket and on the account, no access point that turns one off, no public canned ACL or ACL grant to "
+        "AllUsers / AuthenticatedUsers on a bucket or object.",
         remediation="aws.s3.BucketPublicAccessBlock(bucket=..., block_public_acls=True, "
         "block_public_policy=True, ignore_public_acls=True, restrict_public_buckets=True); drop public ACLs.",
         level="mandatory",
         severity="critical",
-        types=(PUBLIC_ACCESS_BLOCK, *BUCKETS),
+        types=(
+            PUBLIC_ACCESS_BLOCK,
+            ACCOUNT_PUBLIC_ACCESS_BLOCK,
+            ACCESS_POINT,
+            *BUCKETS,
+            *BUCKET_ACLS,
+            *OBJECTS,
+        ),
         check=check_public_access_block,
     ),
     Rule(
@@ -182,12 +247,13 @@ RULES = (
     ),
     Rule(
         name="ecr-scan-and-immutable-tags",
-        description="ECR repositories scan images on push and have immutable tags.",
+        description="ECR repositories scan images on push and have immutable tags; the repositories ECR "
+        "creates from a creation template get immutable tags too.",
         remediation="aws.ecr.Repository(image_scanning_configuration={'scan_on_push': True}, "
         "image_tag_mutability='IMMUTABLE').",
         level="mandatory",
         severity="medium",
-        types=(ECR_REPOSITORY,),
+        types=(ECR_REPOSITORY, CREATION_TEMPLATE),
         check=check_ecr,
     ),
     Rule(
@@ -211,6 +277,16 @@ RULES = (
 )
 
 STACK_RULES = (
+    StackRule(
+        name="ecr-pull-through-templated",
+        description="Every pull-through cache rule has a repository creation template for PULL_THROUGH_CACHE "
+        "covering its prefix, so the repositories ECR creates for it get the template's settings.",
+        remediation="aws.ecr.RepositoryCreationTemplate(prefix=<the rule's prefix>, applied_fors="
+        "['PULL_THROUGH_CACHE'], image_tag_mutability='IMMUTABLE', encryption_configurations=[...]).",
+        level="mandatory",
+        severity="medium",
+        check=check_pull_through_templates,
+    ),
     StackRule(
         name="s3-bucket-guardrails-present",
         description="Every S3 bucket has a public access block, default encryption, versioning and a "

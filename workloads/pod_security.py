@@ -49,5 +49,3 @@ def restricted_violations(
     spec: dict[str, Any], *, version: str = "latest", metadata: dict[str, Any] | None = None
 ) -> list[str]:
     return [str(v) for v in violations(spec, metadata, level="restricted", version=version)]
-
-

@@ -33,6 +33,7 @@ from infra.addons.namespaces import (
     PlatformNamespacesArgs,
     platform_namespaces,
 )
+from infra.addons.system_admission import SystemAdmission, SystemAdmissionArgs
 from infra.addons.training import Training, TrainingArgs, queue_quotas
 from infra.config.addons import AddonsConfig
 
@@ -46,8 +47,11 @@ def install_addons(
     grafana_admin_password: pulumi.Output[str] | None,
     *,
     alert_receiver_secret: pulumi.Output[str] | None = None,
+    deployer_arns: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Register every enabled add-on; returns the add-on exports (see the platform exports contract)."""
+    """Register every enabled add-on; returns the add-on exports (see the platform exports contract).
+    `deployer_arns`: who runs `pulumi up` (the cluster's creator and adminPrincipalArns), the only people
+    the system namespaces' admission policies let install workloads there."""
     provider = platform.k8s_provider
     cluster_ready: list[pulumi.Resource] = [
         platform.eks_cluster,
@@ -67,7 +71,15 @@ def install_addons(
         ),
         pulumi.ResourceOptions(depends_on=cluster_ready),
     )
-    cluster_ready = [*cluster_ready, namespaces]
+    # Before anything installs into kube-system, gpu-system or monitoring (infra/addons/system_admission.py).
+    admission = SystemAdmission(
+        "system-admission",
+        SystemAdmissionArgs(
+            deployer_arns=deployer_arns or list(platform.config.admin_principal_arns), k8s_provider=provider
+        ),
+        pulumi.ResourceOptions(depends_on=cluster_ready),
+    )
+    cluster_ready = [*cluster_ready, namespaces, admission]
     storage_class = "gp3"
 
     observability = None
@@ -135,6 +147,7 @@ def install_addons(
                 service_monitor=observability is not None,
                 node_repair=config.node_health.karpenter_node_repair,
                 gpu_check=config.node_health.gpu_check,
+                session_manager=platform.config.session_manager,
                 tags=platform.tags,
                 images=platform.image_cache,
             ),

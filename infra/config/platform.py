@@ -138,6 +138,9 @@ class PlatformConfig(ConfigModel):
     # security group admits 443 from here, or the runner cannot reach the private endpoint.
     deployer_cidrs: list[str] = Field(default_factory=list)
     admin_principal_arns: list[str] = Field(default_factory=list)
+    # Shell access to nodes through SSM Session Manager (only its own permissions, never SSH); false: the
+    # node roles get no Systems Manager permission at all (infra/platform/session_manager.py).
+    session_manager: bool = True
     system_nodes: SystemNodesConfig = Field(default_factory=SystemNodesConfig)
     gpu_pools: list[GpuPoolConfig] = Field(default_factory=list)
     checkpoint_noncurrent_days: int = Field(default=30, ge=1, le=3650)

@@ -21,7 +21,7 @@ from infra.addons import node_health
 from infra.component_args import ComponentArgs, child_options
 from infra.config.cluster_rules import DEPLOY_FROM_VPC_TAG
 from infra.pins import NODE_MONITORING_AGENT_VERSION
-from infra.platform import keys, pod_identity
+from infra.platform import keys, pod_identity, session_manager
 from infra.platform.creator import CREATOR_TAG
 
 LOG_TYPES = ["api", "audit", "authenticator", "controllerManager", "scheduler"]
@@ -47,13 +47,9 @@ fi
 """
 # The VPC CNI's service account (the vpc-cni add-on's DaemonSet aws-node runs as it).
 VPC_CNI_SERVICE_ACCOUNT = "aws-node"
-# No AmazonEKS_CNI_Policy: the VPC CNI has its own Pod Identity role (module docstring).
-NODE_POLICIES = (
-    "AmazonEKSWorkerNodePolicy",
-    "AmazonEC2ContainerRegistryReadOnly",
-    # Session Manager instead of SSH: no key pairs, no port 22.
-    "AmazonSSMManagedInstanceCore",
-)
+# No AmazonEKS_CNI_Policy: the VPC CNI has its own Pod Identity role (module docstring). Session Manager
+# (instead of SSH) is an inline policy of its own actions (infra/platform/session_manager.py).
+NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly")
 
 
 def assume_role_policy(service: str, actions: tuple[str, ...] = ("sts:AssumeRole",), **condition) -> str:
@@ -92,6 +88,8 @@ class ClusterArgs(ComponentArgs):
     log_retention_days: int
     # Who creates the cluster, recorded on it (infra/platform/creator.py): EKS makes that identity admin.
     creator_arn: str
+    # Session Manager on the managed groups' nodes (infra/platform/session_manager.py).
+    session_manager: bool = True
     tags: dict[str, str]
 
 
@@ -127,6 +125,8 @@ class Cluster(pulumi.ComponentResource):
                 policy_arn=f"arn:{args.partition}:iam::aws:policy/{policy}",
                 opts=child,
             )
+        if args.session_manager:
+            session_manager.grant(f"{name}-node", self.node_role, child)
 
         # Created before the cluster: EKS would otherwise create the group itself, unencrypted and
         # never expiring, and then leave it behind on destroy.
@@ -169,7 +169,9 @@ class Cluster(pulumi.ComponentResource):
             endpoint_private_access=True,
             endpoint_public_access=args.endpoint_public_access,
             public_access_cidrs=args.public_access_cidrs or None,
-            create_oidc_provider=True,
+            # No IAM OIDC provider: every pod role is a Pod Identity role (infra/platform/pod_identity.py),
+            # and an unused IRSA provider is one more way to assume roles that trust it.
+            create_oidc_provider=False,
             cluster_tags={
                 CREATOR_TAG: args.creator_arn,
                 **({DEPLOY_FROM_VPC_TAG: "true"} if args.deploy_from_vpc else {}),
@@ -191,8 +193,6 @@ class Cluster(pulumi.ComponentResource):
         # returns after pulumi-eks created it), carrying the dependency to whatever takes it as input.
         self.name: pulumi.Output[str] = self.eks.urn.apply(lambda _: args.cluster_name)
         self.kubeconfig_json = self.eks.kubeconfig_json
-        self.oidc_provider_arn = self.eks.oidc_provider_arn
-        self.oidc_provider_url = self.eks.oidc_provider_url
         # Attributes a custom-AMI or EFA launch template needs; read back once the cluster exists.
         self.info = aws.eks.get_cluster_output(
             name=args.cluster_name, opts=pulumi.InvokeOutputOptions(parent=self, depends_on=[self.eks])
@@ -223,7 +223,6 @@ class Cluster(pulumi.ComponentResource):
         self.register_outputs(
             {
                 "cluster_name": self.name,
-                "oidc_provider_arn": self.oidc_provider_arn,
                 "node_role_arn": self.node_role.arn,
             }
         )

@@ -36,6 +36,7 @@ class Upstream:
     name: str
     hosts: re.Pattern[str]  # the image reference's registry host
     prefix: str  # the cache's path under the stack's prefix
+    host: str  # the registry host an image reference names it by (Docker Hub's as runtimes normalise it)
     route: Route  # without a credential
     # ECR's upstreamRegistryUrl for a pull-through cache rule; None: ECR cannot cache it.
     upstream_url: str | None
@@ -50,6 +51,7 @@ UPSTREAMS = (
         name="registry.k8s.io",
         hosts=re.compile(r"registry\.k8s\.io"),
         prefix="k8s",
+        host="registry.k8s.io",
         route="pull-through",
         upstream_url="registry.k8s.io",
         credential=None,
@@ -61,6 +63,7 @@ UPSTREAMS = (
         name="quay.io",
         hosts=re.compile(r"quay\.io"),
         prefix="quay",
+        host="quay.io",
         route="pull-through",
         upstream_url="quay.io",
         credential=None,
@@ -71,6 +74,7 @@ UPSTREAMS = (
         name="Amazon ECR Public",
         hosts=re.compile(r"public\.ecr\.aws"),
         prefix="ecr-public",
+        host="public.ecr.aws",
         route="pull-through",
         upstream_url="public.ecr.aws",
         credential=None,
@@ -81,6 +85,7 @@ UPSTREAMS = (
         name="GitHub Container Registry",
         hosts=re.compile(r"ghcr\.io"),
         prefix="ghcr",
+        host="ghcr.io",
         route="copy",
         upstream_url="ghcr.io",
         credential="ghcr",
@@ -91,6 +96,7 @@ UPSTREAMS = (
         name="Docker Hub",
         hosts=re.compile(r"(?:index\.|registry-1\.)?docker\.io"),
         prefix="docker-hub",
+        host="docker.io",
         route="copy",
         upstream_url="registry-1.docker.io",
         credential="dockerHub",
@@ -103,6 +109,7 @@ UPSTREAMS = (
         name="NVIDIA NGC",
         hosts=re.compile(r"nvcr\.io"),
         prefix="nvcr",
+        host="nvcr.io",
         route="copy",
         upstream_url=None,
         credential=None,
@@ -113,6 +120,7 @@ UPSTREAMS = (
         name="IBM Cloud Container Registry",
         hosts=re.compile(r"icr\.io"),
         prefix="icr",
+        host="icr.io",
         route="copy",
         upstream_url=None,
         credential=None,
@@ -271,6 +279,22 @@ class ImagePath:
             known = ", ".join(u.name for u in UPSTREAMS)
             raise ValueError(f"image {image!r}: its registry {host} has no row in UPSTREAMS ({known})")
         return f"{self.registry}/{self.cache_prefix(upstream)}/{path}"
+
+
+def upstream_image(image: str) -> str:
+    """The upstream reference an image of a stack's ECR path stands for (`ImagePath.ref` read backwards):
+    `<registry>/<stack>/k8s/kueue/kueue:v0.19.2` is `registry.k8s.io/kueue/kueue:v0.19.2`, and an image of
+    EKS's registry of any region is the one of us-west-2 (the same repositories in every region). Any other
+    reference is returned as written."""
+    host, sep, rest = image.partition("/")
+    found = _ECR_HOST.fullmatch(host)
+    if not sep or found is None:
+        return image
+    if _is_eks_registry(host):
+        return f"{EKS_REGISTRY_ACCOUNT}.dkr.ecr.us-west-2.amazonaws.com/{rest}"
+    parts = rest.split("/", 2)
+    upstream = next((u for u in UPSTREAMS if len(parts) == 3 and u.prefix == parts[1]), None)
+    return f"{upstream.host}/{parts[2]}" if upstream else image
 
 
 def endpoint_buckets(region: str) -> list[str]:

@@ -110,10 +110,15 @@ def test_writes_to_what_karpenter_creates_are_conditioned_on_this_clusters_tag(o
     assert eks["Resource"] == f"arn:aws:eks:us-east-1:123456789012:cluster/{FACTS['ClusterName']}"
 
 
-def test_queue_policy_lets_eventbridge_send_and_denies_plain_http(reference):
+def test_queue_policy_lets_only_the_stacks_rules_send_and_denies_plain_http(reference):
+    """The reference's Allow for events.amazonaws.com and sqs.amazonaws.com, narrowed: EventBridge only,
+    for the stack's own rules (aws:SourceArn), so no other rule (of any account) feeds the queue."""
     ref = reference["KarpenterInterruptionQueuePolicy"]["Properties"]["PolicyDocument"]["Statement"]
-    ours = interruption_queue_policy(FACTS["KarpenterInterruptionQueue.Arn"])["Statement"]
-    assert ours[0]["Principal"] == ref[0]["Principal"] and ours[0]["Action"] == ref[0]["Action"]
+    rules = ["arn:aws:events:us-east-1:123456789012:rule/b", "arn:aws:events:us-east-1:123456789012:rule/a"]
+    ours = interruption_queue_policy(FACTS["KarpenterInterruptionQueue.Arn"], rules)["Statement"]
+    assert ours[0]["Action"] == ref[0]["Action"] and "events.amazonaws.com" in ref[0]["Principal"]["Service"]
+    assert ours[0]["Principal"] == {"Service": "events.amazonaws.com"}
+    assert ours[0]["Condition"] == {"ArnEquals": {"aws:SourceArn": sorted(rules)}}
     assert ours[1]["Effect"] == "Deny" and ours[1]["Action"] == "sqs:*"
     assert ours[1]["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
 

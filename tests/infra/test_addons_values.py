@@ -108,7 +108,7 @@ SUBCHART_VALUES = {
         *(f"sidecar.{p}" for p in _IMAGE),
         *(f"initChownData.{p}" for p in _IMAGE),
     ),
-    ("kube-prometheus-stack", "kube-state-metrics"): _IMAGE,
+    ("kube-prometheus-stack", "kube-state-metrics"): (*_IMAGE, "collectorsExclude"),
     ("kube-prometheus-stack", "prometheus-node-exporter"): (*_IMAGE, "image.distroless"),
     ("kubeflow-trainer", "jobset"): ("image.repository", "image.tag", "image.pullPolicy"),
     ("cost-analyzer", ""): ("kubecostModel.fullImageName", "kubecostFrontend.fullImageName"),

@@ -20,8 +20,6 @@ CONTRACT_EXPORTS = {
     "cluster_name",
     "kubeconfig",
     "region",
-    "oidc_provider_arn",
-    "oidc_provider_url",
     "vpc_id",
     "private_subnet_ids",
     "public_subnet_ids",
@@ -62,7 +60,7 @@ def test_cluster_encrypts_secrets_with_a_rotating_key_and_logs_everything(stack)
         == LOG_TYPES
         == ["api", "audit", "authenticator", "controllerManager", "scheduler"]
     )
-    assert eks["authenticationMode"] == "API" and eks["createOidcProvider"] is True
+    assert eks["authenticationMode"] == "API" and eks["createOidcProvider"] is False
     assert eks["skipDefaultNodeGroup"] is True and eks["endpointPrivateAccess"] is True
     # EKS creates managed node group roles' access entries; pulumi-eks refuses instanceRoles in API mode.
     assert "instanceRoles" not in eks

@@ -226,3 +226,45 @@ def test_s3_endpoint_admits_ecrs_layer_bucket_read_only_and_no_other_registrys(s
     assert not _allowed_by_endpoint(policy, "s3:PutObject", blob, "aws")
     for other in (f"prod-registry-k8s-io-{region}", "quayio-production-s3"):
         assert not _allowed_by_endpoint(policy, "s3:GetObject", f"arn:aws:s3:::{other}/x", "aws"), other
+
+
+def test_node_roles_reach_session_manager_and_read_no_parameter(stack):
+    """Session Manager's own actions instead of AmazonSSMManagedInstanceCore (ssm:GetParameter* on every
+    parameter), on both node roles; none with sessionManager false."""
+    from infra.platform.session_manager import ACTIONS
+    from infra.tools.synth import synth
+
+    node_roles = {"cluster-node", "karpenter-node"}
+    managed = {
+        a.inputs["role"]: a.inputs["policyArn"]
+        for a in stack.of_type(ATTACHMENT)
+        if a.inputs["role"] in node_roles
+    }
+    assert not any(arn.endswith("AmazonSSMManagedInstanceCore") for arn in managed.values())
+    inline = {
+        p.inputs["role"]: json.loads(p.inputs["policy"])
+        for p in stack.of_type("aws:iam/rolePolicy:RolePolicy")
+    }
+    for role in node_roles:
+        (statement,) = inline[f"{role}-id"]["Statement"]
+        assert statement["Action"] == list(ACTIONS) and not any("GetParameter" in a for a in ACTIONS)
+    values = {**stack_config("dev"), "mlops-eks:sessionManager": False}
+    _, resources, _ = synth("dev", values)
+    roles = {r.inputs["role"] for r in resources if r.type == "aws:iam/rolePolicy:RolePolicy"}
+    assert not roles & {f"{r}-id" for r in node_roles}
+
+
+def test_no_iam_oidc_provider_nothing_uses(stack):
+    assert stack.one("eks:index:Cluster").inputs["createOidcProvider"] is False
+    assert not {"oidc_provider_arn", "oidc_provider_url"} & set(stack.exports)
+    federated = [r for r in stack.of_type(ROLE) if "Federated" in r.inputs["assumeRolePolicy"]]
+    assert federated == []  # every pod role is a Pod Identity role
+
+
+def test_the_interruption_queue_takes_messages_from_the_stacks_rules_only(stack):
+    (policy,) = [json.loads(p.inputs["policy"]) for p in stack.of_type("aws:sqs/queuePolicy:QueuePolicy")]
+    allow = policy["Statement"][0]
+    rules = {r.name for r in stack.of_type("aws:cloudwatch/eventRule:EventRule")}
+    assert allow["Principal"] == {"Service": "events.amazonaws.com"}
+    sources = allow["Condition"]["ArnEquals"]["aws:SourceArn"]
+    assert len(sources) == len(rules) == 5 and all(s.rsplit(":", 1)[-1] in rules for s in sources)

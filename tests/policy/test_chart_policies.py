@@ -12,6 +12,9 @@ import pytest
 from infra.addons.monitoring.kube_prometheus import GRAFANA_SIDECAR_ROLE, GRAFANA_SIDECAR_RULES
 from infra.tools.synth import ACCOUNT_ID
 from policy.chart_exceptions import findings, load_exceptions, object_id, stale, unexplained
+from policy.k8s import from_manifests
+from policy.k8s_rbac import accepted as rbac_accepted
+from policy.k8s_rbac import effective_grants
 from policy.pack import RULES
 from sim import helm_render
 
@@ -136,3 +139,22 @@ def test_grafana_reads_no_secret_and_only_listed_controllers_read_every_secret(c
     assert GRAFANA_SIDECAR_RULES == [
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]}
     ]
+
+
+def test_rendered_rbac_grants_nothing_that_escalates_outside_the_accepted_risks(chart_objects):
+    """Every binding the charts render, judged with the role it names where it holds it: the escalating
+    grants are exactly the ones policy/rbac_accepted.yaml accepts with a reason (kube-state-metrics no
+    longer among them: its secrets collector is off), and every entry there is still needed. Training
+    Operator v1's entry is judged against its manifests in tests/policy/test_rbac.py."""
+    found = {
+        (binding, subject, what)
+        for objects in chart_objects.values()
+        for _, binding, subject, what, _ in effective_grants(from_manifests(objects))
+    }
+    accepted = {(e["binding"], e["subject"], g) for e in rbac_accepted() for g in e["grants"]}
+    assert found - accepted == set()
+    kustomize = {a for a in accepted if a[0] == "ClusterRoleBinding//training-operator"}
+    assert accepted - kustomize - found == set(), "entries nothing rendered needs"
+    assert not any("kube-state-metrics" in binding for binding, _, _ in found)
+    for e in rbac_accepted():
+        assert len(e["reason"].split()) >= 15, e

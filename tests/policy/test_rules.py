@@ -9,6 +9,7 @@ import pytest
 
 from policy.core import Resource, evaluate
 from policy.pack import RULES, STACK_RULES
+from tests.policy.engine_path import violations
 
 RULE = {r.name: r for r in RULES}
 LOGS = ["api", "audit", "authenticator", "controllerManager", "scheduler"]
@@ -26,6 +27,7 @@ GOOD_EKS_CLUSTER = {
     "endpointPublicAccess": True,
     "publicAccessCidrs": ["203.0.113.0/24"],
     "skipDefaultNodeGroup": True,
+    "vpcCniOptions": {"enableNetworkPolicy": True},
 }
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
 GOOD_GPU_NODE_GROUP = {
@@ -386,6 +388,13 @@ CASES = [
         pod(None, GPU, kind="PyTorchJob"),
     ),
     (
+        # The engine sends every number as a float: a request of 0 GPUs arrives as 0.0, and is none.
+        "k8s-gpu-requests-tolerate-taint",
+        "kubernetes:core/v1:Pod",
+        pod(None, {"resources": {"limits": {"nvidia.com/gpu": 0}}}),
+        pod(None, {"resources": {"limits": {"nvidia.com/gpu": "1"}}}),
+    ),
+    (
         "k8s-gpu-requests-tolerate-taint",
         "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob",
         {
@@ -508,6 +517,118 @@ CASES = [
         {"spec": {"podSelector": {}, "ingress": [{}]}},
     ),
     (
+        # Halves of the port range and of the address space, in separate rules, are the whole.
+        "k8s-no-allow-all-network-policy",
+        "kubernetes:networking.k8s.io/v1:NetworkPolicy",
+        {
+            "spec": {
+                "egress": [
+                    {"to": [{"ipBlock": {"cidr": "0.0.0.0/1"}}], "ports": [{"port": 1, "endPort": 32767}]},
+                    {"to": [{"ipBlock": {"cidr": "128.0.0.0/1"}}], "ports": [{"port": 1, "endPort": 65535}]},
+                ]
+            }
+        },
+        {
+            "spec": {
+                "egress": [
+                    {"to": [{"ipBlock": {"cidr": "0.0.0.0/1"}}], "ports": [{"port": 1, "endPort": 65535}]},
+                    {
+                        "to": [{"ipBlock": {"cidr": "128.0.0.0/1"}}],
+                        "ports": [{"port": 1, "endPort": 32767}, {"port": 32768, "endPort": 65535}],
+                    },
+                ]
+            }
+        },
+    ),
+    (
+        "k8s-services-not-exposed",
+        "kubernetes:core/v1:Service",
+        {"spec": {"type": "ClusterIP", "ports": [{"port": 8265}]}},
+        {"spec": {"type": "LoadBalancer", "ports": [{"port": 8265}]}},
+    ),
+    (
+        "k8s-no-legacy-service-account-tokens",
+        "kubernetes:core/v1:Secret",
+        {"type": "Opaque", "metadata": {"name": "s"}},
+        {"type": "kubernetes.io/service-account-token", "metadata": {"name": "s"}},
+    ),
+    (
+        "eks-admin-access-for-named-people",
+        "aws:eks/accessPolicyAssociation:AccessPolicyAssociation",
+        {
+            "principalArn": "arn:aws:iam::210987654321:role/platform-admin",
+            "policyArn": "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy",
+            "accessScope": {"type": "cluster"},
+        },
+        {
+            "principalArn": "arn:aws:iam::210987654321:root",
+            "policyArn": "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy",
+            "accessScope": {"type": "cluster"},
+        },
+    ),
+    (
+        "eks-network-policy-enforced",
+        "aws:eks/addon:Addon",
+        {"addonName": "vpc-cni", "configurationValues": '{"enableNetworkPolicy": "true"}'},
+        {"addonName": "vpc-cni", "configurationValues": "{}"},
+    ),
+    (
+        "resource-policy-service-principals-pinned",
+        "aws:sqs/queuePolicy:QueuePolicy",
+        {
+            "policy": json.dumps(
+                {
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Service": "events.amazonaws.com"},
+                            "Action": "sqs:SendMessage",
+                            "Resource": "arn:aws:sqs:us-east-1:1:q",
+                            "Condition": {
+                                "ArnEquals": {"aws:SourceArn": "arn:aws:events:us-east-1:1:rule/r"}
+                            },
+                        }
+                    ]
+                }
+            )
+        },
+        {
+            "policy": json.dumps(
+                {
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Service": ["events.amazonaws.com", "sqs.amazonaws.com"]},
+                            "Action": "sqs:SendMessage",
+                            "Resource": "arn:aws:sqs:us-east-1:1:q",
+                        }
+                    ]
+                }
+            )
+        },
+    ),
+    (
+        "k8s-controller-images-by-digest",
+        "kubernetes:apps/v1:Deployment",
+        pod(
+            None,
+            {"image": "ghcr.io/example/controller@sha256:" + "a" * 64},
+            kind="Deployment",
+        )
+        | {"metadata": {"name": "c", "namespace": "kube-system"}},
+        pod(None, {"image": "ghcr.io/example/controller:v1.2.3"}, kind="Deployment")
+        | {"metadata": {"name": "c", "namespace": "kube-system"}},
+    ),
+    (
+        "network-default-security-group-closed",
+        "aws:ec2/defaultSecurityGroup:DefaultSecurityGroup",
+        {"vpcId": "vpc-1", "ingress": [], "egress": []},
+        {
+            "vpcId": "vpc-1",
+            "egress": [{"protocol": "-1", "fromPort": 0, "toPort": 0, "cidrBlocks": ["0.0.0.0/0"]}],
+        },
+    ),
+    (
         "k8s-helm-values-no-privilege",
         "kubernetes:helm.sh/v3:Release",
         {"values": {"securityContext": {"runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}}},
@@ -522,8 +643,9 @@ CASES = [
     ids=[f"{c[0]}-{c[1].rsplit(':', 1)[-1]}-{i}" for i, c in enumerate(CASES)],
 )
 def test_rule_reports_bad_and_passes_good(rule, type_, good, bad):
-    assert RULE[rule].violations(type_, good) == []
-    assert RULE[rule].violations(type_, bad), f"{rule} missed {bad}"
+    """Through the engine's path (tests/policy/engine_path.py), as `pulumi up` hands the pack its inputs."""
+    assert violations(rule, type_, good) == []
+    assert violations(rule, type_, bad), f"{rule} missed {bad}"
 
 
 def test_every_rule_has_a_bad_case():
@@ -578,7 +700,7 @@ def _bucket_stack(*skip: str) -> list[Resource]:
 
 
 def test_bucket_stack_rule_requires_every_companion():
-    (rule,) = STACK_RULES
+    rule = next(r for r in STACK_RULES if r.name == "s3-bucket-guardrails-present")
     assert list(rule.check(_bucket_stack())) == []
     for missing in ("pab", "sse", "ver", "pol"):
         assert [name for name, _ in rule.check(_bucket_stack(missing))] == ["data"], missing

@@ -33,9 +33,14 @@ def test_workload_stacks_have_no_mandatory_violation(workload_objects):
 
 
 # Rules on kinds the committed stacks do not create themselves: admission webhooks come from the charts
-# (tests/policy/test_chart_policies.py judges them), security groups from pulumi-eks inside the provider.
-# Their bypass attempts (tests/policy/bypasses.py) exercise them.
-NOT_IN_THE_STACKS = {"k8s-webhooks-stay-in-cluster", "network-no-internet-admin-ports"}
+# (tests/policy/test_chart_policies.py judges them), security groups from pulumi-eks inside the provider,
+# and the rest are kinds a user's stack may add. Their bypass attempts (tests/policy/bypasses.py,
+# tests/policy/bypasses_whole_stack.py) exercise them.
+NOT_IN_THE_STACKS = {
+    "k8s-webhooks-stay-in-cluster",
+    "network-no-internet-admin-ports",
+    "network-default-security-group-closed",
+}
 
 
 def test_the_stacks_exercise_the_policies(platform_resources, workload_objects, chart_objects):
@@ -45,10 +50,11 @@ def test_the_stacks_exercise_the_policies(platform_resources, workload_objects, 
     resources += [r for objs in workload_objects.values() for r in from_manifests(objs)]
     charts = [r for objs in chart_objects.values() for r in from_manifests(objs)]
     from tests.policy.bypasses import ATTEMPTS
+    from tests.policy.bypasses_whole_stack import ATTEMPTS as WHOLE_STACK_ATTEMPTS
 
     for name in NOT_IN_THE_STACKS:
         rule = next(r for r in RULES if r.name == name)
-        assert any(a.policy == name for a in ATTEMPTS), name
+        assert any(a.policy == name for a in (*ATTEMPTS, *WHOLE_STACK_ATTEMPTS)), name
         if name == "k8s-webhooks-stay-in-cluster":
             assert any(rule.applies_to(r.type, False) for r in charts), name
     unexercised = {

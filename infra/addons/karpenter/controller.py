@@ -41,7 +41,7 @@ from infra.charts import release
 from infra.component_args import ComponentArgs, child_options
 from infra.config.addons import KarpenterConfig
 from infra.config.platform import GpuPoolConfig
-from infra.platform import pod_identity
+from infra.platform import pod_identity, session_manager
 from infra.platform.image_cache import ImageCache
 
 NAMESPACE = "kube-system"
@@ -70,6 +70,8 @@ class KarpenterArgs(ComponentArgs):
     # NVIDIA NodePools (infra/addons/gpu_node_check.py).
     node_repair: bool = False
     gpu_check: bool = False
+    # Session Manager on Karpenter's nodes (infra/platform/session_manager.py).
+    session_manager: bool = True
     tags: dict[str, str] = {}
     images: ImageCache
 
@@ -150,6 +152,8 @@ class Karpenter(pulumi.ComponentResource):
             policy_arn=args.images.node_policy_arn,
             opts=aws_opts,
         )
+        if args.session_manager:
+            session_manager.grant(f"{name}-node", self.node_role, aws_opts)
         access_entry = aws.eks.AccessEntry(
             f"{name}-node",
             cluster_name=args.cluster_name,
@@ -166,21 +170,25 @@ class Karpenter(pulumi.ComponentResource):
             tags=args.tags,
             opts=aws_opts,
         )
-        queue_policy = aws.sqs.QueuePolicy(
-            f"{name}-interruption",
-            queue_url=self.interruption_queue.url,
-            policy=self.interruption_queue.arn.apply(
-                lambda arn: json.dumps(iam.interruption_queue_policy(arn))
-            ),
-            opts=aws_opts,
-        )
-        for suffix, source, detail_type in iam.INTERRUPTION_EVENTS:
-            rule = aws.cloudwatch.EventRule(
+        rules = {
+            suffix: aws.cloudwatch.EventRule(
                 f"{name}-{suffix}",
                 event_pattern=json.dumps({"source": [source], "detail-type": [detail_type]}),
                 tags=args.tags,
                 opts=aws_opts,
             )
+            for suffix, source, detail_type in iam.INTERRUPTION_EVENTS
+        }
+        # Only these rules may send (aws:SourceArn): the policy names them, the targets wait for it.
+        queue_policy = aws.sqs.QueuePolicy(
+            f"{name}-interruption",
+            queue_url=self.interruption_queue.url,
+            policy=pulumi.Output.all(self.interruption_queue.arn, *(r.arn for r in rules.values())).apply(
+                lambda v: json.dumps(iam.interruption_queue_policy(v[0], list(v[1:])))
+            ),
+            opts=aws_opts,
+        )
+        for suffix, rule in rules.items():
             aws.cloudwatch.EventTarget(
                 f"{name}-{suffix}",
                 rule=rule.name,

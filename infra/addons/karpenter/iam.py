@@ -216,17 +216,21 @@ def _allow(
     return statement
 
 
-def interruption_queue_policy(queue_arn: str) -> dict[str, Any]:
-    """EventBridge (and SQS itself) may send; nobody may use the queue without TLS."""
+def interruption_queue_policy(queue_arn: str, rule_arns: list[str]) -> dict[str, Any]:
+    """EventBridge may send, for the stack's own interruption rules only (aws:SourceArn); nobody may use
+    the queue without TLS. The reference also names sqs.amazonaws.com without a condition: nothing of SQS
+    sends to this queue (it is no dead-letter queue), and without a source condition any rule of any
+    account could feed Karpenter forged interruption events (a confused deputy), so neither stays."""
     return {
         "Version": "2012-10-17",
         "Id": "EC2InterruptionPolicy",
         "Statement": [
             {
                 "Effect": "Allow",
-                "Principal": {"Service": ["events.amazonaws.com", "sqs.amazonaws.com"]},
+                "Principal": {"Service": "events.amazonaws.com"},
                 "Action": "sqs:SendMessage",
                 "Resource": queue_arn,
+                "Condition": {"ArnEquals": {"aws:SourceArn": sorted(rule_arns)}},
             },
             {
                 "Sid": "DenyHTTP",
@@ -263,9 +267,7 @@ def node_trust_policy() -> dict[str, Any]:
     }
 
 
-# No AmazonEKS_CNI_Policy: the VPC CNI has its own Pod Identity role (infra/platform/cluster.py).
-NODE_MANAGED_POLICIES = (
-    "AmazonEKSWorkerNodePolicy",
-    "AmazonEC2ContainerRegistryPullOnly",
-    "AmazonSSMManagedInstanceCore",
-)
+# No AmazonEKS_CNI_Policy: the VPC CNI has its own Pod Identity role (infra/platform/cluster.py). No
+# AmazonSSMManagedInstanceCore (the reference's): Session Manager gets an inline policy of its own actions
+# (infra/platform/session_manager.py).
+NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly")

@@ -137,6 +137,9 @@ def kube_prometheus_stack_values(
             # chart's root `chown` init container has nothing to do.
             "initChownData": {"enabled": False},
         },
+        # No `secrets` collector: it would need (and the chart would grant) list/watch on every Secret of
+        # every namespace, for metrics nothing here reads (kube_secret_*).
+        "kube-state-metrics": {"collectorsExclude": ["secrets"]},
         "additionalPrometheusRulesMap": prometheus_rules(gpu_check=gpu_check),
     }
 

@@ -48,7 +48,7 @@ TORCH_ARCHS = ("x86_64", "aarch64")
 DEV_LOCK = REPO / "constraints.txt"
 # What `make dev` installs. `ray` too (its local-Ray test runs in `make test`): resolved here with pulumi,
 # which takes protobuf < 7, while the images' ray lock, without pulumi, gets protobuf 7.
-DEV_EXTRAS = ("infra", "train", "policy", "dev", "hf", "ray", "llm")
+DEV_EXTRAS = ("infra", "train", "policy", "dev", "hf", "ray", "llm", "mlflow")
 # The venv's own installers, pinned like everything else (the Makefile installs them first).
 INSTALLERS = ("pip", "setuptools")
 PYTHONS = ("3.11", "3.12", "3.13", "3.14")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import math
 import tempfile
 import time
@@ -179,8 +180,9 @@ class Trainer:
         tags = {"mlops-eks.checkpoint_dir": self.ckpt.storage.uri}
         if self.cfg.checkpoint.resume_from:
             tags["mlops-eks.resumed_from"] = self.cfg.checkpoint.resume_from
-        # A checkpoint directory of older trainers (flat layout) is one run without an id.
-        self.metrics.start_tracking(self.ckpt.run or self.ckpt.storage.uri, params, tags)
+        # A checkpoint directory of older trainers (flat layout) is one run without an id: named by where.
+        flat = "flat-" + hashlib.sha256(self.ckpt.storage.uri.encode()).hexdigest()[:12]
+        self.metrics.start_tracking(self.ckpt.run or flat, params, tags)
 
     def _resume_schedule(self, state: dict[str, Any]) -> None:
         """The checkpoint's schedule; a new segment when train.max_steps changed (trainer/schedule.py)."""

@@ -41,6 +41,7 @@ STOP_FLUSH_S = 5.0  # after a SIGTERM or a failure: the checkpoint had the grace
 # MLflow's own batch limits (mlflow/utils/validation.py: MAX_METRICS_PER_BATCH, MAX_PARAMS_TAGS_PER_BATCH).
 METRICS_PER_BATCH = 1000
 PARAMS_PER_BATCH = 100
+PARAM_CHARS = 6000  # MAX_PARAM_VAL_LENGTH: a longer value (a chat template) is cut here, as a server would
 # MLflow's client retries a failing request 7 times with backoff, about 4 minutes, and waits up to 120 s for
 # each answer (MLFLOW_HTTP_REQUEST_MAX_RETRIES, _BACKOFF_FACTOR, _TIMEOUT): the sink retries by itself, so an
 # attempt is one request and an outage is said at once. It also sends usage telemetry to MLflow's servers
@@ -131,7 +132,7 @@ class MlflowSink:
         """Start sending to the MLflow run of checkpoint run `key` (created or resumed)."""
         with self._cv:
             self._key = key
-            self._params.update({k: str(v) for k, v in params.items()})
+            self._params.update({k: str(v)[:PARAM_CHARS] for k, v in params.items()})
             self._tags.update(tags)
         self._thread = threading.Thread(target=self._work, name="mlflow-sink", daemon=True)
         self._thread.start()

@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 from ports import reserved_port
-from trainer_runs import trainer_args
+from trainer_runs import REPO, launch, metrics, trainer_args
 
 from trainer import loop, tracking
 from trainer.config import MlflowConfig, from_args
@@ -112,6 +112,23 @@ def test_one_mlflow_run_holds_params_and_metrics_at_their_steps_across_a_sigterm
         "run_id": run_id, "resumed": True, "status": "FINISHED", "complete": True, "values_sent": 0,
         "values_unsent": 0, "values_dropped": 0, "values_refused": 0, "failed_attempts": 0, "error": None,
     }  # fmt: skip
+
+
+@needs_mlflow
+def test_two_ranks_make_one_mlflow_run_with_the_losses_over_both(tmp_path, store):
+    """A real 2-process torchrun: only rank 0 sends, the job-wide values metrics.jsonl has."""
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
+    args = {"train.max_steps": 10, "mlflow.tracking_uri": store, "mlflow.experiment": "ddp"}
+    proc = launch(tmp_path / "out", env=env, **args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (tracked,) = _runs(store, "ddp")
+    losses = {r["step"]: r["loss"] for r in metrics(tmp_path / "out", "train")}
+    history = _client(store).get_metric_history(tracked.info.run_id, "train/loss")
+    assert [m.step for m in history] == [5, 10]
+    assert {m.step: m.value for m in history} == pytest.approx(losses)
+    assert tracked.data.params["world_size"] == "2" and tracked.info.status == "FINISHED"
+    assert tracked.data.tags["mlops-eks.summary.ranks_identical"] == "True"
+    assert proc.stdout.count("MLflow: started run") == 1
 
 
 @needs_mlflow

@@ -40,7 +40,7 @@ $(RUN_STAMP): pyproject.toml $(LOCK) | $(VENV)/bin/python
 # on this Python (torch ships one for 3.12+ only) are left as they are.
 $(DEV_STAMP): pyproject.toml $(LOCK) $(RUN_STAMP)
 	@echo "==> installing the Pulumi SDKs, the policy pack and the test tools"
-	$(PIP_INSTALL) -e ".[infra,train,policy,dev,hf,ray,llm]"
+	$(PIP_INSTALL) -e ".[infra,train,policy,dev,hf,ray,llm,mlflow]"
 	@echo "==> compiling the installed packages' bytecode"
 	$(PY) -c 'import compileall, sysconfig; compileall.compile_dir(sysconfig.get_paths()["purelib"], quiet=2, workers=0)'
 	touch $@

@@ -4,8 +4,10 @@
 # image extras into it, each package checked against the sha256 hashes of its lock (generated from
 # pyproject.toml by scripts/lock_requirements.py images): `train` from docker/requirements.lock, `ray` (Ray
 # Train, for `operator: rayjob`) from docker/requirements-ray.lock, `llm` (transformers and peft, for
-# `llm.model`; resolved on top of train and ray, so it comes with both) from docker/requirements-llm.lock.
-# IMAGE_EXTRAS="train" leaves Ray out; the cuda image sets "train ray llm".
+# `llm.model`; resolved on top of train and ray, so it comes with both) from docker/requirements-llm.lock,
+# `mlflow` (the MLflow client, for `mlflow.tracking_uri`; resolved on top of train, ray and llm) from
+# docker/requirements-mlflow.lock.
+# IMAGE_EXTRAS="train" leaves Ray out; the cuda image sets "train ray llm mlflow".
 # Only pyproject.toml and docker/ need to be present, so this layer is cached until a pin changes.
 #
 #   install-python-deps.sh PYPROJECT VERSION TORCH_INDEX_URL -- CHECK_TORCH_ARGS...
@@ -51,6 +53,10 @@ done
 
 if [[ " ${extras[*]} " == *" llm "* && " ${extras[*]} " != *" ray "* ]]; then
   echo "error: IMAGE_EXTRAS='${extras[*]}': the llm lock completes the train and ray locks; add ray" >&2
+  exit 2
+fi
+if [[ " ${extras[*]} " == *" mlflow "* && (" ${extras[*]} " != *" ray "* || " ${extras[*]} " != *" llm "*) ]]; then
+  echo "error: IMAGE_EXTRAS='${extras[*]}': the mlflow lock completes the train, ray and llm locks; add them" >&2
   exit 2
 fi
 python3 -c 'import sys; sys.exit(None if sys.version_info >= (3, 11) else

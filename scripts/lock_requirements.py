@@ -8,9 +8,9 @@
 
 constraints.txt pins the whole development environment, transitive dependencies included (`ray` resolved
 with pulumi's protobuf < 7; the images' ray lock, without pulumi, gets protobuf 7). The image locks hold
-every sha256 PyPI publishes for the closure of the base, `train`, `ray` and `llm` pins on each Python the
-image bases ship, and the CPU torch build's wheel hashes from the PyTorch index; docs/development.md
-"Locks" says how each is resolved.
+every sha256 PyPI publishes for the closure of the base, `train`, `ray`, `llm` and `mlflow` pins on each
+Python the image bases ship, and the CPU torch build's wheel hashes from the PyTorch index;
+docs/development.md "Locks" says how each is resolved.
 """
 
 from __future__ import annotations
@@ -43,12 +43,13 @@ from pyproject_requirements import canonical_name, load, lock_pins, requirements
 LOCK = REPO / "docker" / "requirements.lock"
 RAY_LOCK = REPO / "docker" / "requirements-ray.lock"
 LLM_LOCK = REPO / "docker" / "requirements-llm.lock"
+MLFLOW_LOCK = REPO / "docker" / "requirements-mlflow.lock"
 TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 TORCH_ARCHS = ("x86_64", "aarch64")
 DEV_LOCK = REPO / "constraints.txt"
 # What `make dev` installs. `ray` too (its local-Ray test runs in `make test`): resolved here with pulumi,
 # which takes protobuf < 7, while the images' ray lock, without pulumi, gets protobuf 7.
-DEV_EXTRAS = ("infra", "train", "policy", "dev", "hf", "ray", "llm")
+DEV_EXTRAS = ("infra", "train", "policy", "dev", "hf", "ray", "llm", "mlflow")
 # The venv's own installers, pinned like everything else (the Makefile installs them first).
 INSTALLERS = ("pip", "setuptools")
 PYTHONS = ("3.11", "3.12", "3.13", "3.14")
@@ -161,12 +162,22 @@ def lock_texts() -> tuple[str, str]:
 
 
 def llm_lock_text() -> str:
-    """What the llm extra adds to the train and ray locks as committed (the cuda image installs the three).
-    peft requires torch, which (with its own requirements: CUDA libraries, sympy, networkx, ...) comes from
-    the cuda image's base, not from a lock: resolved against a stand-in torch wheel that requires nothing,
-    so only what the llm extra itself needs is locked."""
-    committed = {**lock_pins(LOCK.read_text()), **lock_pins(RAY_LOCK.read_text())}
-    reqs = [f"{name}=={version}" for name, version in committed.items()] + top_level(["llm"])
+    """What the llm extra adds to the train and ray locks as committed (the cuda image installs the three)."""
+    return _lock_around([LOCK, RAY_LOCK], "llm")
+
+
+def mlflow_lock_text() -> str:
+    """What the mlflow extra adds to the train, ray and llm locks as committed (the cuda image's four)."""
+    return _lock_around([LOCK, RAY_LOCK, LLM_LOCK], "mlflow")
+
+
+def _lock_around(locks: list[Path], extra: str) -> str:
+    """The closure of `extra` resolved with the committed `locks`, less what they hold. peft (llm) requires
+    torch, which (with its own requirements: CUDA libraries, sympy, networkx, ...) comes from the cuda
+    image's base, not from a lock: resolved against a stand-in torch wheel that requires nothing, so only
+    what the extra itself needs is locked."""
+    committed = {name: version for lock in locks for name, version in lock_pins(lock.read_text()).items()}
+    reqs = [f"{name}=={version}" for name, version in committed.items()] + top_level([extra])
     with tempfile.TemporaryDirectory() as wheels:
         _base_torch_wheel(Path(wheels))
         every = closure(reqs, find_links=Path(wheels))
@@ -320,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         LOCK.write_text(train_lock)
         RAY_LOCK.write_text(ray_lock)
         LLM_LOCK.write_text(llm_lock_text())  # around the two just written
-        for path in (LOCK, RAY_LOCK, LLM_LOCK):
+        MLFLOW_LOCK.write_text(mlflow_lock_text())  # around the three
+        for path in (LOCK, RAY_LOCK, LLM_LOCK, MLFLOW_LOCK):
             print(f"wrote {path.relative_to(REPO)}")
     if args.what in ("images", "torch", "all"):
         text = torch_lock_text(args.torch_index)

@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from infra.config.addons import AddonsConfig
 from infra.config.platform import PlatformConfig
-from infra.config.stack_files import HUB_TOKEN_KEY
+from infra.config.stack_files import HUB_TOKEN_KEY, MLFLOW_CREDENTIAL_KEY
 from workloads.spec import TrainingJobSpec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -233,7 +233,8 @@ def config_key_problems(text: str) -> list[str]:
     problems = []
     for key in sorted(keys):
         path = key_path(key)
-        if path[0] in ("job", "platformStack", HUB_TOKEN_KEY.removeprefix("mlops-eks:")):
+        secrets = (HUB_TOKEN_KEY.removeprefix("mlops-eks:"), MLFLOW_CREDENTIAL_KEY.removeprefix("mlops-eks:"))
+        if path[0] in ("job", "platformStack", *secrets):
             ok = path[0] != "job" or resolves(TrainingJobSpec, path[1:])
         else:
             ok = resolves(PlatformConfig, path)
@@ -242,7 +243,7 @@ def config_key_problems(text: str) -> list[str]:
     return problems
 
 
-TRAINER_SECTIONS = {"data", "model", "train", "checkpoint", "output"}
+TRAINER_SECTIONS = {"data", "model", "train", "checkpoint", "output", "mlflow"}
 FILE_EXT = r"\.(pt|json|jsonl|ya?ml|py|parquet|csv|toml)$"  # `model.pt` is a file, not a key
 
 

@@ -1,7 +1,8 @@
 """The trainer's configuration: kw-only dataclasses validated on construction.
 
-A job is `JobConfig` = data + model + train + checkpoint + output. It is built from defaults (the zIMDB
-job on synthetic data), then an optional YAML/JSON file, then `--<section>.<field> VALUE` overrides.
+A job is `JobConfig` = data + model + train + checkpoint + output (+ llm, mlflow). It is built from
+defaults (the zIMDB job on synthetic data), then an optional YAML/JSON file, then `--<section>.<field>
+VALUE` overrides.
 Every error names the key, the value and what is allowed, and maps to exit code 2 (a permanent failure:
 retrying the same pod would fail the same way).
 """
@@ -15,6 +16,7 @@ import inspect
 import json
 import os
 import re
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -366,6 +368,70 @@ def _require_creatable(path: str, key: str) -> None:
     )  # fmt: skip
 
 
+# Where an MLflow client can send a run: a tracking server (http/https), a local file store (file:), or a
+# Databricks workspace. A SQL URI (sqlite:, postgresql:) is a server's backend, not the client's:
+# mlflow-skinny has no SQL store.
+MLFLOW_SCHEMES = ("http", "https", "file", "databricks")
+
+
+@dataclass(kw_only=True)
+class MlflowConfig:
+    tracking_uri: str = field(
+        default="",
+        metadata=_help(
+            "send params, metrics and the summary to MLflow (rank 0; needs the 'mlflow' extra): "
+            "http(s)://host[:port] (a tracking server), file:/path (a local file store) or databricks; "
+            "credentials come from MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME/_PASSWORD, never the "
+            "URI; empty: no MLflow"
+        ),
+    )
+    experiment: str = field(default="Default", metadata=_help("experiment name (created if missing)"))
+    run_name: str = field(
+        default="",
+        metadata=_help("the MLflow run's name; empty: the checkpoint run's id (run-<time>-<hex>)"),
+    )
+    retry_backoff_s: float = field(
+        default=2.0,
+        metadata=_help(
+            "first delay before sending again to a server that failed; doubles per failure, up to 60 s "
+            "(training never waits for the server)"
+        ),
+    )
+    flush_timeout_s: float = field(
+        default=60.0,
+        metadata=_help(
+            "at the end of the run, how long to wait for the values still queued (on SIGTERM: 5 s at most); "
+            "what is left is counted in summary.json"
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        _require(bool(self.experiment.strip()), "mlflow.experiment", self.experiment, "a non-empty name")
+        _require(self.retry_backoff_s >= 0, "mlflow.retry_backoff_s", self.retry_backoff_s, ">= 0")
+        _require(self.flush_timeout_s >= 0, "mlflow.flush_timeout_s", self.flush_timeout_s, ">= 0")
+        if not self.tracking_uri:
+            return
+        uri = urllib.parse.urlsplit(self.tracking_uri)
+        allowed = "http(s)://host[:port][/path], file:/path (a local file store) or databricks[://profile]"
+        if not uri.scheme and self.tracking_uri.startswith(("/", ".")):
+            allowed += f" (for this directory: file:{Path(self.tracking_uri).absolute()})"
+        scheme = "databricks" if self.tracking_uri == "databricks" else uri.scheme
+        _require(scheme in MLFLOW_SCHEMES, "mlflow.tracking_uri", self.tracking_uri, allowed)
+        if uri.scheme in ("http", "https"):
+            _require(bool(uri.hostname), "mlflow.tracking_uri", self.tracking_uri, allowed)
+        # The URI lands in the job's ConfigMap, the logs and summary.json: a password in it would too (and
+        # in this message: it shows the URI without it).
+        shown = self.tracking_uri.replace(f":{uri.password}@", ":***@") if uri.password else self.tracking_uri
+        _require(
+            uri.username is None and uri.password is None, "mlflow.tracking_uri", shown,
+            "a URI without user:password@ (set MLFLOW_TRACKING_USERNAME/_PASSWORD or MLFLOW_TRACKING_TOKEN; "
+            "a workload stack: the job's mlflow.auth and the secret config mlflowCredential)",
+        )  # fmt: skip
+        if uri.scheme == "file":
+            _require(bool(uri.path), "mlflow.tracking_uri", self.tracking_uri, "file:/path/to/store")
+            _require_creatable(uri.path, "mlflow.tracking_uri")
+
+
 LLM_METHODS = {"lora", "full"}
 LLM_EXPORTS = {"adapter", "merged"}
 # Module names LoRA may target: "all-linear" (peft: every linear layer but the output head) or a
@@ -481,6 +547,7 @@ class JobConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     llm: LlmConfig = field(default_factory=LlmConfig)
+    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
 
     def __post_init__(self) -> None:
         if self.llm.model:  # the causal-LM task reads chat or instruction records (trainer/llm/data.py)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import math
 import tempfile
 import time
@@ -27,7 +28,7 @@ from torch import nn
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
-from trainer import checkpoint, data, faults, mfu, outputs, precision, tasks, token_store
+from trainer import checkpoint, data, faults, mfu, outputs, precision, tasks, token_store, tracking
 from trainer.config import ConfigError, JobConfig, TrainConfig
 from trainer.dist import (
     DistEnv,
@@ -54,6 +55,9 @@ def run(cfg: JobConfig, *, s3_client: Any = None) -> int:
     started = time.time()
     if cfg.llm.model:
         llm_task.require_packages(cfg.llm)  # exit 2 naming the extra, before any process group exists
+    if cfg.mlflow.tracking_uri:
+        tracking.require_package(cfg.mlflow)  # the same for the mlflow extra
+        tracking.set_client_env(cfg.mlflow)
     # Installed first: a SIGTERM during set-up is honoured at the first step boundary.
     stop = StopFlag(timeout_s=cfg.train.dist_timeout_s)
     env = setup(cfg.train)
@@ -111,6 +115,7 @@ class Trainer:
         torch.manual_seed(t.seed + 1 + env.rank)  # dropout differs per rank, reproducibly
         self.step, self.epoch, self.samples = 0, 0, 0
         self._restore(state)
+        self._start_tracking()
         self.window = _Window(env.device)
         self.last_eval: dict[str, float] = {}
         self.samples_per_step = t.batch_size * t.grad_accum_steps * env.world_size
@@ -165,6 +170,19 @@ class Trainer:
             self.step, self.epoch, self.samples = state["step"], state["epoch"], _samples_done(state)
             self._resume_schedule(state)
         self.metrics.say(f"{self.model_line}; steps {self.step}..{self.t.max_steps}")
+
+    def _start_tracking(self) -> None:
+        """Rank 0's MLflow run (mlflow.tracking_uri): the checkpoint run's, so a restart resumes it. Its
+        params are the config, flattened (`train.lr`), and what `auto` settings resolved to."""
+        config = self.cfg.to_dict()
+        params = {f"{section}.{k}": v for section, values in config.items() for k, v in values.items()}
+        params |= {"world_size": self.env.world_size, "resolved.precision": self.prec.name}
+        tags = {"mlops-eks.checkpoint_dir": self.ckpt.storage.uri}
+        if self.cfg.checkpoint.resume_from:
+            tags["mlops-eks.resumed_from"] = self.cfg.checkpoint.resume_from
+        # A checkpoint directory of older trainers (flat layout) is one run without an id: named by where.
+        flat = "flat-" + hashlib.sha256(self.ckpt.storage.uri.encode()).hexdigest()[:12]
+        self.metrics.start_tracking(self.ckpt.run or flat, params, tags)
 
     def _resume_schedule(self, state: dict[str, Any]) -> None:
         """The checkpoint's schedule; a new segment when train.max_steps changed (trainer/schedule.py)."""
@@ -323,6 +341,7 @@ class Trainer:
     def _stopped(self, message: str | None) -> int:
         if message:
             self.metrics.say(message)
+        self.metrics.end_tracking("KILLED")  # MLflow's word for a run stopped from outside; a restart resumes
         self.metrics.close()
         return faults.STOPPED
 
@@ -482,6 +501,7 @@ def _open_sinks(cfg: JobConfig, env: DistEnv, workdir: Path, launch: str, s3_cli
         tensorboard_dir=local_out / "tensorboard" if cfg.output.tensorboard else None,
         total_steps=cfg.train.max_steps,
         exporter=Exporter(shared, local_rank=env.local_rank, rank=env.rank, port=port) if port else None,
+        mlflow=cfg.mlflow,
     )
     ckpt = checkpoint.CheckpointManager(
         storage(cfg.checkpoint.dir),

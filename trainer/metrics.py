@@ -1,5 +1,6 @@
 """What a run reports: rank 0's progress lines (stdout, with step N/total and an ETA), metrics JSON lines
-(metrics.jsonl), optional TensorBoard events, and Prometheus gauges served by local rank 0 of each node.
+(metrics.jsonl), optional TensorBoard events and MLflow run (trainer/tracking.py), and Prometheus gauges
+served by local rank 0 of each node.
 
 One /metrics endpoint per pod however many ranks it runs: every rank writes its latest values to a small
 JSON file in a directory the node's ranks share, and local rank 0's HTTP server reads them at scrape time.
@@ -19,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from trainer import mfu
+from trainer.config import MlflowConfig
 from trainer.shards import is_disk_full
 from trainer.token_store import claim_scratch
+from trainer.tracking import MlflowSink
 
 # Prometheus gauge name -> (metrics.jsonl key, help). Job-wide; per-rank GPU memory is added separately.
 GAUGES = {
@@ -120,6 +123,7 @@ class Metrics:
         tensorboard_dir: Path | None = None,
         total_steps: int | None = None,
         exporter: Exporter | None = None,
+        mlflow: MlflowConfig | None = None,
     ):
         self.enabled = enabled
         self.path = jsonl_path
@@ -132,6 +136,9 @@ class Metrics:
         self._gpus = 1
         self._refused: set[str] = set()  # what a full disk refused, until a write succeeds again
         self._first: tuple[float, int] | None = None  # (time, step) of the first step: the ETA's base
+        self.tracker: MlflowSink | None = None  # rank 0's MLflow run, when mlflow.tracking_uri is set
+        if enabled and mlflow is not None and mlflow.tracking_uri:
+            self.tracker = MlflowSink(mlflow, self.say)
         if enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if tensorboard_dir is not None:
@@ -162,6 +169,10 @@ class Metrics:
             )
         if not self.enabled:
             return
+        if self.tracker is not None:
+            numbers = {f"{event}/{k}": v for k, v in values.items() if _is_number(v)}
+            texts = {f"mlops-eks.{event}.{k}": v for k, v in values.items() if isinstance(v, str)}
+            self.tracker.log(step, numbers, round(now * 1000), texts)
         row = {"event": event, "step": step, "time": round(now, 3), **values}
         self._unless_disk_full(self.path.name, self._append, json.dumps(row) + "\n")
         shown = " ".join(f"{k} {_fmt(v)}" for k, v in values.items())
@@ -224,7 +235,18 @@ class Metrics:
         except Exception as err:  # metrics must never stop training; the next upload retries
             self.say(f"warning: metrics not uploaded to {getattr(output, 'uri', output)}: {err}")
 
+    def start_tracking(self, run: str, params: dict[str, Any], tags: dict[str, str]) -> None:
+        """The MLflow run of checkpoint run `run` (created, or resumed by a restart) gets `params`."""
+        if self.tracker is not None:
+            self.tracker.open(run, params, tags)
+
+    def end_tracking(self, status: str, summary: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """Ends the MLflow run as `status` with the summary; what reached MLflow (None: no MLflow)."""
+        return None if self.tracker is None else self.tracker.close(status, summary)
+
     def close(self) -> None:
+        """Every way out: an MLflow run not ended as FINISHED or KILLED before ends as FAILED."""
+        self.end_tracking("FAILED")
         if self._tb is not None:
             self._unless_disk_full("TensorBoard events", self._tb.close)
         if self.exporter is not None:
@@ -236,6 +258,10 @@ def format_duration(seconds: float) -> str:
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _fmt(value: Any) -> str:

@@ -150,6 +150,8 @@ def write_outputs(
             }
             write_file(local_out / "model.pt", lambda f: torch.save(model_file, f), checkpoint)
             exported = ["model.pt"]
+        if (tracked := metrics.end_tracking("FINISHED", summary)) is not None:
+            summary["mlflow"] = tracked  # what reached MLflow: a run missing there is said here
         for name, content in (("config.json", cfg.to_dict()), ("summary.json", summary)):  # summary last
             write_file(local_out / name, _writes(json.dumps(content, indent=1).encode()), checkpoint)
         metrics.close()
@@ -157,8 +159,9 @@ def write_outputs(
             for name in (*exported, "summary.json", "config.json"):
                 output.put_file(name, local_out / name)
         metrics.upload(output)  # metrics.jsonl and the TensorBoard events
+        shown = {k: v for k, v in summary.items() if not isinstance(v, dict)}  # MLflow said its own line
         metrics.say(
             "done: "
-            + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in summary.items())
+            + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in shown.items())
         )
     barrier(env)

@@ -1,7 +1,7 @@
 """`run-local`: the stack's job on this machine, torchrun on CPU (gloo), for `make demo` and a quick try.
 
-Same program, same trainer config as the cluster job, except that checkpoints and outputs go to local
-directories (no AWS here) and the processes are capped at the CPU cores (printed, never silently).
+Same program, same trainer config as the cluster job, except that checkpoints, outputs and an MLflow run go
+to local directories (no AWS here) and the processes are capped at the CPU cores (printed, never silently).
 """
 
 from __future__ import annotations
@@ -51,12 +51,24 @@ def local_llm(config: dict, overrides: list[str]) -> list[str]:
     return notes
 
 
+def local_mlflow(config: dict, run_dir: Path, overrides: list[str]) -> list[str]:
+    """A job's MLflow server is the cluster's: here the run goes to a file store beside its other files
+    (the mlflow extra reads it), unless --mlflow.tracking_uri names a server this machine reaches."""
+    mlflow = config.get("mlflow")
+    if not isinstance(mlflow, dict) or not mlflow.get("tracking_uri") or "--mlflow.tracking_uri" in overrides:
+        return []
+    store = f"file:{run_dir / 'mlruns'}"
+    note = f"mlflow.tracking_uri {mlflow['tracking_uri']} -> {store} (--mlflow.tracking_uri URI for a server)"
+    mlflow["tracking_uri"] = store
+    return [note]
+
+
 def local_trainer_config(stack: WorkloadStack, run_dir: Path, overrides: list[str]) -> dict:
     spec = stack.spec
     config = trainer_config(spec, bucket="local")
     config.setdefault("checkpoint", {})["dir"] = str(run_dir / "checkpoints")
     config.setdefault("output", {})["dir"] = str(run_dir / "output")
-    for note in local_llm(config, overrides):
+    for note in [*local_llm(config, overrides), *local_mlflow(config, run_dir, overrides)]:
         print(f"run-local {stack.name}: {note}", flush=True)
     source = config.get("data", {}).get("source")
     if spec.data is not None and "--data.source" not in overrides and source != str(LLM_SAMPLE):

@@ -42,6 +42,7 @@ AMD_DEVICE_GROUPS = (44, 109)
 PCIE_ONLY = {"t4", "a10g", "l4"}
 ROLES = ("data", "checkpoint", "output")
 HUB_TOKEN_KEY = "token"  # the key of the job's Hub token Secret
+MLFLOW_CREDENTIAL_KEY = "credential"  # and of its MLflow Secret: the token or the password
 CONFIG_DIGEST_ANNOTATION = "mlops-eks.io/config-sha256"
 # On a pod, Karpenter's do-not-disrupt keeps its node from consolidation and drift (the GPU NodePools set no
 # terminationGracePeriod, which would override it), and Karpenter never evicts it when the node goes anyway
@@ -161,11 +162,28 @@ def env(spec: TrainingJobSpec, placement: Placement, region: str) -> list[dict[s
     if spec.hub_token:  # from the Secret workloads.program makes of the stack's secret config
         ref = {"name": hub_token_secret(spec), "key": HUB_TOKEN_KEY}
         variables.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}})
-    return variables
+    return variables + mlflow_env(spec)
+
+
+def mlflow_env(spec: TrainingJobSpec) -> list[dict[str, Any]]:
+    """The MLflow client's credential (it reads these variables), from the job's MLflow Secret."""
+    if spec.mlflow is None or spec.mlflow.auth == "none":
+        return []
+    credential = {"secretKeyRef": {"name": mlflow_secret(spec), "key": MLFLOW_CREDENTIAL_KEY}}
+    if spec.mlflow.auth == "token":
+        return [{"name": "MLFLOW_TRACKING_TOKEN", "valueFrom": credential}]
+    return [
+        {"name": "MLFLOW_TRACKING_USERNAME", "value": spec.mlflow.username},
+        {"name": "MLFLOW_TRACKING_PASSWORD", "valueFrom": credential},
+    ]
 
 
 def hub_token_secret(spec: TrainingJobSpec) -> str:
     return f"{spec.name}-hf-token"
+
+
+def mlflow_secret(spec: TrainingJobSpec) -> str:
+    return f"{spec.name}-mlflow"
 
 
 def resources(spec: TrainingJobSpec, placement: Placement) -> dict[str, Any]:

@@ -25,7 +25,14 @@ from workloads import jobs, pod
 from workloads.identity import role_description, s3_policy
 from workloads.platform import PlatformFacts
 from workloads.render import render
-from workloads.spec import CONFIG_KEY, HUB_TOKEN_CONFIG, SpecError, TrainingJobSpec, parse_spec
+from workloads.spec import (
+    CONFIG_KEY,
+    HUB_TOKEN_CONFIG,
+    MLFLOW_CREDENTIAL_CONFIG,
+    SpecError,
+    TrainingJobSpec,
+    parse_spec,
+)
 from workloads.stacks import platform_stack_ref, program_text
 
 TRAINING_DASHBOARD_UID = "mlops-eks-training"  # infra/addons/monitoring/dashboards.py, variable `job`
@@ -43,9 +50,13 @@ def job_options(kind: str) -> pulumi.ResourceOptions:
 
 
 def _k8s_resource(
-    spec: TrainingJobSpec, obj: dict[str, Any], opts: pulumi.ResourceOptions, hub_token: Any = None
+    spec: TrainingJobSpec,
+    obj: dict[str, Any],
+    opts: pulumi.ResourceOptions,
+    secrets: dict[str, Any] | None = None,
 ) -> pulumi.CustomResource:
-    """One rendered object as the typed pulumi-kubernetes resource (custom resources generically)."""
+    """One rendered object as the typed pulumi-kubernetes resource (custom resources generically).
+    `secrets`: each Secret's value by its name (secret Outputs of the stack's secret config)."""
     kind, meta = obj["kind"], obj["metadata"]
     # The runtime's Kubernetes name follows its spec; its Pulumi name stays, so a change is a replacement.
     name = f"{spec.name if kind == 'TrainingRuntime' else meta['name']}-{kind.lower()}"
@@ -63,10 +74,11 @@ def _k8s_resource(
         return k8s.core.v1.ConfigMap(name, metadata=meta, data=obj["data"], opts=opts)
     if kind == "NetworkPolicy":
         return k8s.networking.v1.NetworkPolicy(name, metadata=meta, spec=obj["spec"], opts=opts)
-    if kind == "Secret":  # the Hub token: the decrypted secret config, kept secret in Pulumi's state
-        if hub_token is None:
-            raise SpecError(f"{spec.name}: hubToken is true but the stack has no secret config hfToken")
-        data = {pod.HUB_TOKEN_KEY: hub_token}
+    if kind == "Secret":  # a credential: the decrypted secret config, kept secret in Pulumi's state
+        value = (secrets or {}).get(meta["name"])
+        if value is None:
+            raise SpecError(f"{spec.name}: Secret {meta['name']} has no value from the stack's secret config")
+        data = {key: value for key in obj["stringData"]}  # one key, whose placeholder `render` printed
         return k8s.core.v1.Secret(name, metadata=meta, type=obj["type"], string_data=data, opts=opts)
     if kind == "PersistentVolumeClaim":
         return k8s.core.v1.PersistentVolumeClaim(name, metadata=meta, spec=obj["spec"], opts=opts)
@@ -143,7 +155,10 @@ def _identity(
 
 
 def deploy(
-    spec: TrainingJobSpec, facts: PlatformFacts, kubeconfig: pulumi.Input[str], hub_token: Any = None
+    spec: TrainingJobSpec,
+    facts: PlatformFacts,
+    kubeconfig: pulumi.Input[str],
+    secrets: dict[str, Any] | None = None,
 ) -> list[pulumi.Resource]:
     """Create the workload stack's resources; the job goes last, after its identity exists."""
     objects = render(spec, facts, program_text=program_text(spec))
@@ -157,7 +172,7 @@ def deploy(
         opts = pulumi.ResourceOptions(provider=provider, depends_on=list(created) + identity)
         if obj["kind"] == "PyTorchJob":
             obj = with_creation_id(spec, obj)
-        created.append(_k8s_resource(spec, obj, opts, hub_token))
+        created.append(_k8s_resource(spec, obj, opts, secrets))
     return created + identity
 
 
@@ -169,24 +184,38 @@ def logs_command(spec: TrainingJobSpec) -> str:
 
 
 def hub_token(config: pulumi.Config, spec: TrainingJobSpec) -> pulumi.Output[str] | None:
-    """The stack's secret config `hfToken` for a job with `hubToken: true` (a secret Output: encrypted in
-    Pulumi's state, never printed); an unset or empty one fails the update before anything is made."""
+    """The stack's secret config `hfToken` for a job with `hubToken: true`."""
     if not spec.hub_token:
         return None
-    missing = (
-        f"{CONFIG_KEY}.hubToken is true but the secret config {HUB_TOKEN_CONFIG} is not set; allowed: "
-        f"`pulumi config set --secret {HUB_TOKEN_CONFIG.split(':')[1]} <token>`, or hubToken false"
+    return _secret_config(
+        config, HUB_TOKEN_CONFIG, f"{CONFIG_KEY}.hubToken is true", "<token>`, or hubToken false"
     )
-    token = config.get_secret(HUB_TOKEN_CONFIG.split(":")[1])
-    if token is None:
+
+
+def mlflow_credential(config: pulumi.Config, spec: TrainingJobSpec) -> pulumi.Output[str] | None:
+    """The stack's secret config `mlflowCredential` for a job whose `mlflow.auth` is token or basic."""
+    if spec.mlflow is None or spec.mlflow.auth == "none":
+        return None
+    needed = f"{CONFIG_KEY}.mlflow.auth is {spec.mlflow.auth}"
+    return _secret_config(config, MLFLOW_CREDENTIAL_CONFIG, needed, "<token or password>`, or auth none")
+
+
+def _secret_config(config: pulumi.Config, key: str, needed: str, allowed: str) -> pulumi.Output[str]:
+    """A secret config value as a secret Output (encrypted in Pulumi's state, never printed); an unset or
+    empty one fails the update before anything is made."""
+    name = key.split(":")[1]
+    missing = f"{needed} but the secret config {key} is not set; allowed: `pulumi config set --secret {name} "
+    missing += allowed
+    value = config.get_secret(name)
+    if value is None:
         raise pulumi.RunError(missing)
 
-    def present(value: str) -> str:
-        if not value:
+    def present(text: str) -> str:
+        if not text:
             raise pulumi.RunError(missing)
-        return value
+        return text
 
-    return pulumi.Output.secret(token.apply(present))
+    return pulumi.Output.secret(value.apply(present))
 
 
 def program() -> None:
@@ -197,12 +226,16 @@ def program() -> None:
     except SpecError as err:
         raise pulumi.RunError(str(err)) from None
     ref = pulumi.StackReference(platform_stack)
-    token = hub_token(config, spec)
+    secrets = {
+        pod.hub_token_secret(spec): hub_token(config, spec),
+        pod.mlflow_secret(spec): mlflow_credential(config, spec),
+    }
+    secrets = {name: value for name, value in secrets.items() if value is not None}
 
     def facts_and_deploy(outputs: dict[str, Any]) -> int:
         try:
             facts = PlatformFacts.model_validate({k: v for k, v in outputs.items() if v is not None})
-            return len(deploy(spec, facts, ref.require_output("kubeconfig"), token))
+            return len(deploy(spec, facts, ref.require_output("kubeconfig"), secrets))
         except ValidationError as err:
             raise pulumi.RunError(
                 f"platform stack {platform_stack}: its exports are not a platform's: {err}"

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from infra.addons.network_policies import job_policies
+from infra.addons.network_policies import egress_to, job_policies
 from infra.contract import EFA_RESOURCE, JOB_LABEL, KUEUE_NAMESPACE_LABEL
 from workloads import jobs, mpijob, pod, rayjob
 from workloads.placement import Placement, place
@@ -46,6 +46,9 @@ def trainer_config(spec: TrainingJobSpec, bucket: str) -> dict[str, Any]:
     if isinstance(llm, dict) and hub_model and "model_cache" not in llm and spec.uses_s3:
         # Staged once into the job's own prefix (trainer/llm/source.py says why S3, not a volume).
         llm["model_cache"] = f"s3://{bucket}/{pod.s3_prefix(spec)}/{MODEL_CACHE}"
+    if (tracking := spec.mlflow) is not None:  # run_name, timeouts: from trainerConfig.mlflow if set
+        server = {"tracking_uri": tracking.tracking_uri, "experiment": tracking.experiment or spec.name}
+        config["mlflow"] = {**config.get("mlflow", {}), **server}
     return config
 
 
@@ -156,6 +159,25 @@ def hub_token_secret(spec: TrainingJobSpec) -> list[dict[str, Any]]:
 HUB_TOKEN_PLACEHOLDER = "<the stack's secret config hfToken>"
 
 
+def mlflow_secret(spec: TrainingJobSpec) -> list[dict[str, Any]]:
+    """The Secret MLFLOW_TRACKING_TOKEN (or _PASSWORD) comes from, like the Hub token's: the stack's secret
+    config `mlflowCredential`, which workloads.program sets; `render` prints a placeholder."""
+    if spec.mlflow is None or spec.mlflow.auth == "none":
+        return []
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": pod.metadata(spec, pod.mlflow_secret(spec)),
+            "type": "Opaque",
+            "stringData": {pod.MLFLOW_CREDENTIAL_KEY: MLFLOW_CREDENTIAL_PLACEHOLDER},
+        }
+    ]
+
+
+MLFLOW_CREDENTIAL_PLACEHOLDER = "<the stack's secret config mlflowCredential>"
+
+
 def volume_claims(spec: TrainingJobSpec) -> list[dict[str, Any]]:
     claims = []
     for role in pod.ROLES:
@@ -194,8 +216,18 @@ def network_policies(spec: TrainingJobSpec) -> list[dict[str, Any]]:
         metrics,
         default_deny=spec.create_namespace,
         labels=pod.labels(spec),
+        egress=mlflow_egress(spec),
     )
     return policies + (rayjob.network_policies(spec) if spec.operator == "rayjob" else [])
+
+
+def mlflow_egress(spec: TrainingJobSpec) -> list[dict[str, Any]]:
+    """The job's rule to its MLflow server (`mlflow.egress`); none without MLflow, and none for a server
+    on port 443 at a public address, which every job reaches already."""
+    if spec.mlflow is None or spec.mlflow.egress is None:
+        return []
+    peer, port = spec.mlflow.egress, spec.mlflow.egress_port
+    return [egress_to(port, cidr=peer.cidr, namespace=peer.namespace, pods=peer.pod_labels)]
 
 
 def local_queue(spec: TrainingJobSpec, platform: PlatformFacts) -> list[dict[str, Any]]:
@@ -226,6 +258,7 @@ def render(
         *network_policies(spec),
         *maps,
         *hub_token_secret(spec),
+        *mlflow_secret(spec),
         *volume_claims(spec),
         *local_queue(spec, platform),
     ]

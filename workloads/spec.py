@@ -9,7 +9,9 @@ returns the facts rendering needs. Every error names the config key, the value a
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import re
+import urllib.parse
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
@@ -28,6 +30,10 @@ from workloads.spec_rules import consistency_problems
 
 CONFIG_KEY = stack_files.JOB_KEY
 HUB_TOKEN_CONFIG = stack_files.HUB_TOKEN_KEY  # the secret config a job with hubToken: true reads
+MLFLOW_CREDENTIAL_CONFIG = stack_files.MLFLOW_CREDENTIAL_KEY  # and one whose mlflow.auth is token or basic
+# The port every job's pods already reach outside the private ranges (S3 through its gateway endpoint:
+# infra/addons/network_policies.py); a tracking server on another port needs a rule of its own.
+OPEN_HTTPS_PORT = 443
 # trainerConfig keys that may hold an s3:// URL, which the job's role must be able to reach.
 TRAINER_S3_KEYS = (
     ("data", ("source", "val_source")),
@@ -140,6 +146,116 @@ class Program(_Model):
         return self.delivery == "image" and self.module == "trainer"
 
 
+class MlflowEgress(_Model):
+    """Where the job's pods may reach the tracking server (a rule of the job's NetworkPolicy, which can
+    name addresses or pods, not host names): `cidr`, the server's address range (an EC2 host, an internal
+    load balancer's subnets), or `namespace`, an in-cluster server's (narrowed to its pods by `podLabels`).
+    `port`: the server's port as the pod connects to it (an in-cluster Service's targetPort); by default
+    the tracking URI's."""
+
+    cidr: str | None = None
+    namespace: DnsLabel | None = None
+    pod_labels: dict[str, str] = Field(default_factory=dict)
+    port: int | None = Field(default=None, ge=1, le=65535)
+
+    @model_validator(mode="after")
+    def _one_peer(self) -> MlflowEgress:
+        # Each message is led by its key and shows the value: TrainingJobSpec's error lines prefix the path.
+        if (self.cidr is None) == (self.namespace is None):
+            raise ValueError(
+                f"cidr: set exactly one of cidr and namespace; got cidr {self.cidr!r}, namespace "
+                f"{self.namespace!r}; allowed: `cidr` (the server's address range, e.g. 10.0.12.0/24) or "
+                "`namespace` (an in-cluster server's)"
+            )
+        if self.pod_labels and self.namespace is None:
+            raise ValueError(
+                f"podLabels: they narrow `namespace`'s pods; got {self.pod_labels!r} with cidr "
+                f"{self.cidr!r}; allowed: none with `cidr`"
+            )
+        if self.cidr is None:
+            return self
+        try:
+            network = ipaddress.IPv4Network(self.cidr)
+        except ValueError as err:
+            network_of = _network_of(self.cidr)
+            hint = f" (its network: {network_of})" if network_of else ""
+            raise ValueError(
+                f"cidr: not an IPv4 network ({err}){hint}; got {self.cidr!r}; allowed: e.g. 10.0.12.0/24 or "
+                "10.0.12.7/32"
+            ) from None
+        if network.prefixlen == 0:
+            raise ValueError(
+                f"cidr: would open every address and port to the job; got {self.cidr!r}; allowed: the "
+                "server's own range"
+            )
+        return self
+
+
+def _network_of(cidr: str) -> str | None:
+    try:
+        return str(ipaddress.IPv4Network(cidr, strict=False))
+    except ValueError:
+        return None
+
+
+class Mlflow(_Model):
+    """The MLflow tracking server the trainer sends the run to (trainer/tracking.py): its URI and
+    experiment reach the trainer's config, its credential (the stack's secret config mlflowCredential) the
+    pods' environment through a Kubernetes Secret, and `egress` the job's NetworkPolicy."""
+
+    tracking_uri: str  # http(s)://host[:port][/path]
+    experiment: str | None = Field(default=None, min_length=1)  # default: the job's name
+    # token: MLFLOW_TRACKING_TOKEN; basic: MLFLOW_TRACKING_USERNAME (`username`) and _PASSWORD.
+    auth: Literal["none", "token", "basic"] = "none"
+    username: str | None = Field(default=None, min_length=1)
+    egress: MlflowEgress | None = None
+
+    @model_validator(mode="after")
+    def _reachable(self) -> Mlflow:
+        uri = urllib.parse.urlsplit(self.tracking_uri)
+        if uri.username is not None or uri.password is not None:  # the message shows the URI without it
+            netloc = uri.netloc.rpartition("@")[2]
+            shown = urllib.parse.urlunsplit(uri._replace(netloc=f"<user:password>@{netloc}"))
+            raise ValueError(
+                "trackingUri: a user or password in the URL would land in the job's ConfigMap; got "
+                f"{shown!r}; allowed: `auth: basic` with `username`, the password in `pulumi config set "
+                f"--secret {MLFLOW_CREDENTIAL_CONFIG.split(':')[1]} <password>`"
+            )
+        if uri.scheme not in ("http", "https") or not uri.hostname:
+            raise ValueError(
+                f"trackingUri: not a tracking server's URL; got {self.tracking_uri!r}; allowed: "
+                "http(s)://host[:port][/path] (a file store or a database is the server's backend, not "
+                "the job's)"
+            )
+        if (self.username is not None) != (self.auth == "basic"):
+            raise ValueError(
+                f"username: goes with `auth: basic`, and only with it; got username {self.username!r} and "
+                f"auth {self.auth!r}; allowed: both or neither"
+            )
+        if self.egress is None and self.port != OPEN_HTTPS_PORT:
+            raise ValueError(
+                f"egress: the job's NetworkPolicy lets its pods reach port {OPEN_HTTPS_PORT} outside the "
+                f"private ranges only, and {self.tracking_uri} is port {self.port}; got no egress; allowed: "
+                "`egress: {cidr: <the server's address range>}` or `egress: {namespace: <an in-cluster "
+                "server's>, port: <its pods' port>}`"
+            )
+        if self.egress and self.egress.cidr and self.egress.port not in (None, self.port):
+            raise ValueError(
+                f"egress.port: not {self.tracking_uri}'s port {self.port}, so the rule would not match the "
+                f"connection; got {self.egress.port}; allowed: leave it out (the URI's port)"
+            )
+        return self
+
+    @property
+    def port(self) -> int:
+        uri = urllib.parse.urlsplit(self.tracking_uri)
+        return uri.port or (443 if uri.scheme == "https" else 80)
+
+    @property
+    def egress_port(self) -> int:
+        return self.egress.port if self.egress and self.egress.port else self.port
+
+
 class Elastic(_Model):
     min_nodes: int = Field(ge=1)
     max_nodes: int = Field(ge=1)
@@ -174,6 +290,7 @@ class TrainingJobSpec(_Model):
     # The pods get HF_TOKEN (gated Hub models) from a Kubernetes Secret made from the stack's secret config
     # `hfToken` (`pulumi config set --secret hfToken ...`), never from a plain value.
     hub_token: bool = False
+    mlflow: Mlflow | None = None  # the tracking server the trainer sends its run to
     restart_budget: int = Field(default=3, ge=0)
     spot_tolerant: bool = True
     priority: DnsLabel | None = None  # a PriorityClass name

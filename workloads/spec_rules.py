@@ -1,6 +1,7 @@
 """What the fields of a job spec must agree on, beyond each field's own type: the image and the settings
 of the trainer against the accelerator's vendor, the environment against what the operators and torchrun
-set, the metrics port against the operator's ports, and where the trainer may write inside the pod.
+set, the metrics port against the operator's ports, where the trainer may write inside the pod, and
+MLflow against the image and the trainer's config.
 
 Each function returns problems as `<key>: <what is wrong>; got <value>; allowed: <what>` lines, the key
 relative to `mlops-eks:job` (TrainingJobSpec adds the prefix). Pure: the catalog and the spec only.
@@ -84,8 +85,15 @@ RESERVED_ENV = {
     ),
     **dict.fromkeys(
         ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"),
-        "a token in a stack file is in git; set `hubToken: true` and `pulumi config set --secret hfToken`",
+        "a credential in a stack file is in git; set `hubToken: true` and `pulumi config set --secret "
+        "hfToken`",
     ),
+    **dict.fromkeys(
+        ("MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_USERNAME"),
+        "a credential in a stack file is in git; set `mlflow.auth` and `pulumi config set --secret "
+        "mlflowCredential`",
+    ),
+    "MLFLOW_TRACKING_URI": "the trainer sends to the job's `mlflow.trackingUri`, which also opens its egress",
 }
 RESERVED_ENV_PREFIXES = {
     "PET_": "Kubeflow's torchrun settings (nodes, rank, rendezvous), set by the operator",
@@ -166,8 +174,10 @@ def env_problems(spec: TrainingJobSpec) -> list[str]:
             (w for p, w in RESERVED_ENV_PREFIXES.items() if name.startswith(p)), None
         )
         if why:
+            # A credential is not repeated into the deployer's terminal or CI log.
+            shown = "<redacted>" if why.startswith("a credential") else repr(spec.env[name])
             problems.append(
-                f"env.{name}: {why}; got {name}={spec.env[name]!r}; allowed: any other name (NCCL_*, "
+                f"env.{name}: {why}; got {name}={shown}; allowed: any other name (NCCL_*, "
                 "FI_*, OMP_NUM_THREADS ... override the platform's defaults)"
             )
     return problems
@@ -207,5 +217,42 @@ def pod_path_problems(spec: TrainingJobSpec) -> list[str]:
     return problems
 
 
+def mlflow_problems(spec: TrainingJobSpec) -> list[str]:
+    """The MLflow server comes with the job's `mlflow` (its egress, its credential), and only the trainer
+    of an image with the MLflow client (the cuda image; trainer/tracking.py) sends to it."""
+    problems = []
+    for key in ("tracking_uri", "experiment"):
+        if key in _train(spec, "mlflow"):
+            problems.append(
+                f"trainerConfig.mlflow.{key}: the job's `mlflow` sets it, with the NetworkPolicy egress and "
+                f"the credential it needs; got {_train(spec, 'mlflow')[key]!r}; allowed: `mlflow: "
+                "{trackingUri: ..., experiment: ...}` instead"
+            )
+    if spec.mlflow is None:
+        return problems
+    if not spec.program.runs_trainer:
+        problems.append(
+            f"mlflow: only the image's `trainer` module sends runs to MLflow; got a job running "
+            f"{spec.program.file or spec.program.module}; allowed: remove `mlflow`, or run the trainer"
+        )
+    acc = CATALOG.get(spec.accelerator)
+    if spec.image is None and acc is not None:
+        default = "cpu" if spec.operator == "mpijob" else VENDOR_REPOSITORY[acc.vendor]
+        repo = spec.image_repository or default
+        if repo != "cuda":
+            problems.append(
+                f"mlflow: the {repo} image has no MLflow client (only the cuda image installs the mlflow "
+                f"extra); got imageRepository {repo!r}; allowed: an NVIDIA accelerator's cuda image, or "
+                "`image` built with mlops-eks[mlflow]"
+            )
+    return problems
+
+
 def consistency_problems(spec: TrainingJobSpec) -> list[str]:
-    return [*vendor_problems(spec), *env_problems(spec), *port_problems(spec), *pod_path_problems(spec)]
+    return [
+        *vendor_problems(spec),
+        *env_problems(spec),
+        *port_problems(spec),
+        *pod_path_problems(spec),
+        *mlflow_problems(spec),
+    ]

@@ -12,7 +12,14 @@ from typing import Any
 from infra.config import stack_files
 from infra.config.secrets import is_secure, is_unset_secret
 from infra.config.stack_files import PROJECT, PROVIDER_NAMESPACES
-from workloads.spec import CONFIG_KEY, HUB_TOKEN_CONFIG, SpecError, TrainingJobSpec, parse_spec
+from workloads.spec import (
+    CONFIG_KEY,
+    HUB_TOKEN_CONFIG,
+    MLFLOW_CREDENTIAL_CONFIG,
+    SpecError,
+    TrainingJobSpec,
+    parse_spec,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 PLATFORM_KEY = stack_files.WORKLOAD_STACK_KEY
@@ -108,7 +115,8 @@ def load_stack(stack: str, root: Path = REPO) -> WorkloadStack:
             "e.g. dev (this project's stack in the same organization) or acme/mlops-eks/dev"
         )
     spec = parse_spec(config.get(CONFIG_KEY))
-    if problems := hub_token_problems(config, spec, path):
+    problems = hub_token_problems(config, spec, path) + mlflow_credential_problems(config, spec, path)
+    if problems:
         raise SpecError("\n".join(problems))
     return WorkloadStack(stack, str(config[PLATFORM_KEY]), spec)
 
@@ -122,6 +130,22 @@ def hub_token_problems(config: dict[str, Any], spec: TrainingJobSpec, path: Path
         return [f"{path.name}: {HUB_TOKEN_CONFIG}: a plaintext token in the stack file; allowed: {how}"]
     if spec.hub_token and is_unset_secret(token):
         return [f"{path.name}: {CONFIG_KEY}.hubToken is true but {HUB_TOKEN_CONFIG} is unset; allowed: {how}"]
+    return []
+
+
+def mlflow_credential_problems(config: dict[str, Any], spec: TrainingJobSpec, path: Path) -> list[str]:
+    """The MLflow token or password only ever encrypted in the stack file, and there when the job's
+    mlflow.auth needs it."""
+    value = config.get(MLFLOW_CREDENTIAL_CONFIG)
+    name = MLFLOW_CREDENTIAL_CONFIG.split(":", 1)[1]
+    how = f"`pulumi config set --secret {name} <token or password>` (the file then holds {{secure: ...}})"
+    if not is_unset_secret(value) and not is_secure(value):
+        plaintext = f"{MLFLOW_CREDENTIAL_CONFIG}: a plaintext credential in the stack file"
+        return [f"{path.name}: {plaintext}; allowed: {how}"]
+    auth = spec.mlflow.auth if spec.mlflow else "none"
+    if auth != "none" and is_unset_secret(value):
+        unset = f"{CONFIG_KEY}.mlflow.auth is {auth} but {MLFLOW_CREDENTIAL_CONFIG} is unset"
+        return [f"{path.name}: {unset}; allowed: {how}"]
     return []
 
 

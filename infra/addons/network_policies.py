@@ -10,12 +10,14 @@ API ports from the VPC (the control plane's ENIs share the VPC CIDR with pods); 
 Job namespaces deny by default. Pods may reach DNS, each other on every port (rendezvous, then NCCL/Gloo
 on ephemeral ports), the Pod Identity agent, and HTTPS outside private ranges: S3 arrives through the
 gateway endpoint at S3's public addresses, which a NetworkPolicy cannot name, so 443 to public addresses
-is the narrowest rule that works (the IAM role and the endpoint policy bound what S3 allows). Prometheus
-may scrape the metrics port; nothing else reaches a job pod.
+is the narrowest rule that works (the IAM role and the endpoint policy bound what S3 allows). A job that
+sends its run to an MLflow server on another port or at a private address gets one more egress rule, to
+that server only (`egress_to`). Prometheus may scrape the metrics port; nothing else reaches a job pod.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on every namespace (1.22+)
@@ -132,6 +134,15 @@ def platform_policies(namespace: str, vpc_cidr: str) -> list[dict[str, Any]]:
     return policies
 
 
+def egress_to(
+    port: int, *, cidr: str | None = None, namespace: str | None = None, pods: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """An egress rule to one server: TCP `port` at the addresses of `cidr`, or on the pods of `namespace`
+    (those labelled `pods`; all of them if None)."""
+    peer = {"ipBlock": {"cidr": cidr}} if cidr is not None else _in_namespace(str(namespace), pods or None)
+    return {"to": [peer], "ports": _ports(port)}
+
+
 def job_policies(
     name: str,
     namespace: str,
@@ -140,10 +151,12 @@ def job_policies(
     *,
     default_deny: bool,
     labels: dict[str, str] | None = None,
+    egress: Sequence[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:
     """The policy of job `name` (its pods, selected by `pod_labels`) and, when the stack owns the
     namespace, a default-deny for everything else in it. `metrics_port`: what Prometheus scrapes;
-    `labels`: the policies' own labels."""
+    `labels`: the policies' own labels; `egress`: rules to the job's own servers beyond what every job
+    reaches (egress_to)."""
     job = {"matchLabels": dict(pod_labels)}
     peers = {"podSelector": job}
     ingress: list[dict[str, Any]] = [{"from": [peers]}]
@@ -156,6 +169,7 @@ def job_policies(
         {"to": [peers]},
         {"to": [{"ipBlock": {"cidr": POD_IDENTITY_AGENT}}], "ports": _ports(POD_IDENTITY_PORT)},
         {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": list(PRIVATE_RANGES)}}], "ports": _ports(HTTPS)},
+        *egress,
     ]
     policies = [
         network_policy(

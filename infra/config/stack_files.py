@@ -27,7 +27,9 @@ WORKLOAD_STACK_KEY = f"{PROJECT}:{PLATFORM_STACK_KEY}"
 JOB_KEY = f"{PROJECT}:job"
 # A workload stack's Hugging Face Hub token (gated models), set with `pulumi config set --secret hfToken`.
 HUB_TOKEN_KEY = f"{PROJECT}:hfToken"
-WORKLOAD_KEYS = (WORKLOAD_STACK_KEY, JOB_KEY, HUB_TOKEN_KEY)
+# Its MLflow tracking server's token or password (the job's mlflow.auth), set the same way.
+MLFLOW_CREDENTIAL_KEY = f"{PROJECT}:mlflowCredential"
+WORKLOAD_KEYS = (WORKLOAD_STACK_KEY, JOB_KEY, HUB_TOKEN_KEY, MLFLOW_CREDENTIAL_KEY)
 
 
 class StackFileError(ValueError):

@@ -174,6 +174,11 @@ exec {python} "$@"
         (None, ["requirements.lock", "requirements-ray.lock"]),
         ("train", ["requirements.lock"]),
         ("train ray llm", ["requirements.lock", "requirements-ray.lock", "requirements-llm.lock"]),
+        (
+            "train ray llm mlflow",
+            ["requirements.lock", "requirements-ray.lock", "requirements-llm.lock"]
+            + ["requirements-mlflow.lock"],
+        ),
     ],
 )
 def test_images_install_ray_from_its_lock_unless_left_out(tmp_path, image_extras, locks):
@@ -194,7 +199,7 @@ def test_images_install_ray_from_its_lock_unless_left_out(tmp_path, image_extras
     assert installed == "".join((REPO / "docker" / lock).read_text() for lock in locks)
 
 
-def test_only_the_cuda_image_installs_the_llm_extra():
+def test_only_the_cuda_image_installs_the_llm_and_mlflow_extras():
     installs = {
         flavor: [
             line
@@ -204,7 +209,7 @@ def test_only_the_cuda_image_installs_the_llm_extra():
         for flavor in ("cuda", "cpu", "rocm")
     }
     assert all(len(lines) == 1 for lines in installs.values()), installs
-    assert installs["cuda"][0].startswith('RUN IMAGE_EXTRAS="train ray llm" bash ')
+    assert installs["cuda"][0].startswith('RUN IMAGE_EXTRAS="train ray llm mlflow" bash ')
     assert "IMAGE_EXTRAS" not in installs["cpu"][0] + installs["rocm"][0]
 
 
@@ -212,6 +217,14 @@ def test_the_llm_lock_without_the_ray_lock_it_completes_stops_the_build(tmp_path
     env = dict(os.environ, VENV=str(tmp_path / "venv"), IMAGE_EXTRAS="train llm")
     result = _run("bash", INSTALL, REPO / "pyproject.toml", "0.1.0", "http://127.0.0.1:9/", "--", env=env)
     assert result.returncode == 2 and "the llm lock completes the train and ray locks" in result.stderr
+    assert not (tmp_path / "venv").exists()
+
+
+def test_the_mlflow_lock_without_the_locks_it_completes_stops_the_build(tmp_path):
+    env = dict(os.environ, VENV=str(tmp_path / "venv"), IMAGE_EXTRAS="train ray mlflow")
+    result = _run("bash", INSTALL, REPO / "pyproject.toml", "0.1.0", "http://127.0.0.1:9/", "--", env=env)
+    assert result.returncode == 2
+    assert "the mlflow lock completes the train, ray and llm locks" in result.stderr
     assert not (tmp_path / "venv").exists()
 
 
@@ -244,7 +257,7 @@ def _closure(requirements: list[str]) -> set[str]:
 
 
 def test_every_module_the_trainer_imports_comes_with_the_pins_the_images_install():
-    extras = ["--extra", "train", "--extra", "ray", "--extra", "llm"]  # the cuda image's
+    extras = ["--extra", "train", "--extra", "ray", "--extra", "llm", "--extra", "mlflow"]  # the cuda image's
     reqs = _run(sys.executable, SCRIPT, REPO / "pyproject.toml", *extras).stdout.split()
     installed = _closure(reqs)
     provided = {

@@ -127,6 +127,7 @@ def test_the_pinned_fingerprint_is_the_one_aws_publishes(dockerfiles):
 LOCK = Path(__file__).resolve().parents[2] / "docker" / "requirements.lock"
 RAY_LOCK = LOCK.parent / "requirements-ray.lock"
 LLM_LOCK = LOCK.parent / "requirements-llm.lock"
+MLFLOW_LOCK = LOCK.parent / "requirements-mlflow.lock"
 SCRIPT = LOCK.parent / "pyproject_requirements.py"
 PYPROJECT = LOCK.parents[1] / "pyproject.toml"
 
@@ -142,6 +143,7 @@ def _pins(lock: Path) -> list[str]:
         (["train"], [LOCK]),
         (["train", "ray"], [LOCK, RAY_LOCK]),
         (["train", "ray", "llm"], [LOCK, RAY_LOCK, LLM_LOCK]),
+        (["train", "ray", "llm", "mlflow"], [LOCK, RAY_LOCK, LLM_LOCK, MLFLOW_LOCK]),
     ],
 )
 def test_the_locks_hold_every_image_pin_each_with_hashes(tmp_path, extras, locks):
@@ -171,6 +173,14 @@ def test_the_llm_lock_adds_transformers_and_peft_and_repeats_nothing_nor_torch()
     # torch and what it requires come from the cuda image's base (the lock resolves around a stand-in)
     assert not llm & {"torch", "sympy", "networkx", "triton"}
     assert not any(n.startswith("nvidia-") for n in llm)
+
+
+def test_the_mlflow_lock_adds_the_client_only_and_repeats_nothing_of_the_other_locks():
+    others = {pin.split("==")[0] for lock in (LOCK, RAY_LOCK, LLM_LOCK) for pin in _pins(lock)}
+    mlflow = {pin.split("==")[0] for pin in _pins(MLFLOW_LOCK)}
+    assert "mlflow-skinny" in mlflow and not mlflow & others
+    # the client: no tracking server's SQL store, no full mlflow (its UI, its server)
+    assert not mlflow & {"mlflow", "sqlalchemy", "alembic", "torch", "flask"}
 
 
 def test_a_stale_lock_fails_the_build(tmp_path):

@@ -90,6 +90,18 @@ CASES = [
      "llm.model_cache", "'s3://b/cache'", "empty unless llm.model is hf:<repo>"),
     ("llm-on-synthetic-data", {"llm": {"model": "tiny"}}, "data.source", "'synthetic'",
      "chat or instruction records"),
+    ("mlflow-sql-backend-uri", {"mlflow": {"tracking_uri": "sqlite:///mlflow.db"}}, "mlflow.tracking_uri",
+     "'sqlite:///mlflow.db'", "file:/path (a local file store)"),
+    ("mlflow-uri-a-plain-directory", {"mlflow": {"tracking_uri": "./mlruns"}}, "mlflow.tracking_uri",
+     "'./mlruns'", "for this directory: file:/"),
+    ("mlflow-uri-without-host", {"mlflow": {"tracking_uri": "http:///api"}}, "mlflow.tracking_uri",
+     "'http:///api'", "http(s)://host[:port]"),
+    ("mlflow-uri-with-a-password", {"mlflow": {"tracking_uri": "https://me:s3cret@mlflow.example.com"}},
+     "mlflow.tracking_uri", "'https://me:***@mlflow.example.com'", "MLFLOW_TRACKING_TOKEN"),
+    ("mlflow-file-store-below-a-file", {"mlflow": {"tracking_uri": f"file:{HERE}/mlruns"}},
+     "mlflow.tracking_uri", "mlruns", "is a file"),
+    ("mlflow-experiment-blank", {"mlflow": {"experiment": " "}}, "mlflow.experiment", "' '",
+     "a non-empty name"),
 ]  # fmt: skip
 
 
@@ -114,6 +126,7 @@ def test_bad_trainer_setting_is_refused_naming_key_value_and_what_is_allowed(
     entry = ledger("bad input: trainer", case, error=error, names=f"{key}=")
     assert error is not None, f"{case}: accepted"
     assert entry.clear and shows in error and "allowed" in error and says in error, error
+    assert "s3cret" not in error  # a credential in a value is not repeated into the log
     assert not (tmp_path / "ckpt").exists() and not (tmp_path / "out").exists()  # nothing created
 
 

@@ -100,7 +100,6 @@ UPSTREAM_TESTS_PENDING = {
     "operator-pods",
     "operator-outcomes",
     "kuberay-validation",
-    "kubernetes-names",
     "admission-policy",
 }
 UPSTREAM_TEST_FILE = re.compile(r"(_test\.go|\.test\.ts)$")

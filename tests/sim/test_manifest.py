@@ -100,7 +100,6 @@ UPSTREAM_TESTS_PENDING = {
     "operator-pods",
     "operator-outcomes",
     "kuberay-validation",
-    "admission-policy",
 }
 UPSTREAM_TEST_FILE = re.compile(r"(_test\.go|\.test\.ts)$")
 

@@ -99,7 +99,6 @@ def test_a_version_that_drifts_from_its_pin_is_caught():
 UPSTREAM_TESTS_PENDING = {
     "operator-pods",
     "operator-outcomes",
-    "kuberay-validation",
 }
 UPSTREAM_TEST_FILE = re.compile(r"(_test\.go|\.test\.ts)$")
 

@@ -98,7 +98,6 @@ def test_a_version_that_drifts_from_its_pin_is_caught():
 # `upstream_tests` lands (test_every_port_names_its_upstream_tests then fails until it does).
 UPSTREAM_TESTS_PENDING = {
     "operator-pods",
-    "operator-outcomes",
 }
 UPSTREAM_TEST_FILE = re.compile(r"(_test\.go|\.test\.ts)$")
 

@@ -177,14 +177,17 @@ def test_validate_rayjob_spec(name):
 
 def _with_worker(**changes) -> dict:
     """The Resources and Labels tables' createSpec: a head and one worker group `worker-group` (0 to 5)."""
-    spec = {"headGroupSpec": {"template": template()}, "workerGroupSpecs": [worker("worker-group", 0, 5)]}
+    spec: dict = {
+        "headGroupSpec": {"template": template()},
+        "workerGroupSpecs": [worker("worker-group", 0, 5)],
+    }
     for where, fields in changes.items():
         target = spec["headGroupSpec"] if where == "head" else spec["workerGroupSpecs"][0]
         target.update(fields)
     return spec
 
 
-NO_CONTAINERS = {"spec": {"containers": []}}
+NO_CONTAINERS: dict = {"spec": {"containers": []}}
 LABEL_KEY_ERROR = (
     "invalid label key for worker-group group: 'invalid_key!', error: name part must consist of alphanumeric "
     "characters, '-', '_' or '.', and must start and end with an alphanumeric character"

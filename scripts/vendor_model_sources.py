@@ -39,6 +39,7 @@ SOURCES: list[tuple[str, str, str, Span | list[Span] | None]] = [
     ("kubeflow/trainer", "v1.9.2", "pkg/apis/kubeflow.org/v1/pytorch_types.go", (20, 32)),
     ("kubeflow/trainer", "v1.9.2", "pkg/apis/kubeflow.org/v1/common_types.go", (20, 40)),
     ("kubeflow/trainer", "v1.9.2", "pkg/controller.v1/mpi/mpijob.go", (27, 48)),
+    ("kubeflow/trainer", "v1.9.2", "pkg/controller.v1/pytorch/initcontainer_test.go", None),
     # Kubeflow Trainer 2.3.0 (TrainJob) and the JobSet its chart bundles (0.12.0).
     ("kubeflow/trainer", "v2.3.0", "pkg/constants/constants.go", None),
     ("kubernetes-sigs/jobset", "v0.12.0", "api/jobset/v1alpha2/jobset_types.go", (20, 80)),
@@ -103,6 +104,8 @@ NOTES: dict[str, str] = {
     "v0.35.7)",
     f"{STAGING}/apimachinery/pkg/api/validate/content/kube_test.go": "read_file id 1737895142; identical "
     "to kubernetes/apimachinery v0.35.7",
+    "pkg/controller.v1/pytorch/initcontainer_test.go": "read at kubeflow/training-operator@2b9eb8ad6b3b "
+    "(read_file id 29153549595); identical to the file at v1.9.2",
     "pkg/utils/pod/suite_test.go": "read_file id 52636684223 (an earlier file, whose 246 lines v1.14.1 "
     "keeps unchanged)",
     f"{TERMINATOR}/suite_test.go": "read_file id 54655719692 (the v1.14.1 file)",

@@ -4,7 +4,7 @@ sim/vendored/.
     .venv/bin/python scripts/vendor_model_sources.py                   # raw.githubusercontent.com
     .venv/bin/python scripts/vendor_model_sources.py --git-dir-root D  # bare clones D/<owner>+<name>/repo
 
-Each file is the upstream text at the pinned tag, whole or the listed line range, under
+Each file is the upstream text at the pinned tag, whole or the listed line ranges (joined), under
 sim/vendored/<owner>/<name>/<tag>/<path>; PROVENANCE.txt lists repository, tag, path and lines, and for
 a file first copied from another commit holding the same text, that commit (NOTES).
 tests/sim/test_operator_pods.py reads the constants the model copies (label keys, ports, default
@@ -29,8 +29,9 @@ OUT = REPO / "sim" / "vendored"
 K8S = "release-1.35"
 TERMINATOR = "pkg/controllers/node/termination/terminator"
 STAGING = "staging/src/k8s.io"
-# (repository, tag, path, (first, last) line or None for the whole file)
-SOURCES: list[tuple[str, str, str, tuple[int, int] | None]] = [
+Span = tuple[int, int]  # first and last line, counted from 1
+# (repository, tag, path, a span, spans whose lines are joined, or None for the whole file)
+SOURCES: list[tuple[str, str, str, Span | list[Span] | None]] = [
     # Training Operator v1.9.2 (PyTorchJob, MPIJob); the repository is kubeflow/trainer now.
     ("kubeflow/trainer", "v1.9.2", "pkg/controller.v1/pytorch/initcontainer.go", None),
     ("kubeflow/trainer", "v1.9.2", "pkg/config/config.go", None),
@@ -38,6 +39,7 @@ SOURCES: list[tuple[str, str, str, tuple[int, int] | None]] = [
     ("kubeflow/trainer", "v1.9.2", "pkg/apis/kubeflow.org/v1/pytorch_types.go", (20, 32)),
     ("kubeflow/trainer", "v1.9.2", "pkg/apis/kubeflow.org/v1/common_types.go", (20, 40)),
     ("kubeflow/trainer", "v1.9.2", "pkg/controller.v1/mpi/mpijob.go", (27, 48)),
+    ("kubeflow/trainer", "v1.9.2", "pkg/controller.v1/pytorch/initcontainer_test.go", None),
     # Kubeflow Trainer 2.3.0 (TrainJob) and the JobSet its chart bundles (0.12.0).
     ("kubeflow/trainer", "v2.3.0", "pkg/constants/constants.go", None),
     ("kubernetes-sigs/jobset", "v0.12.0", "api/jobset/v1alpha2/jobset_types.go", (20, 80)),
@@ -61,6 +63,15 @@ SOURCES: list[tuple[str, str, str, tuple[int, int] | None]] = [
         (372, 1057),
     ),
     ("kubernetes/kubernetes", K8S, f"{STAGING}/apimachinery/pkg/api/resource/quantity_test.go", (267, 554)),
+    # The name validators' tests (sim/kubernetes/names.py): the DNS label and subdomain tables, the
+    # domain-prefixed path table, and the label key and value tables of pkg/api/validate/content.
+    (
+        "kubernetes/kubernetes",
+        K8S,
+        f"{STAGING}/apimachinery/pkg/util/validation/validation_test.go",
+        [(1, 117), (541, 586)],
+    ),
+    ("kubernetes/kubernetes", K8S, f"{STAGING}/apimachinery/pkg/api/validate/content/kube_test.go", None),
     (
         "kubernetes/kubernetes",
         K8S,
@@ -88,6 +99,13 @@ NOTES: dict[str, str] = {
     "kubernetes/apimachinery v0.35.7",
     f"{STAGING}/apiextensions-apiserver/pkg/apiserver/schema/pruning/algorithm_test.go": "read_file id "
     "173246349; identical to kubernetes/apiextensions-apiserver v0.35.7",
+    f"{STAGING}/apimachinery/pkg/util/validation/validation_test.go": "read_file id 54684831008 (a later "
+    "file whose group and user ID tables differ; these lines are identical to kubernetes/apimachinery "
+    "v0.35.7)",
+    f"{STAGING}/apimachinery/pkg/api/validate/content/kube_test.go": "read_file id 1737895142; identical "
+    "to kubernetes/apimachinery v0.35.7",
+    "pkg/controller.v1/pytorch/initcontainer_test.go": "read at kubeflow/training-operator@2b9eb8ad6b3b "
+    "(read_file id 29153549595); identical to the file at v1.9.2",
     "pkg/utils/pod/suite_test.go": "read_file id 52636684223 (an earlier file, whose 246 lines v1.14.1 "
     "keeps unchanged)",
     f"{TERMINATOR}/suite_test.go": "read_file id 54655719692 (the v1.14.1 file)",
@@ -117,8 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     for repo, tag, path, lines in SOURCES:
         text = _read(repo, tag, path, args.git_dir_root)
         if lines is not None:
-            first, last = lines
-            text = "".join(text.splitlines(keepends=True)[first - 1 : last])
+            every = text.splitlines(keepends=True)
+            text = "".join("".join(every[first - 1 : last]) for first, last in _spans(lines))
         target = OUT / repo / tag / path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
@@ -127,11 +145,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _spans(lines: Span | list[Span]) -> list[Span]:
+    return lines if isinstance(lines, list) else [lines]
+
+
 def provenance() -> str:
     """PROVENANCE.txt: one line per vendored file, then where it was first read when that was elsewhere."""
     lines = ["Copied by scripts/vendor_model_sources.py from:"]
     for repo, tag, path, span in SOURCES:
-        shown = f"lines {span[0]}-{span[1]}" if span else "whole file"
+        shown = "lines " + ", ".join(f"{a}-{b}" for a, b in _spans(span)) if span else "whole file"
         lines.append(f"https://github.com/{repo}/blob/{tag}/{path} ({shown})")
         if path in NOTES:
             lines.append(f"    first read: {NOTES[path]}")

@@ -5,10 +5,14 @@ What the API server does, and this model mirrors (kubernetes/kubernetes staging/
 pkg/admission/plugin/policy/matching/matching.go, pkg/admission/plugin/webhook/predicates/rules/rules.go,
 pkg/admission/plugin/webhook/predicates/namespace/matcher.go, pkg/admission/plugin/policy/validating/
 validator.go):
-- a policy applies when a binding names it and its matchConstraints match: a resourceRule whose
+- a policy applies when a binding names it and its matchConstraints match: a resourceRule whose scope,
   apiGroups, apiVersions, operations and resources (`resource/subresource`, `*`, `*/sub`, `resource/*`)
-  hold the request's, and a namespaceSelector that the request's namespace's labels satisfy (every
-  namespace carries `kubernetes.io/metadata.name`); cluster-scoped requests are matched by the rules only;
+  hold the request's (and whose resourceNames, if any, name its object), none of the
+  excludeResourceRules, and a namespaceSelector that the request's namespace's labels satisfy (every
+  namespace carries `kubernetes.io/metadata.name`; a namespace's own create or update is judged by the
+  labels it sends); other cluster-scoped requests are matched by the rules only. Rules are matched as
+  matchPolicy Exact: a request is not converted to an equivalent group or version, and objectSelector
+  is not read;
 - then every matchCondition must hold (one that fails to evaluate counts as failurePolicy says);
 - `variables` are bound (here eagerly) as `variables.<name>`; every validation that is false, or fails
   to evaluate under failurePolicy Fail, denies the request with its message.
@@ -58,37 +62,82 @@ class Request:
         }
 
 
-def _listed(values: Sequence[str], value: str) -> bool:
-    return "*" in values or value in values
+def _exact_or_wildcard(items: Sequence[str], requested: str) -> bool:
+    return "*" in items or requested in items
 
 
-def _resource_matches(resources: Sequence[str], resource: str, subresource: str) -> bool:
-    """rules.go ruleMatcher.resource: `*` matches every resource but no subresource; `*/*` everything."""
-    wanted = f"{resource}/{subresource}" if subresource else resource
-    for r in resources:
-        if r in ("*/*", wanted):
-            return True
-        if r == "*" and not subresource:
-            return True
-        base, _, sub = r.partition("/")
-        if sub and (
-            (base == "*" and sub == subresource) or (base == resource and sub == "*" and subresource)
-        ):
+def _scope(rule: Mapping[str, Any], request: Request) -> bool:
+    """A Namespace object is cluster-scoped even when its request names it as the namespace."""
+    scope = rule.get("scope", "*")
+    is_namespace = (request.group, request.version, request.resource) == ("", "v1", "namespaces")
+    if scope == "*":
+        return True
+    if scope == "Namespaced":
+        return not is_namespace and bool(request.namespace)
+    if scope == "Cluster":
+        return is_namespace or not request.namespace
+    return False
+
+
+def _operation(rule: Mapping[str, Any], request: Request) -> bool:
+    return _exact_or_wildcard(rule.get("operations") or [], request.operation)
+
+
+def _group(rule: Mapping[str, Any], request: Request) -> bool:
+    return _exact_or_wildcard(rule.get("apiGroups") or [], request.group)
+
+
+def _version(rule: Mapping[str, Any], request: Request) -> bool:
+    return _exact_or_wildcard(rule.get("apiVersions") or [], request.version)
+
+
+def _resource(rule: Mapping[str, Any], request: Request) -> bool:
+    """`r` is the resource alone, `r/*` the resource and every subresource, `*` every resource but no
+    subresource, `*/s` subresource s of every resource, `*/*` everything."""
+    for entry in rule.get("resources") or []:
+        resource, _, subresource = entry.partition("/")
+        if resource in ("*", request.resource) and subresource in ("*", request.subresource):
             return True
     return False
 
 
-def _rule_matches(rule: Mapping[str, Any], request: Request) -> bool:
-    return (
-        _listed(rule.get("apiGroups", []), request.group)
-        and _listed(rule.get("apiVersions", []), request.version)
-        and _listed(rule.get("operations", []), request.operation)
-        and _resource_matches(rule.get("resources", []), request.resource, request.subresource)
-    )
+# rules.go Matcher: a request matches a rule when every part does.
+RULE_PARTS = {
+    "scope": _scope,
+    "operation": _operation,
+    "group": _group,
+    "version": _version,
+    "resource": _resource,
+}
+
+
+def _rules_match(rules: Sequence[Mapping[str, Any]], request: Request) -> bool:
+    """matching.go matchesResourceRules with matchPolicy Exact: a rule that matches, and names the request's
+    object among its resourceNames when it lists any."""
+    for rule in rules:
+        if all(part(rule, request) for part in RULE_PARTS.values()):
+            names = rule.get("resourceNames") or []
+            if not names or request.name in names:
+                return True
+    return False
+
+
+def namespace_labels(request: Request) -> dict[str, str]:
+    """matcher.go GetNamespaceLabels: a namespace's own create or update is judged by the labels it sends,
+    any other request by its namespace's stored labels (the request's `namespace_labels`). Both carry
+    `kubernetes.io/metadata.name`, which the API server sets on every namespace."""
+    if (
+        request.resource == "namespaces"
+        and not request.subresource
+        and request.operation in ("CREATE", "UPDATE")
+    ):
+        metadata = (request.object or {}).get("metadata") or {}
+        return {NAME_LABEL: metadata.get("name", request.name), **(metadata.get("labels") or {})}
+    return {NAME_LABEL: request.namespace, **(request.namespace_labels or {})}
 
 
 def _selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
-    """A label selector (matcher.go: an empty or missing selector matches every namespace)."""
+    """A label selector (an empty or missing one matches every namespace)."""
     if not selector:
         return True
     if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
@@ -107,17 +156,23 @@ def _selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, s
     return True
 
 
+def namespace_selector_matches(selector: Mapping[str, Any] | None, request: Request) -> bool:
+    """matcher.go MatchNamespaceSelector: a cluster-scoped request other than a namespace's own is never
+    exempted; any other is judged by its namespace's labels."""
+    if not request.namespace and request.resource != "namespaces":
+        return True
+    return _selector_matches(selector, namespace_labels(request))
+
+
 def matches(policy: Mapping[str, Any], request: Request) -> bool:
-    """Whether a policy's matchConstraints select the request."""
+    """Whether a policy's matchConstraints select the request (no resourceRules: every request)."""
     constraints = policy["spec"].get("matchConstraints") or {}
-    if not any(_rule_matches(r, request) for r in constraints.get("resourceRules") or []):
+    if not namespace_selector_matches(constraints.get("namespaceSelector"), request):
         return False
-    if any(_rule_matches(r, request) for r in constraints.get("excludeResourceRules") or []):
+    if _rules_match(constraints.get("excludeResourceRules") or [], request):
         return False
-    if request.namespace:
-        labels = {NAME_LABEL: request.namespace, **(request.namespace_labels or {})}
-        return _selector_matches(constraints.get("namespaceSelector"), labels)
-    return True
+    rules = constraints.get("resourceRules") or []
+    return not rules or _rules_match(rules, request)
 
 
 class _Evaluator:

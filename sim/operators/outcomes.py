@@ -57,25 +57,90 @@ REPAIR = {
 PERMANENT = {"invalid configuration": PodEnd(2, pod_removed=False), "a bug": PodEnd(1, pod_removed=False)}
 
 
-def _exit_code_matches(rule: dict, end: PodEnd) -> bool:
-    codes = rule["onExitCodes"]
-    if end.exit_code is None:
-        return False
-    inside = end.exit_code in codes["values"]
-    return inside if codes["operator"] == "In" else (not inside and end.exit_code != 0)
+def _exit_code_operator_matches(code: int, requirement: dict) -> bool:
+    """isOnExitCodesOperatorMatching (an unknown operator matches nothing)."""
+    if requirement["operator"] == "In":
+        return code in requirement["values"]
+    if requirement["operator"] == "NotIn":
+        return code not in requirement["values"]
+    return False
+
+
+def _terminated_container(statuses: list[dict], requirement: dict) -> dict | None:
+    """getMatchingContainerFromList: the first terminated container (of the rule's containerName, if it
+    names one) whose exit code is not 0 and meets the operator."""
+    for status in statuses:
+        terminated = (status.get("state") or {}).get("terminated")
+        if terminated is None:  # still terminating: no exit code to match
+            continue
+        if requirement.get("containerName") in (None, status.get("name")):
+            code = terminated.get("exitCode", 0)
+            if code != 0 and _exit_code_operator_matches(code, requirement):
+                return status
+    return None
+
+
+def match_pod_failure_policy(policy: dict | None, pod: dict) -> tuple[str | None, bool, str | None]:
+    """matchPodFailurePolicy: the rules in order, the first that matches with a known action decides.
+    Returns the Job's failure message (a FailJob rule), whether the failure counts against backoffLimit
+    (not for Ignore), and the action (None: no rule matched)."""
+    if policy is None:
+        return None, True, None
+    status, meta = pod.get("status") or {}, pod.get("metadata") or {}
+    pod_name = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    for index, rule in enumerate(policy.get("rules") or []):
+        action = rule.get("action")
+        if action not in ("Ignore", "Count", "FailJob", "FailIndex"):
+            continue  # an unknown action: the rule is skipped
+        if "onExitCodes" in rule:
+            requirement = rule["onExitCodes"]
+            container = _terminated_container(status.get("containerStatuses") or [], requirement)
+            container = container or _terminated_container(
+                status.get("initContainerStatuses") or [], requirement
+            )
+            if container is None:
+                continue
+            code = container["state"]["terminated"]["exitCode"]
+            message = (
+                f"Container {container.get('name', '')} for pod {pod_name} failed with exit code {code} "
+                f"matching {action} rule at index {index}"
+            )
+        elif "onPodConditions" in rule:
+            patterns = {(p["type"], p["status"]) for p in rule["onPodConditions"]}
+            matched = [c for c in status.get("conditions") or [] if (c["type"], c["status"]) in patterns]
+            if not matched:
+                continue
+            message = (
+                f"Pod {pod_name} has condition {matched[0]['type']} matching {action} rule at index {index}"
+            )
+        else:
+            continue
+        return (message if action == "FailJob" else None), action != "Ignore", action
+    return None, True, None
+
+
+def failed_pod(end: PodEnd, container: str) -> dict:
+    """A pod in phase Failed that ended so: `container` terminated with the exit code (if the kubelet
+    reported one), and the pod's conditions True."""
+    terminated = {"name": container, "state": {"terminated": {"exitCode": end.exit_code}}}
+    return {
+        "metadata": {"namespace": "default", "name": "node"},
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [] if end.exit_code is None else [terminated],
+            "conditions": [{"type": c, "status": "True"} for c in end.conditions],
+        },
+    }
 
 
 def train_job_outcome(runtime: dict, end: PodEnd) -> str:
     jobset = runtime["spec"]["template"]["spec"]
     (job,) = [j["template"]["spec"] for j in jobset["replicatedJobs"]]
-    action = "Count"
-    for rule in job.get("podFailurePolicy", {}).get("rules", []):
-        on_conditions = rule.get("onPodConditions", [])
-        if any(c["type"] in end.conditions and c.get("status", "True") == "True" for c in on_conditions) or (
-            "onExitCodes" in rule and _exit_code_matches(rule, end)
-        ):
-            action = rule["action"]
-            break
+    container = job["template"]["spec"]["containers"][0]["name"]
+    _, _, matched = match_pod_failure_policy(job.get("podFailurePolicy"), failed_pod(end, container))
+    if matched == "FailIndex":
+        raise NotImplementedError("FailIndex: the platform's Jobs set no backoffLimitPerIndex")
+    action = matched or "Count"
     if action == "Ignore":
         return IGNORED
     if action == "Count" and job.get("backoffLimit", 6) > 0:

@@ -285,17 +285,11 @@ def pytorch_job_pods(job: Mapping[str, Any], settings: OperatorSettings) -> list
                     )
                 if nproc is not None:
                     _env(container, ("PET_NPROC_PER_NODE", str(nproc)))
-                if elastic:  # elastic.go Generate
-                    _env(
-                        container,
-                        ("PET_RDZV_ENDPOINT", f"{name}-worker-0:{port('Worker')}"),
-                        ("PET_RDZV_BACKEND", elastic.get("rdzvBackend", "c10d")),
-                        ("PET_NNODES", f"{elastic['minReplicas']}:{elastic['maxReplicas']}"),
-                    )
-                    if "maxRestarts" in elastic:
-                        _env(container, ("PET_MAX_RESTARTS", str(elastic["maxRestarts"])))
-                else:
+                elastic_vars = elastic_env(name, spec)
+                if elastic_vars is None:
                     _env(container, ("PET_NNODES", str(total)))
+                else:
+                    _env(container, *elastic_vars)
             if "Master" in replicas and rtype == "worker":  # initcontainer.go setInitContainer
                 rendered = go_template(
                     settings.pytorch_init_template,
@@ -310,6 +304,51 @@ def pytorch_job_pods(job: Mapping[str, Any], settings: OperatorSettings) -> list
             _volcano(pod, name, rtype, settings)
             pods.append(OperatorPod(f"PyTorchJob/{name}", rtype_key, pod))
     return pods
+
+
+def _pytorch_port(spec: Mapping[str, Any], rtype: str) -> int:
+    """getPortFromPyTorchJob: the `pytorchjob-port` of the replica's `pytorch` container."""
+    containers = spec["pytorchReplicaSpecs"][rtype]["template"]["spec"]["containers"]
+    container = next(c for c in containers if c["name"] == PYTORCH_CONTAINER)
+    return next(p["containerPort"] for p in container["ports"] if p.get("name") == PYTORCH_PORT_NAME)
+
+
+def elastic_env(name: str, spec: Mapping[str, Any]) -> list[tuple[str, str]] | None:
+    """elastic.go ElasticEnvVarGenerator.Generate: a PyTorchJob's elastic variables, in its order (None
+    without an elasticPolicy). The rendezvous endpoint is rdzvHost (default the first Worker) and
+    rdzvPort (default the Worker's port); PET_NNODES is min:max, or the Worker replicas when neither
+    is set."""
+    policy = spec.get("elasticPolicy")
+    if policy is None:
+        return None
+    host = policy.get("rdzvHost", f"{name}-worker-0")
+    port = policy["rdzvPort"] if "rdzvPort" in policy else _pytorch_port(spec, "Worker")
+    if "minReplicas" not in policy and "maxReplicas" not in policy:
+        if "Worker" not in spec["pytorchReplicaSpecs"]:
+            raise ValueError("cannot find the worker spec")
+        nnodes = str(spec["pytorchReplicaSpecs"]["Worker"]["replicas"])
+    else:
+        nnodes = f"{policy['minReplicas']}:{policy['maxReplicas']}"
+    env = [
+        ("PET_RDZV_ENDPOINT", f"{host}:{port}"),
+        ("PET_RDZV_BACKEND", policy.get("rdzvBackend", "c10d")),
+        ("PET_NNODES", nnodes),
+    ]
+    for key, var in (("maxRestarts", "PET_MAX_RESTARTS"), ("nProcPerNode", "PET_NPROC_PER_NODE")):
+        if key in policy:
+            env.append((var, str(policy[key])))
+    if "rdzvId" in policy:
+        env.append(("PET_RDZV_ID", policy["rdzvId"]))
+    if policy.get("rdzvConf") is not None:
+        env.append(
+            (
+                "PET_RDZV_CONF",
+                ",".join(f"{c.get('key', '')}={c.get('value', '')}" for c in policy["rdzvConf"]),
+            )
+        )
+    if policy.get("standalone"):
+        env.append(("PET_STANDALONE", ""))
+    return env
 
 
 def mpi_job_pods(job: Mapping[str, Any], settings: OperatorSettings) -> list[OperatorPod]:

@@ -4,6 +4,7 @@ either transcribed or listed as skipped with a reason."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -38,3 +39,41 @@ def jest_cases(relative: str) -> list[str]:
     """The names of a vendored Jest file's `it("...")`, `test("...")` and `test.each(...)("...")` cases."""
     text = (VENDORED / relative).read_text()
     return re.findall(r'(?:\bit|\btest|\btest\.each\(\w+\))\(\s*"((?:[^"\\]|\\.)*)"', text)
+
+
+_GO_STRING = r'"((?:[^"\\]|\\.)*)"'
+_GO_TOKEN = re.compile(rf"{_GO_STRING}|strings\.Repeat\({_GO_STRING},\s*(\d+)\)|(\+)|(,)|//[^\n]*|\s+")
+
+
+def _go_strings(literal: str) -> list[str]:
+    """The values of a Go `[]string{...}` body whose elements are string literals, strings.Repeat calls
+    and their concatenations (anything else fails, so a table that grows a new form is not misread)."""
+    values: list[str] = []
+    current: str | None = None
+    position = 0
+    while position < len(literal):
+        token = _GO_TOKEN.match(literal, position)
+        assert token, f"cannot read {literal[position : position + 40]!r}"
+        position = token.end()
+        quoted, repeated, times, _join, comma = token.groups()  # a `+` joins the pieces either side
+        if quoted is not None:
+            current = (current or "") + json.loads(f'"{quoted}"')
+        elif repeated is not None:
+            current = (current or "") + json.loads(f'"{repeated}"') * int(times)
+        elif comma is not None:
+            assert current is not None, "an empty element"
+            values.append(current)
+            current = None
+    assert current is None, "the last element has no trailing comma"
+    return values
+
+
+def go_string_tables(relative: str) -> dict[str, dict[str, list[str]]]:
+    """Each `func TestX` of a vendored Go file and its `name := []string{...}` lists, by variable name
+    (e.g. TestIsDNS1123Label: goodValues, badValues)."""
+    text = (VENDORED / relative).read_text()
+    tables: dict[str, dict[str, list[str]]] = {}
+    for test, body in re.findall(r"^func (Test\w+)\(t \*testing\.T\) \{\n(.*?)^\}$", text, re.M | re.S):
+        lists = re.findall(r"^\t(\w+) := \[\]string\{\n(.*?)^\t\}$", body, re.M | re.S)
+        tables[test] = {name: _go_strings(literal) for name, literal in lists}
+    return tables

@@ -153,6 +153,19 @@ IMAGES: MappingProxyType[str, Image] = MappingProxyType(
         # image (kubernetes/k8s.io#9856, "Kueue: Promote v0.19.2": "registry.k8s.io/kueue/kueue:v0.19.2").
         "kueue": Image(ref="registry.k8s.io/kueue/kueue:v0.19.2"),
         "kuberay-operator": Image(ref="quay.io/kuberay/operator:v1.7.0"),
+        # Training Operator v1 (infra/addons/training_operator_v1.py): the tag upstream's standalone overlay
+        # sets (kubeflow/trainer@TRAINING_OPERATOR_V1_COMMIT manifests/overlays/standalone/kustomization),
+        # and the images it puts into the pods it creates, by the flags that name them
+        # (cmd/training-operator.v1/main.go): the PyTorchJob Worker's init container (busybox's nslookup;
+        # the digest as public build files pin it, docs/workloads.md says how to confirm it) and the MPIJob
+        # launcher's kubectl-delivery (upstream's default, pkg/config/config.go; a tag frozen upstream).
+        "training-operator-v1": Image(ref="ghcr.io/kubeflow/training-v1/training-operator:v1-3f15cb8"),
+        "pytorch-init": Image(
+            ref="docker.io/library/alpine:3.23.6",
+            digest="sha256:85fe1e81d6758c208f3e1eed4338a1997e19d4be002d4dd32d3100c9a8c010a0",
+            cited="public Dockerfiles pinning alpine:3.23.6 (docs/workloads.md: confirm with crane digest)",
+        ),
+        "mpi-kubectl-delivery": Image(ref="ghcr.io/kubeflow/training-v1/kubectl-delivery:latest"),
         "volcano-controller-manager": Image(ref="docker.io/volcanosh/vc-controller-manager:v1.15.1"),
         "volcano-scheduler": Image(ref="docker.io/volcanosh/vc-scheduler:v1.15.1"),
         "volcano-webhook-manager": Image(ref="docker.io/volcanosh/vc-webhook-manager:v1.15.1"),
@@ -175,7 +188,7 @@ JOBSET_VERSION = "0.12.0"
 # Training Operator v1 (PyTorchJob, MPIJob) has no Helm chart: its standalone kustomize overlay, at the
 # commit of its release tag (a tag can be moved; a commit cannot), copied into
 # infra/addons/kustomize/training-operator-v1/base (PROVENANCE.md says from where; the deploy reads no URL).
-# The repository is kubeflow/trainer now (formerly kubeflow/training-operator); the image is pinned by tag
-# in that overlay (v1-3f15cb8).
+# The repository is kubeflow/trainer now (formerly kubeflow/training-operator); its images are in IMAGES
+# above, and reach the operator through the stack's image path (training_operator_v1.stack_layer).
 TRAINING_OPERATOR_V1_VERSION = "1.9.2"
 TRAINING_OPERATOR_V1_COMMIT = "bde9c20903ad9b54af1f3883e4fa764a3c0db797"

@@ -313,6 +313,13 @@ def export(platform: Platform) -> None:
         bucket_name=storage.bucket_name,
         ecr_repository_urls=storage.repository_urls,
         node_role_arn=cluster.node_role.arn,
+        # Where nodes pull from: what the operators put into job pods is named under it (the models of
+        # the pods they create read it back).
+        image_path={
+            "account_id": platform.image_cache.path.account_id,
+            "region": platform.image_cache.path.region,
+            "stack": platform.image_cache.path.stack,
+        },
         accelerator_pools={
             n: p.model_dump(mode="json") for n, p in accelerator_pools(platform.config).items()
         },

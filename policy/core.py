@@ -217,5 +217,9 @@ def statements(doc: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
 
 
 def from_synth(records: Iterable[Mapping[str, Any]]) -> list[Resource]:
-    """Resources from `python -m infra synth --json` records ({"type", "name", "parent", "inputs"})."""
-    return [Resource(type=r["type"], name=r["name"], inputs=r["inputs"]) for r in records]
+    """Resources from `python -m infra synth --json` records ({"type", "name", "parent", "inputs", "deps"}),
+    with their property dependencies as the engine hands them to stack rules."""
+    return [
+        Resource(type=r["type"], name=r["name"], inputs=r["inputs"], deps=r.get("deps") or None)
+        for r in records
+    ]

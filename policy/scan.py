@@ -70,7 +70,7 @@ def workload_stacks() -> list[str]:
 
 
 def synth_resources(stack: str) -> list[dict[str, Any]]:
-    """`python -m infra synth --stack <stack> --json`: [{"type", "name", "parent", "inputs"}]."""
+    """`python -m infra synth --stack <stack> --json`: [{"type", "name", "parent", "inputs", "deps"}]."""
     p = _run([sys.executable, "-m", "infra", "synth", "--stack", stack, "--json"])
     if p.returncode != 0:
         raise RuntimeError(f"infra synth --stack {stack} failed ({p.returncode}):\n{p.stderr[-3000:]}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from policy.core import Resource, Rule, StackRule, as_list, dig, known, policy_document, statements
+from policy.core import UNKNOWN, Resource, Rule, StackRule, as_list, dig, known, policy_document, statements
 
 BUCKETS = ("aws:s3/bucket:Bucket", "aws:s3/bucketV2:BucketV2")
 PUBLIC_ACCESS_BLOCK = "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock"
@@ -123,16 +123,15 @@ def check_versioning(type_: str, inputs: Mapping[str, Any]) -> Iterator[str]:
 
 
 def _companion_matches(bucket: Resource, companion: Resource) -> bool:
-    """Whether `companion` configures `bucket`: by the engine's property dependencies where known, else
-    by its `bucket` input: the bucket's name, or its id as `infra synth`'s mocks assign it (<name>-id)."""
+    """Whether `companion` configures `bucket`, from what the engine hands the pack: the companion's
+    `bucket` input computed from the bucket (its property dependencies: a preview, where the bucket's name
+    is not known yet), or the same bucket name in both (the bucket's `bucket` input, which is its id: a
+    name set in the program, or the one the provider chose)."""
     if companion.deps and bucket.name in companion.deps.get("bucket", ()):
         return True
-    target = str(dig(companion.inputs, "bucket", default=""))
-    return target in {
-        bucket.name,
-        f"{bucket.name}-id",
-        str(dig(bucket.inputs, "bucket", default=bucket.name)),
-    }
+    target = dig(known(companion.inputs), "bucket", default=None)
+    name = dig(known(bucket.inputs), "bucket", default=None)
+    return isinstance(target, str) and target != UNKNOWN and target == name
 
 
 def check_bucket_companions(resources: Sequence[Resource]) -> Iterator[tuple[str | None, str]]:

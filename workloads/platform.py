@@ -16,9 +16,22 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from infra.contract import AcceleratorPool, DevicePlugin, QueueQuota
+from infra.platform.registries import ImagePath
 from workloads.spec import SpecError
 
 EXAMPLES = Path(__file__).resolve().parent / "examples"
+
+
+class ImagePathFacts(BaseModel):
+    """The platform's image path (infra/platform/registries.py): where its nodes pull every image from."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    account_id: str
+    region: str
+    stack: str
+
+    def path(self) -> ImagePath:
+        return ImagePath(self.account_id, self.region, self.stack)
 
 
 class PlatformFacts(BaseModel):
@@ -39,6 +52,8 @@ class PlatformFacts(BaseModel):
     kueue_queues: tuple[str, ...] = ()
     # The PriorityClasses the platform created (addons.training.priorityClasses).
     priority_classes: tuple[str, ...] = ()
+    # Absent from the outputs of a platform deployed before it was exported.
+    image_path: ImagePathFacts | None = None
 
     def queue(self, name: str) -> QueueQuota | None:
         return next((q for q in self.queue_quotas if q.name == name), None)

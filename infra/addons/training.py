@@ -395,12 +395,19 @@ class Training(pulumi.ComponentResource):
             # "skip watching volcano PodGroup if volcano PodGroup is not installed"): after Volcano.
             # Its own overlay either way: the PyTorchJob init container from our restricted template
             # (infra/addons/training_operator_v1.py), and Volcano as gang scheduler when it is installed.
-            directory = training_operator_v1.overlay(volcano=volcano is not None)
-            after_volcano = pulumi.ResourceOptions(depends_on=[volcano] if volcano else None)
+            # Installed under the stack's layer: every image it runs or puts into job pods from the
+            # stack's ECR, checked there first.
+            directory = training_operator_v1.write_stack_layer(
+                training_operator_v1.overlay(volcano=volcano is not None), args.images.path
+            )
+            pins = [IMAGES[training_operator_v1.OPERATOR_IMAGE]]
+            pins += [IMAGES[key] for key in training_operator_v1.JOB_IMAGE_FLAGS.values()]
+            primed = args.images.primed("training-operator-v1", pins, pulumi.ResourceOptions(parent=self))
+            operator_after = pulumi.ResourceOptions(depends_on=[*primed, *([volcano] if volcano else [])])
             operator_v1 = k8s.kustomize.v2.Directory(
                 f"{name}-training-operator-v1",
                 directory=directory,
-                opts=pulumi.ResourceOptions.merge(base, after_volcano),
+                opts=pulumi.ResourceOptions.merge(base, operator_after),
             )
             self.installed.append(operator_v1)
         # Training Operator v1 runs both PyTorchJob and MPIJob (workloads/mpijob.py).

@@ -6,15 +6,21 @@ files to know what the operator adds to the pods it creates (the PyTorchJob Work
 from the template file the operator reads). The overlays live in infra/addons/kustomize/, over a local copy
 of the upstream manifests at the pinned commit (training-operator-v1/base, PROVENANCE.md). `build` reads
 them the way kustomize would, for what they use: local resources, configMapGenerator and JSON patches
-(`add`, including `/-` appends, and `replace`), so a mount path that does not match the template flag shows
-up here as a missing file, exactly as the operator would see it, and the webhooks they register can be
-listed offline.
+(`add`, including `/-` appends, and `replace`) and `images:`, so a mount path that does not match the
+template flag shows up here as a missing file, exactly as the operator would see it, and the webhooks they
+register can be listed offline.
+
+A stack installs an overlay under its own layer (`stack_layer`), written at deploy into STACK_LAYERS: the
+operator's image and the images its flags put into the pods it creates (JOB_IMAGE_FLAGS), each the pin of
+infra/pins.py through the stack's image path (infra/platform/registries.py `ImagePath.ref`); a static file
+cannot name the stack's registry.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import os
 import posixpath
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +28,24 @@ from typing import Any
 
 import yaml
 
+from infra.pins import IMAGES
+from infra.platform.registries import ImagePath, split_ref
+
 KUSTOMIZE = Path(__file__).resolve().parent / "kustomize"
 # Relative to the project root, where Pulumi runs the program (kustomize/v2 Directory's `directory`).
 OVERLAY = "infra/addons/kustomize/training-operator-v1"
 VOLCANO_OVERLAY = "infra/addons/kustomize/training-operator-v1-volcano"
 DEPLOYMENT = "training-operator"
+# Where `write_stack_layer` puts each stack's layer (ignored by git; rewritten by every preview and update).
+STACK_LAYERS = "infra/addons/kustomize/stacks"
+# The operator's own image (IMAGES key), as its Deployment names it (manifests/base/deployment.yaml).
+OPERATOR_IMAGE = "training-operator-v1"
+# The images the operator puts into the pods it creates, by the flag that names each
+# (cmd/training-operator.v1/main.go at the pinned commit) -> IMAGES key.
+JOB_IMAGE_FLAGS = {
+    "pytorch-init-container-image": "pytorch-init",
+    "mpi-kubectl-delivery-image": "mpi-kubectl-delivery",
+}
 
 
 def overlay(volcano: bool) -> str:
@@ -116,19 +135,54 @@ def _documents(path: str) -> list[dict[str, Any]]:
         return [doc for doc in yaml.load_all(f, Loader=yaml.CSafeLoader) if doc]
 
 
-def build(directory: str | Path) -> Built:
+def _image_name(image: str) -> str:
+    return split_ref(image)[0]
+
+
+def _set_images(obj: Any, images: list[dict[str, str]]) -> None:
+    """kustomize's image transformer: every container's and init container's `image` whose name is an
+    entry's `name` gets its newName, newTag or digest (a digest replaces the tag)."""
+    if isinstance(obj, list):
+        for item in obj:
+            _set_images(item, images)
+        return
+    if not isinstance(obj, dict):
+        return
+    for key, value in obj.items():
+        if key in ("containers", "initContainers") and isinstance(value, list):
+            for container in value:
+                image = container.get("image")
+                entry = next(
+                    (e for e in images if isinstance(image, str) and _image_name(image) == e["name"]), None
+                )
+                if entry is None:
+                    continue
+                name, tag, digest = split_ref(image)
+                name = entry.get("newName", name)
+                if "digest" in entry:
+                    container["image"] = f"{name}@{entry['digest']}"
+                else:
+                    tag = entry.get("newTag", tag)
+                    container["image"] = f"{name}:{tag}" if tag else (f"{name}@{digest}" if digest else name)
+        _set_images(value, images)
+
+
+def build(directory: str | Path, kustomization: dict[str, Any] | None = None) -> Built:
     """The objects of the kustomization at `directory` (relative to the project root, or absolute), to be
-    read, not changed (the parsed files are shared). A remote resource is refused: the deploy reads no URL."""
+    read, not changed (the parsed files are shared); `kustomization` stands for its kustomization.yaml
+    (a stack layer before it is written). Paths are joined and cleaned as kustomize does (filepath.Join).
+    A remote resource is refused: the deploy reads no URL."""
     root = Path(directory)
     if not root.is_absolute():
         root = KUSTOMIZE.parents[2] / root
-    kustomization = yaml.safe_load((root / "kustomization.yaml").read_text())
+    if kustomization is None:
+        kustomization = yaml.safe_load((root / "kustomization.yaml").read_text())
     objects: list[dict[str, Any]] = []
     config_maps: dict[str, dict[str, str]] = {}
     for resource in kustomization.get("resources") or []:
         if "://" in resource:
             raise ValueError(f"{root}/kustomization.yaml: remote resource {resource}; vendor it instead")
-        path = root / resource
+        path = Path(os.path.normpath(root / resource))
         if path.is_dir():
             inner = build(path)
             objects += inner.objects
@@ -144,10 +198,68 @@ def build(directory: str | Path) -> Built:
             if _targets(patch, obj):
                 objects[i] = copy.deepcopy(obj)  # the parsed files are shared: patch a copy
                 _json_patch(objects[i], yaml.safe_load(text))
+    if images := kustomization.get("images"):
+        objects = [copy.deepcopy(o) for o in objects]
+        _set_images(objects, images)
     return Built(objects, config_maps)
 
 
-def apply_overlay(directory: str | Path) -> OperatorDeployment:
-    """The Deployment `training-operator` after the overlay at `directory`, and its ConfigMaps' data."""
-    built = build(directory)
+def apply_overlay(directory: str | Path, images: ImagePath | None = None) -> OperatorDeployment:
+    """The Deployment `training-operator` after the overlay at `directory` (under the stack layer of
+    `images`, when given: as the platform installs it), and its ConfigMaps' data."""
+    if images is None:
+        built = build(directory)
+    else:
+        built = build(layer_directory(str(directory), images), stack_layer(str(directory), images))
     return OperatorDeployment(built.one("Deployment", DEPLOYMENT), built.config_maps)
+
+
+def layer_directory(directory: str, images: ImagePath) -> str:
+    """Where the stack's layer over `directory` is written, relative to the project root."""
+    return f"{STACK_LAYERS}/{images.stack}/{posixpath.basename(directory)}"
+
+
+def stack_layer(directory: str, images: ImagePath) -> dict[str, Any]:
+    """The kustomization that installs the overlay at `directory` with every image through `images`: the
+    operator's by kustomize's `images:`, the job pods' by the manager's flags (the overlay's own arguments,
+    with the image flags set; a flag the overlay already sets is replaced, not repeated)."""
+    operator = IMAGES[OPERATOR_IMAGE]
+    name, tag, _ = split_ref(images.ref(operator.ref))
+    image: dict[str, str] = {"name": _image_name(operator.ref), "newName": name}
+    image |= {"digest": operator.digest} if operator.digest else {"newTag": tag}
+    args = [
+        a
+        for a in apply_overlay(directory).container.get("args") or []
+        if a.split("=", 1)[0].lstrip("-") not in JOB_IMAGE_FLAGS
+    ]
+    args += [f"--{flag}={images.ref(IMAGES[key].pinned)}" for flag, key in JOB_IMAGE_FLAGS.items()]
+    layer = layer_directory(directory, images)
+    return {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [posixpath.relpath(directory, layer)],
+        "images": [image],
+        "patches": [
+            {
+                "target": {"kind": "Deployment", "name": DEPLOYMENT},
+                "patch": yaml.safe_dump(
+                    [{"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": args}]
+                ),
+            }
+        ],
+    }
+
+
+def write_stack_layer(directory: str, images: ImagePath) -> str:
+    """Write the stack's layer over `directory` (see `stack_layer`) and return its directory, relative to
+    the project root: what the kustomize Directory resource installs."""
+    layer = layer_directory(directory, images)
+    path = KUSTOMIZE.parents[2] / layer / "kustomization.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = (
+        "# Written by infra/addons/training_operator_v1.py write_stack_layer at every preview and update.\n"
+    )
+    text = header + yaml.safe_dump(stack_layer(directory, images), sort_keys=False)
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    return layer

@@ -64,6 +64,16 @@ class Network(pulumi.ComponentResource):
             tags={**args.tags, "Name": f"{name}-vpc"},
             opts=child,
         )
+        # The VPC's default security group, adopted with no rules: nothing of the platform uses it (the
+        # cluster and nodes have their own groups, the S3 endpoint is a gateway), and a resource created
+        # later without a group would otherwise talk to every other member (AWS Foundational Security Best
+        # Practices EC2.2; CIS AWS Foundations 5.4). Pulumi removes every rule when it adopts it.
+        aws.ec2.DefaultSecurityGroup(
+            f"{name}-default-sg",
+            vpc_id=vpc.id,
+            tags={**args.tags, "Name": f"{name}-default-closed"},
+            opts=child,
+        )
         igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=vpc.id, tags=args.tags, opts=child)
         public_rt = aws.ec2.RouteTable(
             f"{name}-public",

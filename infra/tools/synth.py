@@ -11,7 +11,7 @@ import asyncio
 import concurrent.futures
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -208,6 +208,9 @@ class Registered:
     name: str
     parent: str | None
     inputs: dict
+    # Input name -> the names of the resources it was computed from (the registration's property
+    # dependencies, as the engine hands them to the policy pack's stack rules).
+    deps: dict[str, list[str]] = field(default_factory=dict)
 
 
 class RecordingMonitor(runtime_mocks.MockMonitor):
@@ -222,7 +225,12 @@ class RecordingMonitor(runtime_mocks.MockMonitor):
         if request.parent and request.parent.split("::")[2].split("$")[-1] != "pulumi:pulumi:Stack":
             parent = request.parent.split("::")[-1]
         inputs = _masked(json_format.MessageToDict(request.object))
-        self.registered.append(Registered(request.type, request.name, parent, inputs))
+        deps = {
+            prop: [urn.split("::")[-1] for urn in dependencies.urns]
+            for prop, dependencies in request.propertyDependencies.items()
+            if dependencies.urns
+        }
+        self.registered.append(Registered(request.type, request.name, parent, inputs, deps))
         return super().RegisterResource(request)
 
 

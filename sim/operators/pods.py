@@ -111,9 +111,12 @@ class OperatorSettings:
 
 def operator_settings(platform: PlatformFacts) -> OperatorSettings:
     """Read from the overlay and Helm values the platform installs (infra/addons/training_operator_v1.py,
-    infra/addons/kuberay.py)."""
+    infra/addons/kuberay.py): the overlay under the stack's layer, which names the images the operator puts
+    into pods in the platform's ECR (the bare overlay for a platform whose outputs predate the image path:
+    upstream's defaults)."""
     operator = training_operator_v1.apply_overlay(
-        training_operator_v1.overlay(platform.gang_scheduler == "volcano")
+        training_operator_v1.overlay(platform.gang_scheduler == "volcano"),
+        platform.image_path.path() if platform.image_path else None,
     )
     flags = operator.flags
     template = operator.read_file(

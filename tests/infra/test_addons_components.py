@@ -237,8 +237,13 @@ def test_training_installs_trainer_runtime_operator_v1_and_kueue_queues(mocks):
         assert [r["metadata"]["name"] for r in runtimes.values()] == ["torch-distributed"]
         (operator_v1,) = mocks.by_name("kubernetes:kustomize/v2:Directory").values()
         # Our overlay of upstream's manifests vendored at the pinned commit: kustomize reads no URL.
-        assert operator_v1["directory"] == "infra/addons/kustomize/training-operator-v1"
-        kustomization = yaml.safe_load((REPO / operator_v1["directory"] / "kustomization.yaml").read_text())
+        # The stack's layer over the overlay, which builds on the local copy.
+        assert operator_v1["directory"] == "infra/addons/kustomize/stacks/test/training-operator-v1"
+        layer = yaml.safe_load((REPO / operator_v1["directory"] / "kustomization.yaml").read_text())
+        assert layer["resources"] == ["../../../training-operator-v1"]
+        kustomization = yaml.safe_load(
+            (REPO / "infra/addons/kustomize/training-operator-v1/kustomization.yaml").read_text()
+        )
         assert kustomization["resources"] == ["base", "namespace.yaml"]
         assert {"kubeflow-trainer", "kueue"} <= set(mocks.by_name("kubernetes:helm.sh/v3:Release"))
         assert len(mocks.by_name("kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue")) == 1

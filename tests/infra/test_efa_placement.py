@@ -37,7 +37,7 @@ def _efa_class(prod) -> dict:
     pools = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in prod.of_type(NODE_POOL)}
     ref = pools["gpu-a100"]["template"]["spec"]["nodeClassRef"]["name"]
     (node_class,) = [r for r in prod.of_type(NODE_CLASS) if r.inputs["metadata"]["name"] == ref]
-    return _body(node_class)
+    return copy.deepcopy(_body(node_class))  # the session's synth is shared: tests change their copy
 
 
 def test_the_prod_a100_pool_launches_into_a_cluster_placement_group_in_one_subnet(prod):

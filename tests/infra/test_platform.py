@@ -13,7 +13,7 @@ import pytest
 from infra.platform.cluster import LOG_TYPES
 from infra.platform.storage import IMAGE_FLAVOURS
 from infra.program import program
-from infra.tools.synth import PlatformMocks, RecordingMonitor, stack_config, synth
+from infra.tools.synth import ACCOUNT_ID, PlatformMocks, RecordingMonitor, stack_config, synth
 
 EKS_AMI_TYPES = set(botocore.session.get_session().get_service_model("eks").shape_for("AMITypes").enum)
 CONTRACT_EXPORTS = {
@@ -28,6 +28,7 @@ CONTRACT_EXPORTS = {
     "node_role_arn",
     "accelerator_pools",
     "cluster_creator_arn",
+    "image_path",
 }
 # Added by the cluster add-ons, same contract.
 ADDON_EXPORTS = {
@@ -325,6 +326,12 @@ def test_exports_are_the_contract_and_describe_each_pool(stack):
     assert stack.exports["kubeconfig"] == "[secret]"
     assert set(stack.exports["ecr_repository_urls"]) == {"cuda", "rocm", "cpu"}
     assert stack.exports["region"] == "us-east-1" and len(stack.exports["private_subnet_ids"]) == 3
+    # Where nodes pull from: the operators' pod models name their injected images under it.
+    assert stack.exports["image_path"] == {
+        "account_id": ACCOUNT_ID,
+        "region": "us-east-1",
+        "stack": stack.exports["cluster_name"].removeprefix("mlops-eks-"),
+    }
     t4 = stack.exports["accelerator_pools"]["t4"]
     dev = stack.config.environment == "dev"
     assert t4 == {

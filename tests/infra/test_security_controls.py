@@ -136,6 +136,15 @@ def test_vpc_flow_logs_go_to_their_group_through_a_role_scoped_to_it(stack):
     assert grant["Resource"] == [group_arn, f"{group_arn}:*"]
 
 
+def test_the_vpcs_default_security_group_is_adopted_with_no_rules(stack):
+    """AWS Foundational Security Best Practices EC2.2: the default security group of the platform's VPC
+    allows no traffic in or out (the provider removes every rule of a group it adopts without any)."""
+    (group,) = stack.of_type("aws:ec2/defaultSecurityGroup:DefaultSecurityGroup")
+    assert group.inputs["vpcId"] == "network-vpc-id"  # the platform's VPC (aws:ec2/vpc:Vpc "network-vpc")
+    assert not group.inputs.get("ingress") and not group.inputs.get("egress")
+    assert stack.of_type("aws:ec2/securityGroupRule:SecurityGroupRule") == []
+
+
 def test_data_bucket_uses_the_stack_key_and_admits_only_the_platform(stack):
     sse = stack.one("aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration")
     (rule,) = sse.inputs["rules"]

@@ -42,7 +42,12 @@ EXPECTED_TYPES = {
 
 def check_resources(resources: list[dict]) -> None:
     assert {r["type"] for r in resources} >= EXPECTED_TYPES
-    assert all(set(r) == {"type", "name", "parent", "inputs"} for r in resources)
+    assert all(set(r) == {"type", "name", "parent", "inputs", "deps"} for r in resources)
+    # Property dependencies by resource name, as the engine gives the pack's stack rules: the data bucket's
+    # versioning was computed from the bucket.
+    versioning = next(r for r in resources if r["type"] == "aws:s3/bucketVersioning:BucketVersioning")
+    bucket = next(r for r in resources if r["type"] == "aws:s3/bucket:Bucket")
+    assert bucket["name"] in versioning["deps"]["bucket"]
     provider = next(r for r in resources if r["type"] == "pulumi:providers:kubernetes")
     assert provider["inputs"]["kubeconfig"] == "[secret]"
 

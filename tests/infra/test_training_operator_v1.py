@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import hashlib
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pulumi
@@ -31,6 +33,8 @@ from tests.infra.dependency_graph import build_graph, depends_on
 REPO = Path(__file__).resolve().parents[2]
 UPSTREAM = REPO / "sim" / "vendored" / "kubeflow" / "trainer" / "v1.9.2"
 TEMPLATE_FLAG = "pytorch-init-container-template-file"
+PATH = ImagePath("123456789012", "us-east-1", "test")
+ECR = PATH.registry
 
 
 def _kustomization(directory: str) -> dict:
@@ -88,11 +92,49 @@ def test_the_operator_reads_our_template_from_where_its_flag_points(directory):
     path = operator.flags[TEMPLATE_FLAG]
     template = (REPO / training_operator_v1.OVERLAY / "initContainer.yaml").read_text()
     assert operator.read_file(path) == template
-    # The image it renders into the template: pinned by digest (docker.io/library/alpine, the busybox
-    # nslookup the upstream default runs).
-    image = operator.flags["pytorch-init-container-image"]
-    assert re.fullmatch(r"docker\.io/library/alpine:[0-9.]+@sha256:[0-9a-f]{64}", image)
+    # The image it renders into the template, under the stack's layer: pinned by digest, from ECR Public's
+    # copy of docker.io/library/alpine (the busybox nslookup the upstream default runs).
+    layered = training_operator_v1.apply_overlay(directory, PATH)
+    assert layered.read_file(layered.flags[TEMPLATE_FLAG]) == template
+    image = layered.flags["pytorch-init-container-image"]
+    assert re.fullmatch(rf"{ECR}/test/ecr-public/docker/library/alpine:[0-9.]+@sha256:[0-9a-f]{{64}}", image)
     assert image_problem(image) is None
+
+
+@pytest.mark.parametrize("directory", [training_operator_v1.OVERLAY, training_operator_v1.VOLCANO_OVERLAY])
+def test_the_stack_layer_names_every_image_in_the_stacks_ecr_and_keeps_the_overlays_flags(directory):
+    bare, layered = _applied(directory), training_operator_v1.apply_overlay(directory, PATH)
+    # The bare overlay leaves the images to the layer: the operator would fall back to upstream's defaults.
+    assert not set(bare.flags) & set(training_operator_v1.JOB_IMAGE_FLAGS)
+    images = {flag: layered.flags[flag] for flag in training_operator_v1.JOB_IMAGE_FLAGS}
+    assert images == {
+        "pytorch-init-container-image": f"{ECR}/test/ecr-public/docker/library/alpine:3.23.6@"
+        + pins.IMAGES["pytorch-init"].digest,
+        "mpi-kubectl-delivery-image": f"{ECR}/test/ghcr/kubeflow/training-v1/kubectl-delivery:latest",
+    }
+    assert {k: v for k, v in layered.flags.items() if k not in images} == bare.flags
+    assert layered.container["image"] == f"{ECR}/test/ghcr/kubeflow/training-v1/training-operator:v1-3f15cb8"
+    # Nothing else changes: the layer is the overlay with its images.
+    rest = copy.deepcopy(layered.deployment)
+    rest["spec"]["template"]["spec"]["containers"][0] |= {
+        "image": bare.container["image"],
+        "args": bare.container["args"],
+    }
+    assert rest == bare.deployment
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (its kustomize) is not installed")
+def test_the_written_layer_builds_with_kustomize_as_the_reader_builds_it(tmp_path):
+    """The layer on disk, built by kustomize itself (kubectl kustomize), gives the Deployment the reader
+    gives: the layer's relative base and its patch are what kustomize resolves."""
+    layer = training_operator_v1.write_stack_layer(training_operator_v1.VOLCANO_OVERLAY, PATH)
+    built = subprocess.run(
+        ["kubectl", "kustomize", str(REPO / layer)], capture_output=True, text=True, check=True
+    )
+    (deployment,) = [o for o in yaml.safe_load_all(built.stdout) if o and o["kind"] == "Deployment"]
+    ours = training_operator_v1.apply_overlay(training_operator_v1.VOLCANO_OVERLAY, PATH)
+    theirs = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert (theirs["image"], theirs["args"]) == (ours.container["image"], ours.container["args"])
 
 
 def test_a_mount_elsewhere_leaves_the_operator_on_its_builtin_template():
@@ -123,9 +165,8 @@ def _training(gang_scheduler: str) -> Training:
         {"training": {"trainingOperatorV1": True, "gangScheduler": gang_scheduler, "queues": [{"name": "a"}]}}
     )
     provider = k8s.Provider("k8s", kubeconfig="{}")
-    path = ImagePath("123456789012", "us-east-1", "test")
     key = "arn:aws:kms:us-east-1:123456789012:key/test"
-    images = ImageCache("image-cache", ImageCacheArgs(path=path, kms_key_arn=key, tags={}))
+    images = ImageCache("image-cache", ImageCacheArgs(path=PATH, kms_key_arn=key, tags={}))
     return Training("training", TrainingArgs(config=config.training, k8s_provider=provider, images=images))
 
 
@@ -135,7 +176,8 @@ def test_a_volcano_platform_installs_the_volcano_overlay(mocks):
 
     def check(_):
         (operator_v1,) = mocks.by_name("kubernetes:kustomize/v2:Directory").values()
-        assert operator_v1["directory"] == training_operator_v1.VOLCANO_OVERLAY
+        layer = training_operator_v1.layer_directory(training_operator_v1.VOLCANO_OVERLAY, PATH)
+        assert operator_v1["directory"] == layer
         assert training.operators["mpijob"] is True
 
     return pulumi.Output.all(*[r.urn for r in training.installed]).apply(check)
@@ -147,7 +189,12 @@ def test_a_kueue_platform_installs_the_overlay_with_the_template(mocks):
 
     def check(_):
         (operator_v1,) = mocks.by_name("kubernetes:kustomize/v2:Directory").values()
-        assert operator_v1["directory"] == training_operator_v1.OVERLAY
+        assert operator_v1["directory"] == training_operator_v1.layer_directory(
+            training_operator_v1.OVERLAY, PATH
+        )
+        # The layer the provider reads is on disk, over the overlay with the template.
+        written = yaml.safe_load((REPO / operator_v1["directory"] / "kustomization.yaml").read_text())
+        assert written == training_operator_v1.stack_layer(training_operator_v1.OVERLAY, PATH)
 
     return pulumi.Output.all(*[r.urn for r in training.installed]).apply(check)
 
@@ -165,10 +212,13 @@ def test_under_volcano_the_operator_starts_after_the_podgroup_crd():
     """At v1.9.2 the operator watches Volcano PodGroups only if their CRD is served when it starts
     (mpijob_controller.go SetupWithManager): started before Volcano, it never sees a gang's PodGroup."""
     graph, operator_v1, (volcano,) = _operator_and_volcano("volcano")
-    assert operator_v1.inputs["directory"] == training_operator_v1.VOLCANO_OVERLAY
+    assert operator_v1.inputs["directory"].endswith("/" + Path(training_operator_v1.VOLCANO_OVERLAY).name)
     assert depends_on(graph, operator_v1, volcano.urn)
 
 
 def test_under_kueue_there_is_no_volcano_to_wait_for():
     _, operator_v1, volcano = _operator_and_volcano("kueue")
-    assert volcano == [] and operator_v1.inputs["directory"] == training_operator_v1.OVERLAY
+    assert (
+        volcano == []
+        and operator_v1.inputs["directory"] == "infra/addons/kustomize/stacks/dev/training-operator-v1"
+    )

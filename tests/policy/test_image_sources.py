@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from infra.addons import training_operator_v1
 from infra.config import stack_files
 from infra.pins import IMAGES
 from infra.platform.registries import UPSTREAMS, ImagePath, eks_registry, registry_host, upstream_of
@@ -47,21 +48,38 @@ def unserved(every: set[str], path: ImagePath) -> list[str]:
     return sorted(i for i in every if not path.is_served(i))
 
 
+def kustomized_objects(resources: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The objects of every kustomize Directory the program registers, built from the directory it names
+    (a stack's layer, written by the program) as the provider's kustomize would build it."""
+    return [
+        o
+        for r in resources
+        if r["type"] == "kubernetes:kustomize/v2:Directory"
+        for o in training_operator_v1.build(r["inputs"]["directory"]).objects
+    ]
+
+
 def test_every_image_the_platform_runs_comes_through_ecr(platform_resources, chart_objects, dev, prod):
     for stack, synth in (("dev", dev), ("prod", prod)):
+        kustomized = kustomized_objects(platform_resources[stack])
         every = images(platform_objects(platform_resources[stack])) | images(chart_objects[stack])
+        every |= images(kustomized)
         assert len(every) > 15, sorted(every)  # charts, flags, the GPU check: not a vacuous pass
         path = ImagePath(ACCOUNT_ID, synth.config.region, stack)
         assert unserved(every, path) == [], f"{stack}: images a node would pull from outside ECR"
-        # The operator's flags were followed: the config reloader it puts into Prometheus's pods.
+        # The operators' flags were followed: the config reloader prometheus-operator puts into Prometheus's
+        # pods, the init container Training Operator v1 puts into PyTorchJob workers (and its own image).
         assert any("/quay/prometheus-operator/prometheus-config-reloader:" in i for i in every)
+        assert {i.split("/", 2)[2].split(":")[0] for i in images(kustomized)} == {
+            "ghcr/kubeflow/training-v1/training-operator",
+            "ecr-public/docker/library/alpine",
+            "ghcr/kubeflow/training-v1/kubectl-delivery",
+        }
 
 
 # Training Operator v1 puts the images of its --pytorch-init-container-image and
-# --mpi-kubectl-delivery-image flags into the pods it makes; its overlay (infra/addons/kustomize/) sets them
-# to Docker Hub's alpine and leaves GHCR's kubectl-delivery:latest, and a static kustomization cannot name the
-# stack's registry: these pods pull from outside ECR until the operator's manifests are rendered with the
-# image path.
+# --mpi-kubectl-delivery-image flags into the pods it makes: the pod model reads them from the operator's
+# Deployment as the stack's layer renders it (infra/addons/training_operator_v1.py stack_layer).
 V1_KINDS = {"PyTorchJob", "MPIJob"}
 
 
@@ -97,12 +115,16 @@ def test_every_image_trainer_jobset_and_kuberay_put_into_job_pods_comes_through_
         assert unserved(made, path) == [], stack
 
 
-@pytest.mark.xfail(strict=True, reason="Training Operator v1's image flags come from a static overlay")
 def test_every_image_training_operator_v1_puts_into_job_pods_comes_through_ecr(job_images):
     checked = {s: v for s, v in job_images.items() if v[3] & V1_KINDS}
-    assert checked
+    assert {k for v in checked.values() for k in v[3] & V1_KINDS} == V1_KINDS
     for stack, (path, _, made, _) in checked.items():
         assert unserved(made, path) == [], stack
+    # The operators' own containers were followed: the PyTorchJob Worker's init container, the MPIJob
+    # launcher's kubectl-delivery.
+    made = set().union(*(v[2] for v in checked.values()))
+    assert any("/ecr-public/docker/library/alpine:" in i for i in made), sorted(made)
+    assert any("/ghcr/kubeflow/training-v1/kubectl-delivery:" in i for i in made), sorted(made)
 
 
 def test_an_image_is_pulled_from_its_registrys_cache_or_copy_under_the_stacks_prefix():

@@ -706,6 +706,36 @@ def test_bucket_stack_rule_requires_every_companion():
         assert [name for name, _ in rule.check(_bucket_stack(missing))] == ["data"], missing
 
 
+def test_a_bucket_is_matched_to_its_companions_by_what_the_engine_hands_over():
+    """Through the engine's path: a companion configures a bucket whose name it names (`pulumi up`: both
+    known) or whose `bucket` input the bucket computed (a preview: the engine's property dependencies).
+    A companion of another bucket is not one of its own, whatever that bucket's name looks like."""
+    from tests.policy.engine_path import UNKNOWN, analyze_stack
+
+    def reported(resources: list[Resource]) -> list[str]:
+        return [d.message for d in analyze_stack(resources) if d.policy == "s3-bucket-guardrails-present"]
+
+    bucket, *companions = _bucket_stack()
+    assert reported([bucket, *companions]) == []
+    # Companions of a bucket named "data-id" or "data" (this bucket's resource name, and its mock id):
+    # they configure another bucket.
+    for other in ("data-id", "data"):
+        elsewhere = [
+            Resource(type=c.type, name=c.name, inputs={**c.inputs, "bucket": other}) for c in companions
+        ]
+        assert len(reported([bucket, *elsewhere])) == 4, other
+    # A preview: names unknown, the companions computed from the bucket.
+    unnamed = Resource(type=bucket.type, name=bucket.name, inputs={"bucket": UNKNOWN})
+    computed = [
+        Resource(
+            type=c.type, name=c.name, inputs={**c.inputs, "bucket": UNKNOWN}, deps={"bucket": [bucket.name]}
+        )
+        for c in companions
+    ]
+    assert reported([unnamed, *computed]) == []
+    assert len(reported([unnamed, *computed[1:]])) == 1  # no public access block
+
+
 def test_pack_wrappers_report_through_the_policy_servicer():
     """The pulumi-policy analyzer (what `pulumi preview --policy-pack` talks to) runs our rules on
     protobuf-encoded inputs behind its read-only proxies, with severity, level and remediation."""

@@ -144,7 +144,11 @@ def test_a_multinode_pytorchjobs_workers_get_the_operators_init_container_from_o
     assert "initContainers" not in pods["zimdb-multinode-master-0"].spec  # setInitContainer: Workers only
     (init,) = pods["zimdb-multinode-worker-1"].spec["initContainers"]
     assert init["name"] == "init-pytorch"
-    assert init["image"].startswith("docker.io/library/alpine:") and "@sha256:" in init["image"]
+    # Through the platform's image path: ECR Public's copy of Docker Hub's alpine, by digest.
+    assert init["image"].startswith(
+        f"{platform.image_path.path().registry}/dev/ecr-public/docker/library/alpine:"
+    )
+    assert "@sha256:" in init["image"]
     assert "nslookup zimdb-multinode-master-0;" in init["command"][2] and "seq 100" in init["command"][2]
     assert init["securityContext"]["runAsNonRoot"] is True
 

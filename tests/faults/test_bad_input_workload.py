@@ -100,8 +100,9 @@ CASES = [
      "allowed: any other name"),
     ("env-kubeflow-setting", job(env={"PET_NNODES": "3"}), "dev", "env.PET_NNODES", "'3'",
      "Kubeflow's torchrun settings"),
+    # A credential is named, never echoed.
     ("env-aws-secret-key", job(env={"AWS_SECRET_ACCESS_KEY": "abc"}), "dev", "env.AWS_SECRET_ACCESS_KEY",
-     "'abc'", "through Pod Identity"),
+     "AWS_SECRET_ACCESS_KEY=<redacted>", "through Pod Identity"),
     ("env-home", job(env={"HOME": "/root"}), "dev", "env.HOME", "'/root'", "read-only"),
     ("image-tag-unquoted-float", job(imageTag=1.1), "dev", "imageTag", "1.1", "1.30 becomes 1.3"),
     ("image-tag-unquoted-int", job(imageTag=1), "dev", "imageTag", "1", "written as quoted text"),

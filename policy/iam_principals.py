@@ -94,14 +94,13 @@ def _arn(kind: str, resource: Resource | None, name: str) -> str:
 
 
 def _refers_to(value: Any, r: Resource) -> bool:
-    """Whether an input value names resource `r`: its name, its `name` input, its id or its ARN (as
-    `infra synth`'s mocks assign them: <name>-id, an ARN ending in /<name> or :<name>)."""
+    """Whether an input value names resource `r`: its name, its `name` input, or an ARN ending in /<name> or
+    :<name> (the engine's dependencies decide first: `_targets`)."""
     if not isinstance(value, str):
         return False
     names = {r.name, str(dig(known(r.inputs), "name", default=r.name))}
     return (
         value in names
-        or value in {f"{n}-id" for n in names}
         or value.rsplit("/", 1)[-1] in names
         or (value.startswith("arn:") and value.rsplit(":", 1)[-1] in names)
     )

@@ -250,7 +250,7 @@ def check_prefix_lists(resources: Sequence[Resource]) -> Iterator[tuple[str | No
 
     def refers(r: Resource, key: str, value: str, target: Resource) -> bool:
         deps = (r.deps or {}).get(key, ())
-        names = {target.name, f"{target.name}-id", str(dig(known(target.inputs), "name", default=""))}
+        names = {target.name, str(dig(known(target.inputs), "name", default=""))}
         return target.name in deps or value in names
 
     for r in resources:

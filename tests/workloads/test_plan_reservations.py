@@ -97,7 +97,8 @@ def test_a_job_deployed_before_the_window_opens_will_not_run(plan_with):
     )
     assert code == 2
     assert (
-        "pool h100-block: the job would start 2026-12-01 12:00 UTC, before the window opens 2026-12-03 12:00 UTC"
+        "pool h100-block: the job would start 2026-12-01 12:00 UTC, before the window opens "
+        "2026-12-03 12:00 UTC"
     ) in out
     # Once the window is open, the same block takes it.
     code, out = plan_with(_reservation(StartDate=opens.isoformat()), start=opens + timedelta(minutes=5))
@@ -108,9 +109,9 @@ def test_a_job_that_outlasts_the_block_runs_and_says_what_its_checkpoint_interva
     code, out = plan_with(_reservation(EndDate=(START + timedelta(hours=10)).isoformat()))
     assert code == 0, out
     assert (
-        "maxRuntimeHours (20 h) ends 2026-12-02 08:00 UTC, after the block: Karpenter drains its nodes from "
-        "2026-12-01 21:20 UTC; the job risks at most 99 steps since the last checkpoint (checkpoint.every_steps "
-        "100) if the checkpoint on SIGTERM does not finish"
+        "maxRuntimeHours (20 h) ends 2026-12-02 08:00 UTC, after the block: Karpenter drains its nodes "
+        "from 2026-12-01 21:20 UTC; the job risks at most 99 steps since the last checkpoint "
+        "(checkpoint.every_steps 100) if the checkpoint on SIGTERM does not finish"
     ) in out
     assert "the job may outlast the reservation" in out and "only on a new reservation" in out
 

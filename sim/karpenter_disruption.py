@@ -16,11 +16,9 @@ kubernetes-sigs/karpenter v1.14.1:
   Spot interruption (aws/karpenter-provider-aws v1.14.1 pkg/controllers/interruption/utils.go
   actionForMessage: CordonAndDrain) deletes it too; node repair and instance-health events annotate the
   termination time as now (forceful).
-- The end of a Capacity Block goes the same way (aws/karpenter-provider-aws v1.14.1
-  pkg/controllers/capacityreservation/expiration: the NodeClaims of a block in its last 40 minutes are
-  deleted, v1.CapacityReservationFromEC2 `capacityReservationExpirationPeriod`; EC2 reclaims the instances
-  from 30 minutes before the end), and so does the capacity-reservation interruption warning
-  (interruption/utils.go actionForMessage: CordonAndDrain, as for Spot).
+- The end of a Capacity Block goes the same way (provider controllers/capacityreservation/expiration
+  deletes a block's NodeClaims in its last 40 minutes; EC2 reclaims from 30 minutes before the end), and so
+  does the capacity-reservation interruption warning (actionForMessage: CordonAndDrain, as for Spot).
 - When EC2 stops the instance (a Spot reclaim 2 minutes after its notice), only the kubelet's graceful node
   shutdown gives a pod SIGTERM (kubernetes pkg/kubelet/nodeshutdown: the pod's grace capped at
   shutdownGracePeriod - shutdownGracePeriodCriticalPods, and a DisruptionTarget condition); without it the

@@ -25,12 +25,15 @@ SUBNET = "aws:ec2/subnet:Subnet"
 
 
 def _body(resource) -> dict:
-    return {
-        "apiVersion": resource.inputs["apiVersion"],
-        "kind": resource.inputs["kind"],
-        "metadata": resource.inputs["metadata"],
-        "spec": resource.inputs["spec"],
-    }
+    """A copy: the session's synth is shared, and tests change what they check."""
+    return copy.deepcopy(
+        {
+            "apiVersion": resource.inputs["apiVersion"],
+            "kind": resource.inputs["kind"],
+            "metadata": resource.inputs["metadata"],
+            "spec": resource.inputs["spec"],
+        }
+    )
 
 
 def _efa_class(prod, pool: str = "a100") -> dict:

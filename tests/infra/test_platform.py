@@ -371,6 +371,7 @@ def test_exports_are_the_contract_and_describe_each_pool(stack):
         "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
         "startup_taints": [{"key": "mlops-eks.io/gpu-check", "value": "pending", "effect": "NoSchedule"}],
         "capacity_types": ["spot", "on-demand"] if dev else ["on-demand"],
+        "reservation": None,
         "efa_interfaces": 0,
         "gpu_limit": 8 if dev else 16,
         "size": None,
@@ -401,6 +402,9 @@ def test_subnets_go_to_the_configured_availability_zones():
         **stack_config("prod"),
         "mlops-eks:availabilityZones": ["us-east-1b", "us-east-1c", "us-east-1d"],
     }
+    for pool in values["mlops-eks:gpuPools"]:  # a reservation bought in one of those AZs
+        if "reservation" in pool:
+            pool["reservation"] = {**pool["reservation"], "availabilityZone": "us-east-1c"}
     _, resources, _ = synth("prod", values)
     zones = {r.name: r.inputs["availabilityZone"] for r in resources if r.type == "aws:ec2/subnet:Subnet"}
     assert zones["network-private-0"] == zones["network-public-0"] == "us-east-1b"

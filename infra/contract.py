@@ -43,8 +43,16 @@ PLATFORM_STACK_KEY = "platformStack"
 
 # Karpenter's spelling (karpenter.sh/capacity-type); EKS managed node groups spell it SPOT/ON_DEMAND.
 CapacityType = Literal["spot", "on-demand"]
-EksCapacityType = Literal["SPOT", "ON_DEMAND"]
-EKS_CAPACITY_TYPE: Mapping[str, EksCapacityType] = {"spot": "SPOT", "on-demand": "ON_DEMAND"}
+# A GPU pool may also draw from capacity reservations (targeted ODCRs, Capacity Blocks for ML): Karpenter
+# 1.14 labels such nodes `reserved` (ReservedCapacity gate, beta and on by default); an EKS managed group on
+# a Capacity Block is `CAPACITY_BLOCK`.
+GpuCapacityType = Literal["spot", "on-demand", "reserved"]
+EksCapacityType = Literal["SPOT", "ON_DEMAND", "CAPACITY_BLOCK"]
+EKS_CAPACITY_TYPE: Mapping[str, EksCapacityType] = {
+    "spot": "SPOT",
+    "on-demand": "ON_DEMAND",
+    "reserved": "CAPACITY_BLOCK",
+}
 Source = Literal["karpenter", "managed"]
 Effect = Literal["NoSchedule", "NoExecute", "PreferNoSchedule"]
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
@@ -97,6 +105,24 @@ class Toleration(_Frozen):
     effect: Literal["", "NoSchedule", "NoExecute", "PreferNoSchedule"] = ""
 
 
+class PoolReservation(_Frozen):
+    """The capacity reservations a reserved pool draws from, as its config selects them: by id or by tags
+    (Karpenter's capacityReservationSelectorTerms), all in one AZ."""
+
+    ids: tuple[str, ...] = ()
+    tags: dict[str, str] = {}
+    availability_zone: str
+
+    def selects(self, reservation_id: str, tags: Mapping[str, str], zone: str) -> bool:
+        """Whether a reservation with this id, these tags and AZ is one of the pool's (a tag value "*"
+        matches any value, as Karpenter's selector reads it)."""
+        if zone != self.availability_zone:
+            return False
+        if reservation_id in self.ids:
+            return True
+        return bool(self.tags) and all(k in tags and v in ("*", tags[k]) for k, v in self.tags.items())
+
+
 class AcceleratorPool(_Frozen):
     """One GPU node source as the platform exports it."""
 
@@ -110,7 +136,9 @@ class AcceleratorPool(_Frozen):
     # Taints a new node starts with until the startup GPU check removes them (infra/addons/gpu_node_check.py):
     # training pods never tolerate them, and the pool counts as schedulable once its nodes are checked.
     startup_taints: tuple[PoolTaint, ...] = ()
-    capacity_types: tuple[CapacityType, ...]
+    capacity_types: tuple[GpuCapacityType, ...]
+    # Set when capacity_types include "reserved": the reservations the pool launches into.
+    reservation: PoolReservation | None = None
     # EFA interfaces each node gets (0: none). Karpenter attaches them when a pod requests
     # vpc.amazonaws.com/efa; a managed group's launch template always does.
     efa_interfaces: int = 0

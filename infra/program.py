@@ -244,9 +244,12 @@ def _managed_gpu_group(
     taints += [taint_spec(t) for t in startup_taints(acc.key, enabled=health.gpu_check)]
     efa_interfaces = pool.efa_interfaces
     # A cluster placement group lives in one AZ: an EFA pool uses the private subnet of the AZ that
-    # offers its instance types (zones.py).
+    # offers its instance types (zones.py); a Capacity Block's group, the subnet of the block's AZ.
     if efa_interfaces:
         index = zone_plan.efa_zone[pool.name]
+        subnets = network.private_subnet_ids.apply(lambda ids: ids[index : index + 1])
+    elif pool.reservation is not None:
+        index = zone_plan.zones.index(pool.reservation.availability_zone)
         subnets = network.private_subnet_ids.apply(lambda ids: ids[index : index + 1])
     else:
         subnets = network.private_subnet_ids
@@ -266,6 +269,7 @@ def _managed_gpu_group(
             max_size=size,
             desired_size=size,
             capacity_type=pool.eks_capacity_type,
+            capacity_reservation_id=pool.reservation.ids[0] if pool.reservation else None,
             disk_size_gib=pool.managed_disk_size_gib,
             efa_interfaces=efa_interfaces,
             cluster_info=cluster.info,
@@ -293,6 +297,7 @@ def accelerator_pools(config: PlatformConfig) -> dict[str, AcceleratorPool]:
             taints=tuple(PoolTaint.model_validate(t) for t in taints),
             startup_taints=startup_taints(acc.key, enabled=config.addons.node_health.gpu_check),
             capacity_types=tuple(pool.capacity_types),
+            reservation=pool.reservation.contract() if pool.reservation else None,
             efa_interfaces=pool.efa_interfaces,
             gpu_limit=pool.gpu_limit,
             size=pool.size,

@@ -16,6 +16,9 @@ kubernetes-sigs/karpenter v1.14.1:
   Spot interruption (aws/karpenter-provider-aws v1.14.1 pkg/controllers/interruption/utils.go
   actionForMessage: CordonAndDrain) deletes it too; node repair and instance-health events annotate the
   termination time as now (forceful).
+- The end of a Capacity Block goes the same way (provider controllers/capacityreservation/expiration
+  deletes a block's NodeClaims in its last 40 minutes; EC2 reclaims from 30 minutes before the end), and so
+  does the capacity-reservation interruption warning (actionForMessage: CordonAndDrain, as for Spot).
 - When EC2 stops the instance (a Spot reclaim 2 minutes after its notice), only the kubelet's graceful node
   shutdown gives a pod SIGTERM (kubernetes pkg/kubelet/nodeshutdown: the pod's grace capped at
   shutdownGracePeriod - shutdownGracePeriodCriticalPods, and a DisruptionTarget condition); without it the
@@ -30,6 +33,15 @@ from dataclasses import dataclass
 import yaml
 
 SPOT_NOTICE_SECONDS = 120
+# Karpenter deletes a block's NodeClaims 40 minutes before its end; EC2 reclaims from 30 minutes before.
+CAPACITY_BLOCK_NOTICE_SECONDS = (40 - 30) * 60
+# Between the NodeClaim's deletion and EC2 stopping the instance, per event. The capacity-reservation
+# interruption warning's lead time is EC2's; it is taken to be the Spot notice's here.
+NOTICE_SECONDS = {
+    "spot-interruption": SPOT_NOTICE_SECONDS,
+    "capacity-reservation-interruption": SPOT_NOTICE_SECONDS,
+    "capacity-block-end": CAPACITY_BLOCK_NOTICE_SECONDS,
+}
 # awslabs/amazon-eks-ami nodeadm internal/kubelet/config.go withVersionToggles: from 1.34 on.
 AMI_SHUTDOWN_FROM = (1, 34)
 AMI_SHUTDOWN_GRACE = {"total": 150, "critical": 30}
@@ -136,7 +148,8 @@ def training_pod_fate(
     event: str, pool_spec: dict, node_class_spec: dict, pod_grace_s: int, kubernetes_version: str
 ) -> Fate:
     """What happens to a running training pod (karpenter.sh/do-not-disrupt) when its node meets `event`:
-    drift, expiry, spot-interruption, repair."""
+    drift, expiry, repair, or a reclaim: spot-interruption, capacity-reservation-interruption,
+    capacity-block-end."""
     node_grace = pool_spec["template"]["spec"].get("terminationGracePeriod")
     if event == "repair":
         return Fate(FORCED, 1)
@@ -146,9 +159,9 @@ def training_pod_fate(
         if node_grace is None:
             return Fate(KEEPS_RUNNING)
         return Fate(DELETED, min(pod_grace_s, seconds(node_grace)))
-    if event == "spot-interruption":
+    if event in NOTICE_SECONDS:
         # The NodeClaim is deleted at the notice; a node grace shorter than the notice deletes the pod first.
-        if node_grace is not None and seconds(node_grace) - pod_grace_s < SPOT_NOTICE_SECONDS:
+        if node_grace is not None and seconds(node_grace) - pod_grace_s < NOTICE_SECONDS[event]:
             return Fate(DELETED, min(pod_grace_s, seconds(node_grace)))
         kubelet = shutdown_grace(node_class_spec, kubernetes_version)
         return Fate(SHUTDOWN, min(pod_grace_s, kubelet)) if kubelet else Fate(KILLED)

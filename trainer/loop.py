@@ -28,7 +28,7 @@ from torch import nn
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
-from trainer import checkpoint, data, faults, mfu, outputs, precision, tasks, token_store, tracking
+from trainer import checkpoint, data, fabric, faults, mfu, outputs, precision, tasks, token_store, tracking
 from trainer.config import ConfigError, JobConfig, TrainConfig
 from trainer.dist import (
     DistEnv,
@@ -62,6 +62,7 @@ def run(cfg: JobConfig, *, s3_client: Any = None) -> int:
     stop = StopFlag(timeout_s=cfg.train.dist_timeout_s)
     env = setup(cfg.train)
     try:
+        fabric.confirm(env)  # an EFA pool's job that fell back to sockets exits 2 here, before training
         with contextlib.ExitStack() as cleanup:  # undone in reverse, however the run ends (143 included)
             return Trainer(cfg, env, stop, started, cleanup, s3_client).train()
     finally:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -90,6 +91,16 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _utc_time(text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: allowed: an ISO 8601 time such as 2026-12-01T12:00Z"
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     if args.stack in platform_stacks(REPO) and args.stack not in workload_stacks(REPO):
         # The platform program imports Pulumi, which `workloads` never does: its own process checks it.
@@ -99,7 +110,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     stack = load_stack(args.stack)
     facts, source = stack_facts(stack, args.platform_outputs)
-    result = plan(stack, facts, source, args.spot_prices)
+    result = plan(stack, facts, source, args.spot_prices, args.reservations, args.start)
     print(result.text())
     return 0 if result.runs else 2
 
@@ -172,6 +183,17 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="`aws ec2 describe-spot-price-history --output json` of the pool's instance types: current "
         "Spot prices instead of the on-demand ceiling",
+    )
+    plan_p.add_argument(
+        "--reservations",
+        type=Path,
+        help="`aws ec2 describe-capacity-reservations --output json`: plan a reserved pool's job against "
+        "its reservation's window and free instances",
+    )
+    plan_p.add_argument(
+        "--start",
+        type=_utc_time,
+        help="when the job would be deployed, ISO 8601 (e.g. 2026-12-01T12:00Z; default: now)",
     )
     plan_p.set_defaults(run=cmd_plan)
     local_p = sub.add_parser("run-local", help="run the stack's job with torchrun on this CPU")

@@ -60,14 +60,15 @@ def _choose_pool(spec: TrainingJobSpec, platform: PlatformFacts) -> tuple[str, A
     else:
         candidates = offering
     if not spec.spot_tolerant:
-        # A pool that may launch Spot would put the job on Spot whenever Spot is cheaper.
-        candidates = {n: p for n, p in candidates.items() if p.capacity_types == ("on-demand",)}
+        # A pool that may launch Spot would put the job on Spot whenever Spot is cheaper. Reserved capacity
+        # is not reclaimed before its window ends (`plan --reservations` checks the job against it).
+        candidates = {n: p for n, p in candidates.items() if "spot" not in p.capacity_types}
         if not candidates:
             raise SpecError(
                 f"{_key('spotTolerant')}: false, but every {spec.accelerator} pool of "
                 f"{platform.cluster_name} may launch Spot ({', '.join(sorted(offering))}); allowed: "
                 "true (the trainer checkpoints on the Spot notice), or add a pool with capacityTypes "
-                "[on-demand]"
+                "[on-demand] or [reserved]"
             )
     fitting = {n: p for n, p in candidates.items() if p.gpus_per_node >= spec.gpus_per_node}
     if not fitting:

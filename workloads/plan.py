@@ -7,7 +7,8 @@ check of workloads/checks in CHECKS (scheduling: the nodes, queues and namespace
 security; admission: what the API server and the platform's webhooks admit of every object the controllers
 create). Node counts follow Karpenter's choice of the cheapest instance type that holds the pods; prices are
 the accelerator catalog's, Spot prices those of a `aws ec2 describe-spot-price-history` file when one is
-given.
+given, and a reserved pool's job is planned against the window of a `aws ec2 describe-capacity-reservations`
+file when one is given (workloads/checks/reservation.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 from infra.accelerators import CATALOG, PRICE_REGION, PRICES_READ
 from infra.contract import AcceleratorPool, quantity
 from sim.kubernetes.scheduling import PodTemplate, Verdict, node_selector_matches, nodes_by_type, simulate
-from workloads.checks import Finding, PlannedJob, admission, pod_security, scheduling
+from workloads.checks import Finding, PlannedJob, admission, pod_security, reservation, scheduling
 from workloads.placement import place
 from workloads.platform import PlatformFacts
 from workloads.render import render
@@ -29,7 +30,7 @@ from workloads.spec import SpecError
 from workloads.stacks import WorkloadStack, program_text
 
 # The checks, in the order the plan prints them (workloads/checks: one module each).
-CHECKS = (scheduling.check, pod_security.check, admission.check)
+CHECKS = (scheduling.check, reservation.check, pod_security.check, admission.check)
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,11 @@ def _cost_lines(pools: Sequence[PoolPlan], stack: WorkloadStack) -> list[str]:
                     "  spot: at most the on-demand price (AWS's default maximum price); current "
                     "prices: --spot-prices FILE (see --help)"
                 )
+        if "reserved" in p.pool.capacity_types:
+            lines.append(
+                "  reserved: billed by the reservation (a Capacity Block up front) whether used or not; the "
+                "on-demand figure is what a node outside it costs"
+            )
         if p.pool.source == "managed":
             lines.append("  (a managed group runs and bills around the clock, whether a job runs or not)")
     lines.append(
@@ -255,8 +261,16 @@ def read_spot_prices(path: Path, region: str) -> dict[str, tuple[float, float]]:
     return {t: (min(p), max(p)) for t, p in prices.items()}
 
 
-def plan(stack: WorkloadStack, facts: PlatformFacts, source: Path, spot_file: Path | None = None) -> Plan:
-    """The plan of a loaded workload stack on its platform's facts."""
+def plan(
+    stack: WorkloadStack,
+    facts: PlatformFacts,
+    source: Path,
+    spot_file: Path | None = None,
+    reservations_file: Path | None = None,
+    start: datetime | None = None,
+) -> Plan:
+    """The plan of a loaded workload stack on its platform's facts; `start`: when it would be deployed
+    (default now), judged against the reservations of `reservations_file`."""
     result = Plan(stack, source, facts.region)
     try:
         place(stack.spec, facts)
@@ -267,7 +281,8 @@ def plan(stack: WorkloadStack, facts: PlatformFacts, source: Path, spot_file: Pa
     result.verdicts = simulate(objects, facts)
     spot = read_spot_prices(spot_file, facts.region) if spot_file else {}
     result.pools = pool_plans(result.verdicts, facts, spot)
-    job = PlannedJob(stack, facts, objects, result.verdicts)
+    reservations = reservation.read_reservations(reservations_file) if reservations_file else None
+    job = PlannedJob(stack, facts, objects, result.verdicts, reservations, start)
     result.findings = [check(job) for check in CHECKS]
     result.problems += [p for f in result.findings for p in f.problems]
     return result

@@ -134,6 +134,12 @@ def ports(spec: TrainingJobSpec) -> list[dict[str, Any]]:
     return [{"name": METRICS_PORT_NAME, "containerPort": port, "protocol": "TCP"}] if port else []
 
 
+# Read by the trainer's fabric check (trainer/fabric.py EXPECTED_DEVICES_ENV: the Pulumi program renders
+# pods and imports of the trainer only its config schema; a test keeps the two spellings equal).
+EFA_DEVICES_ENV = "MLOPS_EKS_EFA_DEVICES"
+NCCL_DEBUG_FILE = "/tmp/nccl-%h-%p.log"  # NCCL expands %h (host) and %p (pid)
+
+
 def nccl_env(placement: Placement) -> dict[str, str]:
     env = {
         # Pods have eth0 only; excluding loopback keeps NCCL/RCCL off `lo` when it guesses.
@@ -145,6 +151,15 @@ def nccl_env(placement: Placement) -> dict[str, str]:
     if placement.efa_interfaces:
         # aws-ofi-nccl (in the CUDA image) carries NCCL over EFA with GPUDirect RDMA on p4d/p5.
         env |= {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "NCCL_NET_GDR_LEVEL": "SYS"}
+        # The trainer's fabric check (trainer/fabric.py) reads NCCL's own report of the network it chose and
+        # the EFA devices it found, and exits 2 on a socket fallback. NCCL's WARN lines go to the same file
+        # (one per process, in the /tmp emptyDir); the check quotes its path.
+        env |= {
+            "NCCL_DEBUG": "INFO",
+            "NCCL_DEBUG_SUBSYS": "INIT,NET",
+            "NCCL_DEBUG_FILE": NCCL_DEBUG_FILE,
+            EFA_DEVICES_ENV: str(placement.efa_interfaces),
+        }
     return env
 
 

@@ -41,6 +41,14 @@ JOB_APIS = {
 }
 KUEUE = ("kueue.x-k8s.io", "v1beta2", "workloads")
 NODECLAIMS = ("karpenter.sh", "v1", "nodeclaims")
+NODEPOOLS = ("karpenter.sh", "v1", "nodepools")
+NODE_CLASSES = ("karpenter.k8s.aws", "v1", "ec2nodeclasses")
+# Karpenter core's FailedScheduling event on a pod no NodePool can launch for (kubernetes-sigs/karpenter
+# v1.14.1 pkg/controllers/provisioning/scheduling/scheduler.go: `incompatible with nodepool %q, daemonset
+# overhead=%s, %w`); a reserved-only pool without an active reservation has no offering to launch.
+_NO_OFFERING = re.compile(
+    r'incompatible with nodepool "([\w.-]+)", daemonset overhead=\{[^}]*\}, ([^;]*offering)'
+)
 # JobSet (TrainJob) numbers a Job's pods with the completion index; the Training Operator its replicas.
 NODE_INDEX_LABELS = ("batch.kubernetes.io/job-completion-index", "training.kubeflow.org/replica-index")
 _LOG_PROGRESS = re.compile(r"\[trainer\] \w+ step (\d+)(?:/(\d+))?\b.*?\bloss ([-+\d.e]+)")
@@ -194,6 +202,10 @@ class Cluster:
     def nodeclaims(self) -> list[dict[str, Any]]:
         return (call(self.custom.list_cluster_custom_object, *NODECLAIMS) or {}).get("items", [])
 
+    def cluster_object(self, api: tuple[str, str, str], name: str) -> dict[str, Any] | None:
+        result: dict[str, Any] | None = call(self.custom.get_cluster_custom_object, *api, name)
+        return result
+
     def events(self, namespace: str, pod_name: str) -> list[dict[str, Any]]:
         found = call(
             self.core.list_namespaced_event,
@@ -328,6 +340,47 @@ def waiting(cluster: Cluster, pending: list[dict[str, Any]]) -> list[str]:
     lines += [describe_nodeclaim(c) for c in named]
     if not named:
         lines.append("no Karpenter NodeClaim is launching: the scheduler's reason above says what is missing")
+        lines += reservation_lines(cluster, pending)
+    return lines
+
+
+def reservation_lines(cluster: Cluster, pending: list[dict[str, Any]]) -> list[str]:
+    """Why a reserved pool launches nothing: the reservations Karpenter sees (its EC2NodeClass's
+    status.capacityReservations: active ones only, `expiring` in a Capacity Block's last 40 minutes), for
+    the NodePools whose FailedScheduling event on a pending pod says no offering was left."""
+    pools: dict[str, str] = {}
+    for p in pending:
+        for event in cluster.events(p["metadata"]["namespace"], p["metadata"]["name"]):
+            if event.get("reason") == "FailedScheduling":
+                pools.update(_NO_OFFERING.findall(event.get("message") or ""))
+    lines = []
+    for pool_name, why in sorted(pools.items()):
+        pool = cluster.cluster_object(NODEPOOLS, pool_name) or {}
+        ref = pool.get("spec", {}).get("template", {}).get("spec", {}).get("nodeClassRef", {}).get("name")
+        node_class = cluster.cluster_object(NODE_CLASSES, ref) if ref else None
+        terms = (node_class or {}).get("spec", {}).get("capacityReservationSelectorTerms")
+        if not terms:
+            continue
+        selected = ", ".join(t.get("id") or f"tags {t.get('tags')}" for t in terms)
+        seen = (node_class or {}).get("status", {}).get("capacityReservations") or []
+        if not seen:
+            lines.append(
+                f"nodepool {pool_name} ({why}): it launches into capacity reservations ({selected}) and "
+                "Karpenter sees none active: the reservation has not started yet, or has ended (Karpenter "
+                "lists active reservations only; `aws ec2 describe-capacity-reservations` shows each one's "
+                "State, StartDate and EndDate)"
+            )
+            continue
+        for r in seen:
+            state = r.get("state", "active")
+            end = f", ends {r['endTime']}" if r.get("endTime") else ""
+            expiring = "; in its last 40 minutes Karpenter launches no node into it and drains its nodes"
+            kind = r.get("reservationType", "default")
+            lines.append(
+                f"nodepool {pool_name} ({why}): reservation {r.get('id')} ({kind}, "
+                f"{r.get('instanceType')}, {r.get('availabilityZone')}): {state}{end}"
+                + (expiring if state == "expiring" else "; no free instance the pods fit")
+            )
     return lines
 
 

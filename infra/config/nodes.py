@@ -9,7 +9,14 @@ from pydantic import Field, model_validator
 
 from infra.accelerators import CATALOG, SYSTEM_INSTANCE_USD_PER_HOUR, Accelerator, NodeImage
 from infra.config.base import SHORT_NAME, ConfigModel, Invalid
-from infra.contract import EKS_CAPACITY_TYPE, CapacityType, EksCapacityType, Source
+from infra.contract import (
+    EKS_CAPACITY_TYPE,
+    CapacityType,
+    EksCapacityType,
+    GpuCapacityType,
+    PoolReservation,
+    Source,
+)
 
 # The system group runs CoreDNS, the controllers and add-ons; workloads run on Karpenter's nodes. A larger
 # group is a typo or a group used for workloads, and nothing scales it back (Karpenter never scales it).
@@ -20,10 +27,19 @@ GPU_NODE_DISK_GIB = 200
 _AMI_ID = re.compile(r"^ami-[0-9a-f]{8}([0-9a-f]{9})?$")
 # Karpenter's duration syntax (NodePool disruption.consolidateAfter): "30s", "10m", "1h30m" or "Never".
 _DURATION = re.compile(r"^(([0-9]+(s|m|h))+|Never)$")
+# Karpenter 1.14's EC2NodeClass CRD: capacityReservationSelectorTerms[].id, at most 30 terms, at most 20 tags.
+_RESERVATION_ID = re.compile(r"^cr-[0-9a-z]+$")
+MAX_RESERVATION_TERMS = 30
+MAX_RESERVATION_TAGS = 20
+_ZONE = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9]+[a-z]$")
 
 
 def on_demand() -> list[CapacityType]:
     """The capacity types of a pool that names none: on-demand (Spot is a choice, not a default)."""
+    return ["on-demand"]
+
+
+def _gpu_on_demand() -> list[GpuCapacityType]:
     return ["on-demand"]
 
 
@@ -68,6 +84,45 @@ class SystemNodesConfig(ConfigModel):
         return EKS_CAPACITY_TYPE[self.capacity_type]
 
 
+class CapacityReservationConfig(ConfigModel):
+    """The capacity reservations a reserved pool launches into: targeted On-Demand Capacity Reservations or
+    Capacity Blocks for ML, by id or by tags (both: either selects), in the one AZ they were bought in."""
+
+    ids: list[str] = Field(default_factory=list)
+    tags: dict[str, str] = Field(default_factory=dict)
+    # A reservation lives in one AZ; the VPC must have a subnet there, and an EFA pool's nodes launch there.
+    availability_zone: str
+
+    @model_validator(mode="after")
+    def _check(self) -> CapacityReservationConfig:
+        if not self.ids and not self.tags:
+            raise Invalid("ids", [], "one or more reservation ids (cr-...) or `tags` that select them")
+        for i, rid in enumerate(self.ids):
+            if not _RESERVATION_ID.match(rid):
+                raise Invalid(f"ids[{i}]", rid, "a capacity reservation id like cr-0123456789abcdef0")
+        if len(set(self.ids)) != len(self.ids):
+            raise Invalid("ids", self.ids, "each id once")
+        if len(self.ids) + bool(self.tags) > MAX_RESERVATION_TERMS:
+            raise Invalid("ids", self.ids, f"at most {MAX_RESERVATION_TERMS - bool(self.tags)} ids")
+        if len(self.tags) > MAX_RESERVATION_TAGS:
+            raise Invalid("tags", self.tags, f"at most {MAX_RESERVATION_TAGS} tags")
+        for key, value in self.tags.items():
+            if not key or not value:
+                raise Invalid(f"tags.{key}", value, 'non-empty keys and values ("*": any value of the key)')
+        if not _ZONE.match(self.availability_zone):
+            raise Invalid(
+                "availabilityZone",
+                self.availability_zone,
+                "the reservation's AZ, like us-east-1a (describe-capacity-reservations: AvailabilityZone)",
+            )
+        return self
+
+    def contract(self) -> PoolReservation:
+        return PoolReservation(
+            ids=tuple(self.ids), tags=dict(self.tags), availability_zone=self.availability_zone
+        )
+
+
 class GpuPoolConfig(ConfigModel):
     """One GPU node source, built from the accelerator catalog entry `accelerator`.
 
@@ -75,6 +130,11 @@ class GpuPoolConfig(ConfigModel):
     pods are pending and removes them when empty, up to `gpuLimit` GPUs. `source: managed` is an EKS
     managed node group of exactly `size` nodes for reserved capacity (an ODCR or a Savings Plan): nothing
     scales managed groups, so it runs `size` nodes whether jobs run or not.
+
+    `capacityTypes` with `reserved` draws from the capacity reservations `reservation` selects: a Karpenter
+    pool launches into them first (Karpenter 1.14 prefers reserved offerings) and falls back to the other
+    capacity types listed, if any; a managed pool with `capacityTypes: [reserved]` is an EKS group on one
+    Capacity Block (capacity type CAPACITY_BLOCK), its `size` the block's instance count.
     """
 
     name: str
@@ -83,7 +143,9 @@ class GpuPoolConfig(ConfigModel):
     # Default: the catalog's first (smallest) instance type of the accelerator. One GPU count per pool.
     instance_types: list[str] | None = None
     # Karpenter's spelling; a managed group takes exactly one (EKS maps it to SPOT / ON_DEMAND).
-    capacity_types: list[CapacityType] = Field(default_factory=on_demand)
+    capacity_types: list[GpuCapacityType] = Field(default_factory=_gpu_on_demand)
+    # Required with capacityTypes `reserved`: which reservations, in which AZ.
+    reservation: CapacityReservationConfig | None = None
     # karpenter: the most GPUs the pool runs at once (NodePool spec.limits), the cost ceiling.
     gpu_limit: int | None = None
     # karpenter: how long a GPU node must be empty before it is removed.
@@ -139,9 +201,44 @@ class GpuPoolConfig(ConfigModel):
         self._check_source()
         return self
 
+    def _check_reservation(self) -> None:
+        reserved = "reserved" in self.capacity_types
+        if reserved and self.reservation is None:
+            raise Invalid(
+                "reservation",
+                None,
+                "{ids: [cr-...], availabilityZone: <its AZ>} or {tags: {...}, availabilityZone: <its AZ>}",
+                reason="capacityTypes includes reserved: the pool needs the reservations it launches into",
+            )
+        if not reserved and self.reservation is not None:
+            raise Invalid(
+                "capacityTypes", self.capacity_types, "a list including reserved (the pool has a reservation)"
+            )
+        if not reserved or self.source == "karpenter":
+            return
+        assert self.reservation is not None
+        if self.capacity_types != ["reserved"]:
+            raise Invalid(
+                "capacityTypes",
+                self.capacity_types,
+                "[reserved] alone (source managed: one Capacity Block; fallback needs source karpenter)",
+            )
+        if len(self.reservation.ids) != 1 or self.reservation.tags:
+            raise Invalid(
+                "reservation.ids",
+                self.reservation.ids,
+                "exactly one Capacity Block id and no tags",
+                reason="an EKS CAPACITY_BLOCK group's launch template targets one reservation",
+            )
+        if len(self.instance_type_names) != 1:
+            raise Invalid("instanceTypes", self.instance_types, "the one instance type of the Capacity Block")
+
     def _check_source(self) -> None:
         if not self.capacity_types or len(set(self.capacity_types)) != len(self.capacity_types):
-            raise Invalid("capacityTypes", self.capacity_types, "one or both of spot, on-demand, once each")
+            raise Invalid(
+                "capacityTypes", self.capacity_types, "one or more of spot, on-demand, reserved, once each"
+            )
+        self._check_reservation()
         if self.source == "karpenter":
             if self.size is not None:
                 raise Invalid("size", self.size, "unset for source karpenter (use gpuLimit)")
@@ -172,7 +269,9 @@ class GpuPoolConfig(ConfigModel):
                 reason="a managed pool is reserved capacity of fixed size (elastic pools: source karpenter)",
             )
         if len(self.capacity_types) != 1:
-            raise Invalid("capacityTypes", self.capacity_types, "exactly one of spot, on-demand (managed)")
+            raise Invalid(
+                "capacityTypes", self.capacity_types, "exactly one of spot, on-demand, reserved (managed)"
+            )
 
     @property
     def catalog_entry(self) -> Accelerator:
@@ -196,6 +295,10 @@ class GpuPoolConfig(ConfigModel):
     @property
     def eks_capacity_type(self) -> EksCapacityType:
         return EKS_CAPACITY_TYPE[self.capacity_types[0]]
+
+    @property
+    def reserved(self) -> bool:
+        return "reserved" in self.capacity_types
 
     @property
     def max_nodes(self) -> int:

@@ -1,5 +1,6 @@
 """Documentation placeholders in stack config and planned resources: values the committed stack files
-carry as examples (the example AWS account, the RFC 5737 documentation networks, an example AMI id).
+carry as examples (the example AWS account, the RFC 5737 documentation networks, an example AMI id,
+an example capacity reservation id).
 A real preview or update refuses them (a cluster admin in someone else's account, an endpoint open to
 a range nobody deploys from, an AMI that does not exist); offline synth of the committed files only
 warns, so the examples stay runnable. Pure (no Pulumi import): the program and the policy pack share it.
@@ -14,6 +15,7 @@ from typing import Any
 
 EXAMPLE_ACCOUNT = "123456789012"  # the account id of the AWS documentation's examples
 EXAMPLE_AMI = "ami-0123456789abcdef0"
+EXAMPLE_RESERVATION = "cr-0123456789abcdef0"  # a capacity reservation id of the same example shape
 # RFC 5737 TEST-NET-1/2/3: reserved for documentation, never routed on the internet.
 DOCUMENTATION_NETWORKS = tuple(
     ipaddress.IPv4Network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
@@ -28,6 +30,11 @@ def placeholder_problem(value: str) -> str | None:
         return f"{EXAMPLE_ACCOUNT} is the AWS documentation's example account; use your account's ARN"
     if EXAMPLE_AMI in value:
         return f"{EXAMPLE_AMI} is an example AMI id; use the id of your AMI in this region"
+    if EXAMPLE_RESERVATION in value:
+        return (
+            f"{EXAMPLE_RESERVATION} is an example capacity reservation id; use your reservation's "
+            "(aws ec2 describe-capacity-reservations)"
+        )
     for match in _CIDR.findall(value):
         try:
             net = ipaddress.IPv4Network(match, strict=False)

@@ -4,7 +4,10 @@
 Every pool gets its own launch template, because the one pulumi-eks would generate allows a metadata
 hop limit of 2: here IMDSv2 is required with hop limit 1 (pods cannot reach the node's credentials),
 there is no SSH key, and the root volume is encrypted gp3. Custom-AMI pools (AMD) bootstrap through
-nodeadm user data; EFA pools get their EFA interfaces and a cluster placement group in one AZ.
+nodeadm user data; EFA pools get their EFA interfaces and a cluster placement group in one AZ. A pool on a
+Capacity Block (EKS capacity type CAPACITY_BLOCK) targets the block from its launch template, with the
+`capacity-block` market type, as EKS requires of such groups (EKS user guide, "Create a managed node group
+with Capacity Blocks for ML"); its subnets are the block's AZ.
 """
 
 from __future__ import annotations
@@ -44,7 +47,9 @@ class ManagedNodeGroupArgs(ComponentArgs):
     min_size: int
     max_size: int
     desired_size: int
-    capacity_type: Literal["ON_DEMAND", "SPOT"]
+    capacity_type: Literal["ON_DEMAND", "SPOT", "CAPACITY_BLOCK"]
+    # CAPACITY_BLOCK: the block's reservation id (cr-...), which the launch template targets.
+    capacity_reservation_id: str | None = None
     disk_size_gib: int
     # >0: attach this many EFA interfaces and keep the nodes in a cluster placement group (pass
     # `subnet_ids` of one AZ: a placement group cannot span AZs).
@@ -77,6 +82,9 @@ class ManagedNodeGroup(pulumi.ComponentResource):
             )
             placement = aws.ec2.LaunchTemplatePlacementArgs(group_name=group.name)
 
+        if (args.capacity_type == "CAPACITY_BLOCK") != (args.capacity_reservation_id is not None):
+            raise ValueError(f"{name}: a CAPACITY_BLOCK group needs its reservation id, and only it")
+        block = args.capacity_reservation_id
         template = aws.ec2.LaunchTemplate(
             f"{name}-lt",
             description=f"{name}: IMDSv2 only (hop limit 1), no SSH, encrypted gp3 root volume",
@@ -98,6 +106,20 @@ class ManagedNodeGroup(pulumi.ComponentResource):
             user_data=self._nodeadm_user_data(args) if custom_ami else None,
             placement=placement,
             network_interfaces=self._efa_interfaces(args) if args.efa_interfaces else None,
+            instance_market_options=(
+                aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
+                if block
+                else None
+            ),
+            capacity_reservation_specification=(
+                aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
+                    capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
+                        capacity_reservation_id=block
+                    )
+                )
+                if block
+                else None
+            ),
             tag_specifications=[
                 aws.ec2.LaunchTemplateTagSpecificationArgs(
                     resource_type=kind, tags={**args.tags, "Name": name}

@@ -7,6 +7,10 @@ with the opt-in filter gives the regular AZs only (a Local Zone or Wavelength Zo
 is `opted-in`, and sorts before them: us-east-1-bos-1a < us-east-1a). `plan()` is pure; `ask_ec2()` asks EC2
 through the AWS provider's data sources, which a preview runs too, so a config that cannot place a pool is
 refused before anything is created.
+
+A reserved pool's capacity is where its reservation was bought: the reservation's AZ must be one of the
+VPC's (swapped in on a first deploy, as an EFA pool's is), and an EFA pool on a reservation launches there
+and nowhere else (its placement group and the reservation share the AZ).
 """
 
 from __future__ import annotations
@@ -71,6 +75,23 @@ def plan(config: PlatformConfig, ec2: Offerings, *, deployed: bool) -> ZonePlan:
     efa_zone = {}
     for i, pool in enumerate(config.gpu_pools):
         types = pool.instance_type_names
+        if pool.reservation is not None:
+            zone = pool.reservation.availability_zone
+            key = f"{PROJECT}:gpuPools[{i}].reservation.availabilityZone"
+            if zone not in ec2.zones:
+                problems.append(
+                    f"{key}: {zone!r} is not an available AZ of {config.region}; allowed: the AZ the "
+                    f"reservation was bought in, one of {', '.join(ec2.zones)}"
+                )
+            elif zone not in zones:
+                problems.append(
+                    f"{key}: {zone!r} is not one of the VPC's AZs ({', '.join(zones)}), so no node can "
+                    "launch into the reservation; allowed: availabilityZones that include it (a deployed "
+                    "VPC keeps its subnets: add the AZ to mlops-eks:availabilityZones)"
+                )
+            elif pool.efa:
+                efa_zone[pool.name] = zones.index(zone)
+            continue
         if pool.efa:
             inside = [z for z in zones if z in ec2.offering(types)]
             if not inside:
@@ -99,10 +120,14 @@ def plan(config: PlatformConfig, ec2: Offerings, *, deployed: bool) -> ZonePlan:
 
 
 def _swap_in_efa_zones(config: PlatformConfig, ec2: Offerings, zones: list[str]) -> list[str]:
-    """`zones` with, for each EFA pool none of them serves, the region's first AZ that does in place of the
-    last AZ no EFA pool needs; in region order."""
+    """`zones` with, for each EFA pool none of them serves, the region's first AZ that does (for a reserved
+    pool: its reservation's AZ) in place of the last AZ no such pool needs; in region order."""
     needed: list[str] = []
     for pool in config.gpu_pools:
+        if pool.reservation is not None:
+            if pool.reservation.availability_zone in ec2.zones:
+                needed.append(pool.reservation.availability_zone)
+            continue
         offering = ec2.offering(pool.instance_type_names)
         if not pool.efa or not offering:
             continue  # plan() refuses a pool no AZ serves

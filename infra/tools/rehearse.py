@@ -41,6 +41,7 @@ USER_VALUES = {
     "your-admin-role": "platform-admin",
     "your-egress-ip": "52.94.76.10",
     "your-amd-ami": "ami-0a1b2c3d4e5f60718",
+    "your-reservation-id": "cr-0a1b2c3d4e5f60718",
 }
 # Who runs the first `make up`: an SSO or CI session, an identity not listed in adminPrincipalArns.
 FIRST_DEPLOYER = f"arn:aws:sts::{USER_ACCOUNT}:assumed-role/deployer/first-deploy"
@@ -67,6 +68,9 @@ STEPS = (
     ),
     Step("pulumi config set --path 'mlops-eks:publicAccessCidrs[0]' <your-egress-ip>/32", "config"),
     Step("pulumi config set --path 'mlops-eks:gpuPools[1].amiId' <your-amd-ami>", "config"),
+    Step(
+        "pulumi config set --path 'mlops-eks:gpuPools[2].reservation.ids[0]' <your-reservation-id>", "config"
+    ),
     Step("python -m infra rehearse --stack {stack}", "rehearse"),
     Step("make preview STACK={stack}", "preview"),
     Step("make up STACK={stack}", "up"),

@@ -78,7 +78,8 @@ def test_stack_files_turn_on_the_addons_a_team_uses(stack):
     assert addons.observability.enabled and addons.kubecost.enabled and addons.metrics_server.enabled
     assert addons.training.trainer
     if stack == "prod":
-        assert all(p.capacity_types == ["on-demand"] for p in pools)
+        # On demand, or from a reservation alone: never Spot in prod.
+        assert all(p.capacity_types in (["on-demand"], ["reserved"]) for p in pools)
         assert addons.karpenter.ami_alias != "al2023@latest" and addons.gpu.efa_device_plugin
 
 

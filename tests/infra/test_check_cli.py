@@ -30,6 +30,8 @@ def own(stack: str) -> dict:
     for pool in values["mlops-eks:gpuPools"]:
         if "amiId" in pool:
             pool["amiId"] = "ami-0a1b2c3d4e5f60718"
+        if "reservation" in pool:
+            pool["reservation"] = {**pool["reservation"], "ids": ["cr-0a1b2c3d4e5f60718"]}
     return values
 
 

@@ -25,23 +25,26 @@ SUBNET = "aws:ec2/subnet:Subnet"
 
 
 def _body(resource) -> dict:
-    return {
-        "apiVersion": resource.inputs["apiVersion"],
-        "kind": resource.inputs["kind"],
-        "metadata": resource.inputs["metadata"],
-        "spec": resource.inputs["spec"],
-    }
+    """A copy: the session's synth is shared, and tests change what they check."""
+    return copy.deepcopy(
+        {
+            "apiVersion": resource.inputs["apiVersion"],
+            "kind": resource.inputs["kind"],
+            "metadata": resource.inputs["metadata"],
+            "spec": resource.inputs["spec"],
+        }
+    )
 
 
-def _efa_class(prod) -> dict:
+def _efa_class(prod, pool: str = "a100") -> dict:
     pools = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in prod.of_type(NODE_POOL)}
-    ref = pools["gpu-a100"]["template"]["spec"]["nodeClassRef"]["name"]
+    ref = pools[f"gpu-{pool}"]["template"]["spec"]["nodeClassRef"]["name"]
     (node_class,) = [r for r in prod.of_type(NODE_CLASS) if r.inputs["metadata"]["name"] == ref]
     return copy.deepcopy(_body(node_class))  # the session's synth is shared: tests change their copy
 
 
 def test_the_prod_a100_pool_launches_into_a_cluster_placement_group_in_one_subnet(prod):
-    (group,) = prod.of_type(PLACEMENT_GROUP)
+    (group,) = [g for g in prod.of_type(PLACEMENT_GROUP) if g.name.endswith("-a100")]
     assert group.inputs["strategy"] == "cluster"
     spec = _efa_class(prod)["spec"]
     assert spec["placementGroupSelector"] == {"name": group.inputs["name"]}
@@ -57,7 +60,7 @@ def test_the_prod_a100_pool_launches_into_a_cluster_placement_group_in_one_subne
 def test_only_efa_pools_get_a_placement_group(dev, prod):
     assert dev.of_type(PLACEMENT_GROUP) == []
     efa = [p.name for p in prod.config.gpu_pools if p.efa and p.source == "karpenter"]
-    assert [g.name.rsplit("-", 1)[-1] for g in prod.of_type(PLACEMENT_GROUP)] == efa
+    assert [g.name.split("-pg-", 1)[-1] for g in prod.of_type(PLACEMENT_GROUP)] == efa
     t4 = next(r for r in prod.of_type(NODE_POOL) if r.inputs["metadata"]["name"] == "gpu-t4")
     assert t4.inputs["spec"]["template"]["spec"]["nodeClassRef"]["name"] == "nvidia"
 
@@ -89,6 +92,35 @@ def test_efa_nodes_give_containers_the_locked_memory_efa_registers(prod):
     # be a uint64 the OCI runtime accepts.
     assert int(json.loads(json.dumps(memlock["hard"]), parse_int=float)) < 2**64
     for node_class in prod.of_type(NODE_CLASS):
-        if node_class.inputs["metadata"]["name"] != "efa-a100":
+        if not node_class.inputs["metadata"]["name"].startswith("efa-"):
             (other,) = yaml.safe_load_all(node_class.inputs["spec"]["userData"])
             assert "containerd" not in other["spec"]
+
+
+def test_the_reserved_efa_pool_launches_into_its_reservation_in_the_reservations_az(prod, crd_check):
+    """The h100-block pool (Pulumi.prod.yaml) draws from its Capacity Block only: the NodePool allows the
+    `reserved` capacity type alone, its node class selects the block by id, and its one subnet is in the
+    block's AZ, with the pool's placement group there."""
+    pools = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in prod.of_type(NODE_POOL)}
+    requirements = pools["gpu-h100-block"]["template"]["spec"]["requirements"]
+    assert {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["reserved"]} in requirements
+    node_class = _efa_class(prod, "h100-block")
+    spec = node_class["spec"]
+    assert spec["capacityReservationSelectorTerms"] == [{"id": "cr-0123456789abcdef0"}]
+    (term,) = spec["subnetSelectorTerms"]
+    private = {
+        f"{r.name}-id": r.inputs["availabilityZone"] for r in prod.of_type(SUBNET) if "-private-" in r.name
+    }
+    assert private[term["id"]] == "us-east-1a"
+    (group,) = [g for g in prod.of_type(PLACEMENT_GROUP) if g.name.endswith("-h100-block")]
+    assert spec["placementGroupSelector"] == {"name": group.inputs["name"]}
+    node_class["spec"]["subnetSelectorTerms"] = [{"id": "subnet-0123456789abcdef0"}]
+    code, output = crd_check([node_class])
+    assert code == 0, output
+    rules = CrdRules()
+    assert rules.validate(node_class) == []
+    # The CRD's own rule: an id term carries nothing else (our config renders tags as a term of their own).
+    mixed = copy.deepcopy(node_class)
+    mixed["spec"]["capacityReservationSelectorTerms"] = [{"id": "cr-0123456789abcdef0", "tags": {"a": "b"}}]
+    (violation,) = rules.validate(mixed)
+    assert violation.message.startswith("'id' is mutually exclusive, cannot be set along with other fields")

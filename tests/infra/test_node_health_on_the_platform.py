@@ -146,4 +146,5 @@ def test_without_the_check_no_pool_is_tainted_and_nothing_is_deployed(reserved):
 def test_karpenter_repair_is_on_in_dev_and_off_in_prod(stack, on, request):
     synthesized = request.getfixturevalue(stack)
     karpenter = synthesized.one("kubernetes:helm.sh/v3:Release", "karpenter")
-    assert karpenter.inputs["values"]["settings"]["featureGates"] == {"nodeRepair": on == "true"}
+    gates = karpenter.inputs["values"]["settings"]["featureGates"]
+    assert gates == {"nodeRepair": on == "true", "reservedCapacity": True}

@@ -121,6 +121,16 @@ RESERVED_POOLS = [
         "efa": True,
     },
     {"name": "t4-reserved", "accelerator": "t4", "source": "managed", "size": 1},
+    # A Capacity Block of 2 x p5.48xlarge as an EKS CAPACITY_BLOCK group.
+    {
+        "name": "h100-cb",
+        "accelerator": "h100",
+        "source": "managed",
+        "size": 2,
+        "instanceTypes": ["p5.48xlarge"],
+        "capacityTypes": ["reserved"],
+        "reservation": {"ids": ["cr-0a1b2c3d4e5f60718"], "availabilityZone": "us-east-1b"},
+    },
 ]
 
 
@@ -162,7 +172,8 @@ def test_reserved_pools_are_fixed_size_managed_groups_with_the_eks_capacity_spel
         group, acc = groups[f"gpu-{pool.name}"], pool.catalog_entry
         size = pool.size
         assert group["scalingConfig"] == {"minSize": size, "maxSize": size, "desiredSize": size}
-        assert group["capacityType"] == {"spot": "SPOT", "on-demand": "ON_DEMAND"}[pool.capacity_types[0]]
+        spelling = {"spot": "SPOT", "on-demand": "ON_DEMAND", "reserved": "CAPACITY_BLOCK"}
+        assert group["capacityType"] == spelling[pool.capacity_types[0]]
         # GPU nodes, NVIDIA and AMD, also start with the startup GPU check's taint (gpu_node_check.py).
         startup = [{"key": "mlops-eks.io/gpu-check", "value": "pending", "effect": "NO_SCHEDULE"}]
         assert group["taints"] == [
@@ -177,9 +188,32 @@ def test_reserved_pools_are_fixed_size_managed_groups_with_the_eks_capacity_spel
     assert groups["system"]["ignoreScalingChanges"] is True
 
 
-def test_dev_uses_spot_gpus_and_prod_on_demand(dev, prod):
+def test_a_capacity_block_group_targets_its_block_from_the_launch_template_in_the_blocks_az(reserved):
+    """EKS user guide, "Create a managed node group with Capacity Blocks for ML": the launch template sets
+    InstanceMarketOptions.MarketType capacity-block and targets the block's reservation id; the group's
+    capacity type is CAPACITY_BLOCK and its subnets are those of the block's AZ."""
+    _, groups, templates, _, exports = reserved
+    template = templates["gpu-h100-cb-lt"]
+    assert template["instanceMarketOptions"] == {"marketType": "capacity-block"}
+    target = template["capacityReservationSpecification"]["capacityReservationTarget"]
+    assert target == {"capacityReservationId": "cr-0a1b2c3d4e5f60718"}
+    assert groups["gpu-h100-cb"]["capacityType"] == "CAPACITY_BLOCK"
+    assert groups["gpu-h100-cb"]["subnetIds"] == ["network-private-1-id"]  # us-east-1b, the block's AZ
+    for name, other in templates.items():
+        if name != "gpu-h100-cb-lt":
+            assert "instanceMarketOptions" not in other and "capacityReservationSpecification" not in other
+    pool = exports["accelerator_pools"]["h100-cb"]
+    assert pool["capacity_types"] == ["reserved"]
+    assert pool["reservation"] == {
+        "ids": ["cr-0a1b2c3d4e5f60718"],
+        "tags": {},
+        "availability_zone": "us-east-1b",
+    }
+
+
+def test_dev_uses_spot_gpus_and_prod_on_demand_or_reserved(dev, prod):
     assert {c for p in dev.config.gpu_pools for c in p.capacity_types} == {"spot", "on-demand"}
-    assert {c for p in prod.config.gpu_pools for c in p.capacity_types} == {"on-demand"}
+    assert {c for p in prod.config.gpu_pools for c in p.capacity_types} == {"on-demand", "reserved"}
     assert dev.one("eks:index:ManagedNodeGroup", "system").inputs["capacityType"] == "SPOT"
     assert prod.one("eks:index:ManagedNodeGroup", "system").inputs["capacityType"] == "ON_DEMAND"
 
@@ -344,6 +378,7 @@ def test_exports_are_the_contract_and_describe_each_pool(stack):
         "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
         "startup_taints": [{"key": "mlops-eks.io/gpu-check", "value": "pending", "effect": "NoSchedule"}],
         "capacity_types": ["spot", "on-demand"] if dev else ["on-demand"],
+        "reservation": None,
         "efa_interfaces": 0,
         "gpu_limit": 8 if dev else 16,
         "size": None,
@@ -374,6 +409,9 @@ def test_subnets_go_to_the_configured_availability_zones():
         **stack_config("prod"),
         "mlops-eks:availabilityZones": ["us-east-1b", "us-east-1c", "us-east-1d"],
     }
+    for pool in values["mlops-eks:gpuPools"]:  # a reservation bought in one of those AZs
+        if "reservation" in pool:
+            pool["reservation"] = {**pool["reservation"], "availabilityZone": "us-east-1c"}
     _, resources, _ = synth("prod", values)
     zones = {r.name: r.inputs["availabilityZone"] for r in resources if r.type == "aws:ec2/subnet:Subnet"}
     assert zones["network-private-0"] == zones["network-public-0"] == "us-east-1b"

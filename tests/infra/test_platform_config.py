@@ -15,6 +15,7 @@ from sim.pulumi.language_host import engine_values
 REPO = Path(__file__).resolve().parents[2]
 BASE = {REGION_KEY: "us-east-1"}
 T4 = {"name": "t4", "accelerator": "t4", "gpuLimit": 4}
+RESERVATION = {"ids": ["cr-0a1b2c3d4e5f60718"], "availabilityZone": "us-east-1a"}
 
 
 def error_of(values: dict) -> str:
@@ -37,7 +38,7 @@ def test_dev_and_prod_stack_files_load():
     assert (dev.environment, dev.nat_gateways, dev.endpoint_public_access) == ("dev", "single", True)
     assert (prod.environment, prod.nat_gateways, prod.endpoint_public_access) == ("prod", "per-az", True)
     assert {p.accelerator for p in dev.gpu_pools} == {"t4", "amd-v520"}
-    assert {p.accelerator for p in prod.gpu_pools} == {"t4", "a100"}
+    assert {p.accelerator for p in prod.gpu_pools} == {"t4", "a100", "h100"}
 
 
 @pytest.mark.parametrize(
@@ -90,8 +91,65 @@ def test_dev_and_prod_stack_files_load():
                     }
                 ]
             },
-            ["mlops-eks:gpuPools[0].capacityTypes", "exactly one of spot, on-demand"],
+            ["mlops-eks:gpuPools[0].capacityTypes", "exactly one of spot, on-demand, reserved"],
             id="managed-two-capacity-types",
+        ),
+        pytest.param(
+            {"mlops-eks:gpuPools": [{**T4, "capacityTypes": ["reserved"]}]},
+            ["mlops-eks:gpuPools[0].reservation", "capacityTypes includes reserved", "availabilityZone"],
+            id="reserved-without-reservation",
+        ),
+        pytest.param(
+            {"mlops-eks:gpuPools": [{**T4, "reservation": RESERVATION}]},
+            ["mlops-eks:gpuPools[0].capacityTypes", "a list including reserved"],
+            id="reservation-without-reserved",
+        ),
+        pytest.param(
+            {
+                "mlops-eks:gpuPools": [
+                    {**T4, "capacityTypes": ["reserved"], "reservation": {**RESERVATION, "ids": ["cr_1"]}}
+                ]
+            },
+            ["mlops-eks:gpuPools[0].reservation.ids[0]", "'cr_1'", "cr-0123456789abcdef0"],
+            id="reservation-id-shape",
+        ),
+        pytest.param(
+            {
+                "mlops-eks:gpuPools": [
+                    {
+                        **T4,
+                        "capacityTypes": ["reserved"],
+                        "reservation": {"tags": {"team": ""}, "availabilityZone": "us-east-1a"},
+                    }
+                ]
+            },
+            ["mlops-eks:gpuPools[0].reservation.tags.team", "non-empty keys and values"],
+            id="reservation-empty-tag",
+        ),
+        pytest.param(
+            {
+                "mlops-eks:gpuPools": [
+                    {**T4, "capacityTypes": ["reserved"], "reservation": {"ids": ["cr-0a1b2c3d4e5f60718"]}}
+                ]
+            },
+            ["mlops-eks:gpuPools[0].reservation.availabilityZone", "required"],
+            id="reservation-without-az",
+        ),
+        pytest.param(
+            {
+                "mlops-eks:gpuPools": [
+                    {
+                        "name": "r",
+                        "accelerator": "t4",
+                        "source": "managed",
+                        "size": 1,
+                        "capacityTypes": ["reserved"],
+                        "reservation": {"tags": {"team": "ml"}, "availabilityZone": "us-east-1a"},
+                    }
+                ]
+            },
+            ["mlops-eks:gpuPools[0].reservation.ids", "exactly one Capacity Block id and no tags"],
+            id="capacity-block-group-by-tags",
         ),
         pytest.param(
             {"mlops-eks:gpuPools": [{**T4, "source": "autoscaler"}]},
@@ -221,7 +279,7 @@ def test_dev_and_prod_stack_files_load():
         ),
         pytest.param(
             {"mlops-eks:gpuPools": [{**T4, "capacityTypes": ["SPOT"]}]},
-            ["mlops-eks:gpuPools[0].capacityTypes[0]", "'spot' or 'on-demand'"],
+            ["mlops-eks:gpuPools[0].capacityTypes[0]", "'spot', 'on-demand' or 'reserved'"],
             id="capacity-type-eks-spelling",
         ),
     ],

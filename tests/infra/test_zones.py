@@ -29,13 +29,14 @@ def _ec2(p4d: list[str], g4dn: list[str] = REGULAR) -> Offerings:
 def test_an_efa_pool_goes_to_the_vpc_az_that_offers_its_instance_types():
     zone_plan = plan(_config(), _ec2(["us-east-1b", "us-east-1d"]), deployed=True)
     assert zone_plan.zones == ["us-east-1a", "us-east-1b", "us-east-1c"]
-    assert zone_plan.efa_zone == {"a100": 1}
+    # The reserved EFA pool goes where its Capacity Block is (Pulumi.prod.yaml: us-east-1a).
+    assert zone_plan.efa_zone == {"a100": 1, "h100-block": 0}
 
 
 def test_a_first_deploy_takes_an_az_that_offers_the_efa_pool_when_the_first_ones_do_not():
     zone_plan = plan(_config(), _ec2(["us-east-1d"]), deployed=False)
     assert zone_plan.zones == ["us-east-1a", "us-east-1b", "us-east-1d"]
-    assert zone_plan.efa_zone == {"a100": 2}
+    assert zone_plan.efa_zone == {"a100": 2, "h100-block": 0}
 
 
 def test_a_deployed_vpc_without_such_an_az_is_refused_naming_the_azs_that_offer_it():
@@ -56,7 +57,7 @@ def test_configured_azs_without_the_offering_are_refused_with_key_value_and_the_
     assert problem.startswith("mlops-eks:availabilityZones: ['us-east-1a', 'us-east-1b', 'us-east-1c']")
     assert problem.endswith("3 AZs including one EC2 offers them in: us-east-1e")
     config = _config(availabilityZones=["us-east-1a", "us-east-1c", "us-east-1e"])
-    assert plan(config, _ec2(["us-east-1e"]), deployed=True).efa_zone == {"a100": 2}
+    assert plan(config, _ec2(["us-east-1e"]), deployed=True).efa_zone == {"a100": 2, "h100-block": 0}
 
 
 def test_an_instance_type_offered_in_none_of_the_vpcs_azs_is_refused():
@@ -97,3 +98,29 @@ def test_a_config_that_places_no_efa_pool_is_refused_before_anything_is_register
     }
     with pytest.raises(pulumi.RunError, match="availabilityZones.*EC2 offers them in: us-east-1d"):
         synth("prod", values, offerings=P4D_IN_D)
+
+
+def _reserved_in(zone: str, **changes) -> PlatformConfig:
+    values = stack_config("prod")
+    pools = values["mlops-eks:gpuPools"]
+    (block,) = [p for p in pools if p["name"] == "h100-block"]
+    block["reservation"] = {**block["reservation"], "availabilityZone": zone}
+    values.update({f"mlops-eks:{k}": v for k, v in changes.items()})
+    return PlatformConfig.from_mapping(values)
+
+
+def test_a_reserved_efa_pool_launches_in_its_reservations_az_and_a_first_deploy_takes_that_az():
+    zone_plan = plan(_reserved_in("us-east-1e"), _ec2(["us-east-1b"]), deployed=False)
+    assert zone_plan.zones == ["us-east-1a", "us-east-1b", "us-east-1e"]
+    assert zone_plan.efa_zone == {"a100": 1, "h100-block": 2}
+
+
+def test_a_reservation_outside_the_vpcs_azs_is_refused_naming_the_key_and_what_to_do():
+    key = r"gpuPools\[2\]\.reservation\.availabilityZone: 'us-east-1e' is not one of the VPC's AZs"
+    with pytest.raises(ConfigError, match=key):
+        plan(_reserved_in("us-east-1e"), _ec2(["us-east-1b"]), deployed=True)
+    configured = _reserved_in("us-east-1e", availabilityZones=["us-east-1a", "us-east-1b", "us-east-1c"])
+    with pytest.raises(ConfigError, match=key):
+        plan(configured, _ec2(["us-east-1b"]), deployed=False)
+    with pytest.raises(ConfigError, match=r"'us-east-1z' is not an available AZ of us-east-1"):
+        plan(_reserved_in("us-east-1z"), _ec2(["us-east-1b"]), deployed=False)

@@ -387,6 +387,20 @@ ROWS = [
         applies=lambda s: "spot" in s.platform.accelerator_pools[s.pool].capacity_types,
     ),
     Row(
+        "Capacity Block ends",
+        "karpenter-provider-aws v1.14.1 capacityreservation/expiration (40 min before); kubelet shutdown",
+        node_event("capacity-block-end"),
+        frozenset({UNCOUNTED, COUNTED, CLEAR_FAILURE}),
+        applies=lambda s: "reserved" in s.platform.accelerator_pools[s.pool].capacity_types,
+    ),
+    Row(
+        "capacity reservation interruption warning",
+        "karpenter-provider-aws v1.14.1 interruption: CordonAndDrain, as for Spot; kubelet shutdown",
+        node_event("capacity-reservation-interruption"),
+        frozenset({UNCOUNTED, COUNTED, CLEAR_FAILURE}),
+        applies=lambda s: "reserved" in s.platform.accelerator_pools[s.pool].capacity_types,
+    ),
+    Row(
         "node repair",
         "karpenter v1.14.1 node repair (forceful termination); pod GC",
         lambda s: {pod_end_outcome(s, end) for end in REPAIR.values()},
@@ -461,3 +475,16 @@ def test_a_spot_reclaim_spends_no_restart_budget_of_a_train_job_or_pytorchjob(st
     stack = stacks[name]
     end = PodEnd(143, ("DisruptionTarget",))
     assert pod_end_outcome(stack, end) == UNCOUNTED
+
+
+@pytest.mark.parametrize("event", ["capacity-block-end", "capacity-reservation-interruption"])
+def test_the_end_of_a_reservation_reaches_the_trainer_as_a_spot_reclaim_does(stacks, event):
+    """prod-h100-block on its Capacity Block: Karpenter deletes the NodeClaim (block expiry 40 min before
+    the end, or the interruption warning), never evicts the do-not-disrupt pod, and EC2's reclaim reaches it
+    as the kubelet's shutdown: SIGTERM with the pod's full grace, a checkpoint, exit 143, no restart spent."""
+    stack = stacks["prod-h100-block"]
+    args = (stack.pool_spec, stack.node_class, TERMINATION_GRACE_SECONDS, stack.kubernetes_version)
+    fate = training_pod_fate(event, *args)
+    assert fate == training_pod_fate("spot-interruption", *args)
+    assert (fate.outcome, fate.grace_s) == (SHUTDOWN, TERMINATION_GRACE_SECONDS)
+    assert node_event(event)(stack) == UNCOUNTED

@@ -198,12 +198,25 @@ def test_a100_on_efa_requests_every_interface_and_sets_nccl_for_efa():
     env = {e["name"]: e["value"] for e in trainer["env"]}
     assert env["FI_PROVIDER"] == "efa" and env["FI_EFA_USE_DEVICE_RDMA"] == "1"
     assert "NCCL_P2P_DISABLE" not in env  # NVLink on p4d
+    # The trainer's fabric check: NCCL's INIT/NET report in a file per process, and the devices to expect.
+    assert (env["NCCL_DEBUG"], env["NCCL_DEBUG_SUBSYS"]) == ("INFO", "INIT,NET")
+    assert env["NCCL_DEBUG_FILE"].startswith("/tmp/") and "%p" in env["NCCL_DEBUG_FILE"]
+    assert env["MLOPS_EKS_EFA_DEVICES"] == "4"
+
+
+def test_the_h100_block_job_expects_every_efa_device_of_a_p5():
+    trainer = by_kind(render_stack("prod-h100-block"), "TrainJob")["spec"]["trainer"]
+    env = {e["name"]: e["value"] for e in trainer["env"]}
+    assert (
+        env["MLOPS_EKS_EFA_DEVICES"] == trainer["resourcesPerNode"]["limits"]["vpc.amazonaws.com/efa"] == "32"
+    )
 
 
 def test_t4_without_efa_disables_p2p_and_requests_no_efa():
     trainer = by_kind(render_stack("dev-zimdb"), "TrainJob")["spec"]["trainer"]
     env = {e["name"]: e["value"] for e in trainer["env"]}
     assert env["NCCL_P2P_DISABLE"] == "1" and env["NCCL_SOCKET_IFNAME"] == "^lo" and "FI_PROVIDER" not in env
+    assert env["NCCL_DEBUG"] == "WARN" and "MLOPS_EKS_EFA_DEVICES" not in env  # nothing for the check
     assert "vpc.amazonaws.com/efa" not in trainer["resourcesPerNode"]["limits"]
 
 

@@ -121,7 +121,7 @@ def test_queue_without_a_gang_scheduler_and_unknown_kueue_queue(dev_platform, pr
     no_kueue = dev_platform.model_copy(update={"gang_scheduler": None})
     assert _error({**BASE, "queue": "ml-team"}, no_kueue).startswith("mlops-eks:job.queue: 'ml-team', but")
     a100 = {**BASE, "accelerator": "a100", "gpusPerNode": 8, "queue": "gpu"}
-    assert _error(a100, prod_platform).endswith("allowed: research, production")
+    assert _error(a100, prod_platform).endswith("allowed: research, reserved, production")
 
 
 def test_kueue_queue_with_a_pytorchjob_is_refused_rather_than_ignored(prod_platform):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -386,3 +387,92 @@ def test_a_job_its_operator_could_not_give_pods_says_why_from_its_events(kube, t
     assert out.splitlines()[0] == "zimdb: created, no pods: its operator could not create them"
     assert f"event TrainJobResourcesCreationFailed (x7): {refusal}" in out
     assert "not a warning" not in out and "(x3)" not in out
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+NODEPOOLS = "/apis/karpenter.sh/v1/nodepools"
+NODE_CLASSES = "/apis/karpenter.k8s.aws/v1/ec2nodeclasses"
+# Karpenter core's event (scheduler.go: `incompatible with nodepool %q, daemonset overhead=%s, %w`) when the
+# reserved-only pool has no offering to launch.
+NO_OFFERING = (
+    'Failed to schedule pod, incompatible with nodepool "gpu-h100-block", daemonset overhead={"cpu":"1",'
+    '"memory":"2Gi","pods":"9"}, no instance type has the required offering'
+)
+
+
+def _reserved_pool(kube: FakeKube, reservations: list[dict]) -> None:
+    """The prod platform's h100-block NodePool and its EC2NodeClass, with the reservations Karpenter's
+    status reports (active ones only)."""
+    kube.add(
+        NODEPOOLS,
+        {
+            "metadata": {"name": "gpu-h100-block"},
+            "spec": {"template": {"spec": {"nodeClassRef": {"name": "efa-h100-block"}}}},
+        },
+    )
+    kube.add(
+        NODE_CLASSES,
+        {
+            "metadata": {"name": "efa-h100-block"},
+            "spec": {"capacityReservationSelectorTerms": [{"id": "cr-0123456789abcdef0"}]},
+            "status": {"capacityReservations": reservations},
+        },
+    )
+
+
+def _pending_on_the_block(kube: FakeKube) -> None:
+    deploy(kube)
+    why = "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+    kube.add(PODS, make_pod(0, "Pending", conditions=[cond("PodScheduled", "False", "Unschedulable", why)]))
+    kube.add(
+        EVENTS,
+        {
+            "metadata": {"name": "e2"},
+            "involvedObject": {"name": "zimdb-node-0-0-abcde"},
+            "type": "Warning",
+            "reason": "FailedScheduling",
+            "message": NO_OFFERING,
+        },
+    )
+
+
+def test_a_job_pending_on_a_reservation_that_is_not_active_says_so(kube, tmp_path, capsys):
+    _pending_on_the_block(kube)
+    _reserved_pool(kube, [])
+    code, out, _ = run(tmp_path, capsys, "status")
+    assert code == 0 and out.splitlines()[0] == "zimdb: waiting for a node"
+    assert (
+        "nodepool gpu-h100-block (no instance type has the required offering): it launches into capacity "
+        "reservations (cr-0123456789abcdef0) and Karpenter sees none active: the reservation has not started "
+        "yet, or has ended"
+    ) in out
+
+
+def test_a_job_pending_on_an_expiring_block_says_karpenter_drains_it(kube, tmp_path, capsys):
+    _pending_on_the_block(kube)
+    block = {
+        "id": "cr-0123456789abcdef0",
+        "reservationType": "capacity-block",
+        "instanceType": "p5.48xlarge",
+        "availabilityZone": "us-east-1a",
+        "instanceMatchCriteria": "targeted",
+        "ownerID": "210987654321",
+        "endTime": "2026-12-02T11:00:00Z",
+        "state": "expiring",
+    }
+    _reserved_pool(kube, [block])
+    code, out, _ = run(tmp_path, capsys, "status")
+    assert code == 0
+    assert (
+        "reservation cr-0123456789abcdef0 (capacity-block, p5.48xlarge, us-east-1a): expiring, ends "
+        "2026-12-02T11:00:00Z; in its last 40 minutes Karpenter launches no node into it"
+    ) in out
+
+
+def test_the_reservation_status_fields_are_the_ec2nodeclass_crds():
+    """The fields read above exist in Karpenter 1.14's EC2NodeClass CRD (status.capacityReservations)."""
+    crd = yaml.safe_load((REPO_ROOT / "upstream/crds/karpenter.k8s.aws_ec2nodeclasses.yaml").read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    item = schema["properties"]["status"]["properties"]["capacityReservations"]["items"]["properties"]
+    assert {"id", "reservationType", "instanceType", "availabilityZone", "endTime", "state"} <= set(item)
+    assert item["state"]["enum"] == ["active", "expiring"]

@@ -5,12 +5,17 @@ is a module here and a line there."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from sim.kubernetes.scheduling import Verdict
 from workloads.platform import PlatformFacts
 from workloads.stacks import WorkloadStack
+
+if TYPE_CHECKING:
+    from workloads.checks.reservation import Reservation
 
 
 @dataclass(frozen=True)
@@ -22,6 +27,10 @@ class PlannedJob:
     facts: PlatformFacts
     objects: list[dict[str, Any]]
     verdicts: list[Verdict]
+    # `plan --reservations FILE`: the account's capacity reservations (None: no file given), and when the
+    # job would start (`--start`; None: now).
+    reservations: Sequence[Reservation] | None = None
+    start: datetime | None = None
 
 
 @dataclass

@@ -41,6 +41,7 @@ from infra.charts import release
 from infra.component_args import ComponentArgs, child_options
 from infra.config.addons import KarpenterConfig
 from infra.config.platform import GpuPoolConfig
+from infra.contract import PoolReservation
 from infra.platform import pod_identity, session_manager
 from infra.platform.image_cache import ImageCache
 
@@ -98,9 +99,12 @@ def karpenter_values(
 ) -> dict[str, Any]:
     """Helm values for the karpenter chart."""
     settings = {"clusterName": cluster_name, "interruptionQueue": queue_name}
+    gates = node_health.karpenter_values(node_repair=node_repair)["settings"]["featureGates"]
     return {
         "serviceAccount": {"name": SERVICE_ACCOUNT},
-        "settings": settings | node_health.karpenter_values(node_repair=node_repair)["settings"],
+        # ReservedCapacity is beta and on by default in 1.14.1 (values.yaml); stated so reserved pools keep
+        # working when a chart upgrade changes the default.
+        "settings": settings | {"featureGates": {**gates, "reservedCapacity": True}},
         "serviceMonitor": {"enabled": service_monitor},
         "controller": {
             "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
@@ -280,6 +284,7 @@ class Karpenter(pulumi.ComponentResource):
             ami_id: str | None = None,
             subnet_id: pulumi.Input[str] | None = None,
             placement_group: pulumi.Input[str] | None = None,
+            reservation: PoolReservation | None = None,
         ) -> None:
             def render(v: list[Any]) -> dict[str, Any]:
                 shared = NodeClassFacts(
@@ -291,7 +296,14 @@ class Karpenter(pulumi.ComponentResource):
                     root_volume_gib=cfg.root_volume_gib,
                     tags=args.tags,
                 )
-                body = ec2_node_class(class_name, shared, ami_id=ami_id, subnet_id=v[4], placement_group=v[5])
+                body = ec2_node_class(
+                    class_name,
+                    shared,
+                    ami_id=ami_id,
+                    subnet_id=v[4],
+                    placement_group=v[5],
+                    reservation=reservation,
+                )
                 return body["spec"]
 
             self.node_classes[class_name] = custom_resource(
@@ -305,8 +317,9 @@ class Karpenter(pulumi.ComponentResource):
         if any(gpu_node_class_name(p) == NVIDIA_NODE_CLASS for p in gpu_pools):
             node_class(NVIDIA_NODE_CLASS)
         for pool in gpu_pools:
+            reservation = pool.reservation.contract() if pool.reservation else None
             if CATALOG[pool.accelerator].vendor == "amd":
-                node_class(gpu_node_class_name(pool), pool.ami_id)
+                node_class(gpu_node_class_name(pool), pool.ami_id, reservation=reservation)
             elif pool.efa:
                 group = aws.ec2.PlacementGroup(
                     f"{name}-pg-{pool.name}",
@@ -318,7 +331,14 @@ class Karpenter(pulumi.ComponentResource):
                 self.placement_groups[pool.name] = group
                 index = args.efa_subnet_index[pool.name]
                 subnet = pulumi.Output.from_input(args.private_subnet_ids).apply(_item(index))
-                node_class(gpu_node_class_name(pool), subnet_id=subnet, placement_group=group.name)
+                node_class(
+                    gpu_node_class_name(pool),
+                    subnet_id=subnet,
+                    placement_group=group.name,
+                    reservation=reservation,
+                )
+            elif reservation is not None:
+                node_class(gpu_node_class_name(pool), reservation=reservation)
         if cfg.cpu_pool.enabled:
             node_class(CPU_NODE_CLASS)
 

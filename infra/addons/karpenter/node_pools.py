@@ -9,6 +9,12 @@ EFA: Karpenter configures every interface of an instance as EFA when the pending
 pool needs no network settings of its own, only the EFA device plugin on its nodes. GPU NodePools carry
 exactly the catalog's labels and taint, so the device plugins and the workloads schedule the same way on
 Karpenter nodes as on managed node groups.
+Reserved pools (capacityTypes with `reserved`) get a node class of their own whose
+`capacityReservationSelectorTerms` select the pool's reservations (one term per id, one for the tags):
+Karpenter 1.14 (ReservedCapacity gate, beta and on by default) lists the active reservations they select
+(provider pkg/providers/capacityreservation, DescribeCapacityReservations state=active), offers each as a
+`reserved` offering of its instance type and AZ with as many instances as EC2 says are available, and
+launches into them before any on-demand or Spot offering the NodePool also allows.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import yaml
 from infra.accelerators import CATALOG
 from infra.config.addons import KarpenterCpuPool
 from infra.config.platform import GpuPoolConfig
-from infra.contract import TRAINING_POD_GRACE_SECONDS, PoolTaint, taint_spec
+from infra.contract import TRAINING_POD_GRACE_SECONDS, PoolReservation, PoolTaint, taint_spec
 
 NODE_CLASS_API = "karpenter.k8s.aws/v1"
 NODE_POOL_API = "karpenter.sh/v1"
@@ -95,9 +101,11 @@ def ec2_node_class(
     ami_id: str | None = None,
     subnet_id: str | None = None,
     placement_group: str | None = None,
+    reservation: PoolReservation | None = None,
 ) -> dict[str, Any]:
     """An AL2023 node class: by alias (EKS-optimized AMI), or by `ami_id` for a custom image. An EFA pool's
-    class launches into one subnet (`subnet_id`) and a cluster placement group (`placement_group`)."""
+    class launches into one subnet (`subnet_id`) and a cluster placement group (`placement_group`); a
+    reserved pool's into the capacity reservations `reservation` selects."""
     ami_terms = [{"id": ami_id}] if ami_id else [{"alias": facts.ami_alias}]
     subnets = [{"id": subnet_id}] if subnet_id else [{"tags": facts.subnet_tags}]
     spec: dict[str, Any] = {
@@ -128,16 +136,28 @@ def ec2_node_class(
     }
     if placement_group:
         spec["placementGroupSelector"] = {"name": placement_group}
+    if reservation is not None:
+        spec["capacityReservationSelectorTerms"] = reservation_terms(reservation)
     if ami_id:
         # A custom AMI needs the family so Karpenter writes nodeadm (AL2023) user data for it.
         spec["amiFamily"] = "AL2023"
     return {"apiVersion": NODE_CLASS_API, "kind": "EC2NodeClass", "metadata": {"name": name}, "spec": spec}
 
 
+def reservation_terms(reservation: PoolReservation) -> list[dict[str, Any]]:
+    """Karpenter's capacityReservationSelectorTerms (ORed): an id term may carry nothing else (CRD rule)."""
+    terms: list[dict[str, Any]] = [{"id": rid} for rid in reservation.ids]
+    if reservation.tags:
+        terms.append({"tags": dict(reservation.tags)})
+    return terms
+
+
 def gpu_node_class_name(pool: GpuPoolConfig) -> str:
     if CATALOG[pool.accelerator].vendor == "amd":
         return f"amd-{pool.name}"
-    return f"efa-{pool.name}" if pool.efa else NVIDIA_NODE_CLASS
+    if pool.efa:
+        return f"efa-{pool.name}"
+    return f"reserved-{pool.name}" if pool.reserved else NVIDIA_NODE_CLASS
 
 
 def placement_group_name(cluster_name: str, pool: GpuPoolConfig) -> str:

@@ -38,5 +38,3 @@ class RecordingMocks(pulumi.runtime.Mocks):
     def by_name(self, typ: str) -> dict[str, dict]:
         """The inputs of each resource of `typ`, by resource name."""
         return {r.name: r.inputs for r in self.of_type(typ)}
-
-

@@ -75,7 +75,10 @@ def test_the_kubecost_release_the_platform_used_to_declare_does_not_render():
     values = {
         "global": {
             "clusterId": "mlops-eks-dev",
-            "prometheus": {"enabled": False, "fqdn": "http://kube-prometheus-stack-prometheus.monitoring.svc:9090"},
+            "prometheus": {
+                "enabled": False,
+                "fqdn": "http://kube-prometheus-stack-prometheus.monitoring.svc:9090",
+            },
             "grafana": {"enabled": False, "proxy": False},
         },
         "serviceMonitor": {"enabled": True},

@@ -104,9 +104,7 @@ def test_blocks_of_the_built_in_encoder_are_its_layers():
 @pytest.fixture
 def one_rank_group(tmp_path):
     """A real (gloo, one rank) process group: fully_shard needs one."""
-    dist.init_process_group(
-        "gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1
-    )
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
     yield DistEnv(rank=0, world_size=2, local_rank=0, device=torch.device("cpu"))  # "distributed": wrap
     dist.destroy_process_group()
 

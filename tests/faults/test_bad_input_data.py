@@ -79,9 +79,8 @@ def test_a_run_whose_weights_go_non_finite_exits_3_and_writes_only_strict_json(l
     error = capsys.readouterr().err
     entry = ledger("bad input: data", "lr-1e9", error=error if code == faults.DIVERGED else None,
                    names="train.lr")  # fmt: skip
-    assert code == faults.DIVERGED and entry.clear and "evaluation at step 5 got val_loss nan" in error, (
-        error
-    )
+    assert code == faults.DIVERGED and entry.clear and "evaluation at step 5 got val_loss nan" in error, error
+
     def bare(constant: str) -> None:
         raise AssertionError(f"bare {constant} in a JSON file")
 

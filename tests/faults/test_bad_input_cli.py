@@ -1,0 +1,47 @@
+"""Command-line input the `workloads` commands used to answer with a traceback: an --out that names a file, a
+kubeconfig that is not one, the platform's GPU check run on a CPU. Each exits 2 before anything runs,
+naming the flag or file and what is allowed. Recorded in the fault ledger ("bad input: CLI")."""
+
+from __future__ import annotations
+
+import pytest
+
+from workloads.__main__ import main as workloads_main
+
+KUBECONFIGS = [
+    ("kubeconfig-not-yaml", "apiVersion: v1\nclusters: [ {cluster: }\n"),
+    ("kubeconfig-clusters-a-number", "apiVersion: v1\nkind: Config\nclusters: 5\n"),
+    ("kubeconfig-a-list", "- one\n- two\n"),
+]
+
+
+@pytest.mark.parametrize(("case", "content"), KUBECONFIGS, ids=[c[0] for c in KUBECONFIGS])
+def test_a_malformed_kubeconfig_exits_2_naming_the_file(ledger, tmp_path, capsys, case, content):
+    pytest.importorskip("kubernetes")
+    kubeconfig = tmp_path / "kube.yaml"
+    kubeconfig.write_text(content)
+    code = workloads_main(["status", "--stack", "dev-zimdb", "--kubeconfig", str(kubeconfig)])
+    error = capsys.readouterr().err
+    entry = ledger("bad input: CLI", case, error=error if code == 2 else None, names=str(kubeconfig))
+    assert code == 2 and entry.clear and "expected a kubeconfig" in error, error
+
+
+def test_run_local_out_naming_a_file_exits_2(ledger, tmp_path, capsys):
+    out = tmp_path / "a-file"
+    out.write_text("")
+    code = workloads_main(["run-local", "--stack", "dev-zimdb", "--out", str(out)])
+    error = capsys.readouterr().err
+    entry = ledger(
+        "bad input: CLI", "run-local-out-a-file", error=error if code == 2 else None, names="--out"
+    )
+    assert code == 2 and entry.clear and "allowed: a directory" in error, error
+    assert out.read_text() == ""
+
+
+def test_the_gpu_check_under_run_local_says_how_to_run_it_on_cpu(ledger, tmp_path, capsys):
+    code = workloads_main(["run-local", "--stack", "dev-gpu-check", "--out", str(tmp_path)])
+    error = capsys.readouterr().err
+    entry = ledger(
+        "bad input: CLI", "run-local-gpu-check", error=error if code == 2 else None, names="gpu_check.py"
+    )
+    assert code == 2 and entry.clear and "-- --device cpu --expect-gpus 0" in error, error

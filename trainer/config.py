@@ -603,6 +603,21 @@ def _unknown_key(section: str, key: str, types: dict[str, type]) -> str:
     return f"unknown key {section}.{key}{hint}: allowed {', '.join(sorted(types))}"
 
 
+# What only the text classifier reads: set under an LLM run, it would be ignored without a word.
+CLASSIFIER_ONLY = {"model": None, "data": ("tokenizer", "vocab_size")}
+
+
+def _refuse_classifier_keys(values: dict[str, Any], llm_model: str) -> None:
+    for section, keys in CLASSIFIER_ONLY.items():
+        for key, value in values.get(section, {}).items():
+            if keys is None or key in keys:
+                raise ConfigError(
+                    f"{section}.{key}={value!r} is invalid: allowed unset when llm.model is set "
+                    f"(llm.model={llm_model!r} is the model and brings its own tokenizer; {section}.{key} "
+                    "configures the text classifier only)"
+                )
+
+
 def build(values: dict[str, Any]) -> JobConfig:
     """Build a JobConfig from {section: {field: value}}; unknown sections/fields are errors."""
     if not isinstance(values, dict):
@@ -620,6 +635,8 @@ def build(values: dict[str, Any]) -> JobConfig:
     llm = {
         k: _coerce(f"llm.{k}", v, str) for k, v in values.get("llm", {}).items() if k in ("model", "method")
     }
+    if llm.get("model"):
+        _refuse_classifier_keys(values, llm["model"])
     for name, cls in SECTIONS.items():
         types = _field_types(cls)
         kwargs = {k: _coerce(f"{name}.{k}", v, types[k]) for k, v in values.get(name, {}).items()}

@@ -115,6 +115,14 @@ def command(stack: WorkloadStack, nproc: int, run_dir: Path, overrides: list[str
 def run_local(stack: WorkloadStack, *, nproc: int | None, out: Path, overrides: list[str]) -> int:
     overrides = overrides[1:] if overrides[:1] == ["--"] else overrides
     spec = stack.spec
+    given = next((a for a in overrides if a == "--config" or a.startswith("--config=")), None)
+    if spec.program.runs_trainer and given:
+        # The trainer reads one --config: a second would replace the job's, output directory included.
+        raise SpecError(
+            f"run-local {stack.name}: `-- {given} ...` would replace the job's trainer config (and its "
+            "output directory); allowed: `-- --<section>.<field> VALUE` flags, which apply over the job's "
+            f"config, or the file's settings under {CONFIG_KEY}.trainerConfig"
+        )
     if spec.operator == "rayjob" and (missing := ray_missing(stack.name)):
         print(missing, file=sys.stderr, flush=True)
         return 2

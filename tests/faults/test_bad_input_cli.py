@@ -1,6 +1,7 @@
-"""Command-line input the `workloads` commands used to answer with a traceback: an --out that names a file, a
-kubeconfig that is not one, the platform's GPU check run on a CPU. Each exits 2 before anything runs,
-naming the flag or file and what is allowed. Recorded in the fault ledger ("bad input: CLI")."""
+"""Command-line input the `workloads` commands used to answer with a traceback or to take silently: an --out
+that names a file, a kubeconfig that is not one, the platform's GPU check run on a CPU, a second trainer
+--config after `run-local --`. Each exits 2 before anything runs, naming the flag or file and what is
+allowed. Recorded in the fault ledger ("bad input: CLI")."""
 
 from __future__ import annotations
 
@@ -45,3 +46,16 @@ def test_the_gpu_check_under_run_local_says_how_to_run_it_on_cpu(ledger, tmp_pat
         "bad input: CLI", "run-local-gpu-check", error=error if code == 2 else None, names="gpu_check.py"
     )
     assert code == 2 and entry.clear and "-- --device cpu --expect-gpus 0" in error, error
+
+
+def test_run_local_refuses_a_second_trainer_config_that_would_replace_the_jobs(ledger, tmp_path, capsys):
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("train: {max_steps: 5}\n")
+    code = workloads_main(
+        ["run-local", "--stack", "dev-zimdb", "--out", str(tmp_path), "--", "--config", str(mine)]
+    )
+    error = capsys.readouterr().err
+    entry = ledger("bad input: CLI", "run-local-second-config", error=error if code == 2 else None,
+                   names="--config")  # fmt: skip
+    assert code == 2 and entry.clear and "--<section>.<field> VALUE" in error, error
+    assert not (tmp_path / "dev-zimdb").exists()  # nothing ran, no run directory

@@ -21,7 +21,7 @@ from pathlib import Path
 from infra.accelerators import CATALOG, PRICE_REGION, PRICES_READ
 from infra.contract import AcceleratorPool, quantity
 from sim.kubernetes.scheduling import PodTemplate, Verdict, node_selector_matches, nodes_by_type, simulate
-from workloads.checks import Finding, PlannedJob, admission, pod_security, scheduling
+from workloads.checks import Finding, PlannedJob, admission, pod_inputs, pod_security, scheduling
 from workloads.placement import place
 from workloads.platform import PlatformFacts
 from workloads.render import render
@@ -29,7 +29,7 @@ from workloads.spec import SpecError
 from workloads.stacks import WorkloadStack, program_text
 
 # The checks, in the order the plan prints them (workloads/checks: one module each).
-CHECKS = (scheduling.check, pod_security.check, admission.check)
+CHECKS = (scheduling.check, pod_inputs.check, pod_security.check, admission.check)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import yaml
 from infra.config.stack_files import platform_stacks, workload_stacks
 from infra.extras import needs_dev_install
 from workloads.identity import aws_resources
-from workloads.platform import PlatformFacts, example_outputs_path, load_platform_outputs
+from workloads.platform import PlatformFacts, derived_facts, example_outputs_path, load_platform_outputs
 from workloads.render import render
 from workloads.spec import SpecError, TrainingJobSpec
 from workloads.stacks import REPO, WorkloadStack, check_platform_stack, load_stack, program_text
@@ -60,22 +60,40 @@ def to_yaml(objects: list[dict]) -> str:
     return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, width=110)
 
 
-def stack_facts(stack: WorkloadStack, outputs_file: Path | None) -> tuple[PlatformFacts, Path]:
-    """The platform facts a command judges the stack by: from --platform-outputs, else the example outputs
-    of its platform stack (which must be one of this project's)."""
+def stack_facts(stack: WorkloadStack, outputs_file: Path | None) -> tuple[PlatformFacts, str]:
+    """The platform facts a command judges the stack by: from --platform-outputs, else derived from its
+    platform stack's file (which must be one of this project's)."""
     if outputs_file is None:
         check_platform_stack(stack)
     return platform_facts(stack.platform_stack, outputs_file)
 
 
-def platform_facts(platform_stack: str, outputs_file: Path | None) -> tuple[PlatformFacts, Path]:
-    path = outputs_file or example_outputs_path(platform_stack)
+def platform_facts(platform_stack: str, outputs_file: Path | None) -> tuple[PlatformFacts, str]:
+    """(facts, where they come from): --platform-outputs; else the platform stack file here, read through
+    its config model (a pool added there is planned onto, with no deploy); else the shipped examples."""
+    if outputs_file is not None:
+        if not outputs_file.exists():
+            raise SpecError(
+                f"--platform-outputs {outputs_file}: no such file; allowed: `pulumi stack output --json "
+                f"-s {platform_stack}` saved to a file"
+            )
+        return load_platform_outputs(outputs_file), f"{outputs_file} (a deployed stack's outputs)"
+    name = platform_stack.rsplit("/", 1)[-1]
+    stack_file = REPO / f"Pulumi.{name}.yaml"
+    if "/" not in platform_stack and stack_file.exists():
+        source = (
+            f"{stack_file.name}, derived offline (bucket and registry are known after deploy: "
+            "--platform-outputs FILE for a deployed stack's outputs)"
+        )
+        return derived_facts(stack_file), source
+    path = example_outputs_path(platform_stack)
     if not path.exists():
         raise SpecError(
-            f"no platform outputs for {platform_stack}: {path} does not exist; pass "
-            "--platform-outputs FILE (`pulumi stack output --json -s <platform stack>`)"
+            f"no platform outputs for {platform_stack}: no {stack_file.name} here and no example "
+            f"{path.name}; pass --platform-outputs FILE (`pulumi stack output --json -s {platform_stack}`)"
         )
-    return load_platform_outputs(path), path
+    source = f"{path} (the shipped example outputs: no {stack_file.name} here, no --platform-outputs)"
+    return load_platform_outputs(path), source
 
 
 def cmd_render(args: argparse.Namespace) -> int:

@@ -90,7 +90,7 @@ class PoolPlan:
 @dataclass
 class Plan:
     stack: WorkloadStack
-    facts_source: Path
+    facts_source: Path | str
     facts_region: str
     verdicts: list[Verdict] = field(default_factory=list)
     pools: list[PoolPlan] = field(default_factory=list)
@@ -255,7 +255,9 @@ def read_spot_prices(path: Path, region: str) -> dict[str, tuple[float, float]]:
     return {t: (min(p), max(p)) for t, p in prices.items()}
 
 
-def plan(stack: WorkloadStack, facts: PlatformFacts, source: Path, spot_file: Path | None = None) -> Plan:
+def plan(
+    stack: WorkloadStack, facts: PlatformFacts, source: Path | str, spot_file: Path | None = None
+) -> Plan:
     """The plan of a loaded workload stack on its platform's facts."""
     result = Plan(stack, source, facts.region)
     try:

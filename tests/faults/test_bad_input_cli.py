@@ -59,3 +59,40 @@ def test_run_local_refuses_a_second_trainer_config_that_would_replace_the_jobs(l
                    names="--config")  # fmt: skip
     assert code == 2 and entry.clear and "--<section>.<field> VALUE" in error, error
     assert not (tmp_path / "dev-zimdb").exists()  # nothing ran, no run directory
+
+
+def test_facts_from_an_invalid_platform_stack_file_name_the_file(ledger, tmp_path):
+    from workloads.platform import PlatformOutputsError, derived_facts
+
+    stack_file = tmp_path / "Pulumi.dev.yaml"
+    stack_file.write_text("config:\n  mlops-eks:natGateways: several\n")
+    try:
+        derived_facts(stack_file)
+        error = None
+    except PlatformOutputsError as err:
+        error = str(err)
+    entry = ledger("bad input: files", "platform-stack-invalid-for-facts", error=error, names=str(stack_file))
+    assert entry.clear and "mlops-eks:natGateways" in (error or ""), error
+
+
+def test_platform_examples_names_an_invalid_stack_file_and_writes_the_others(ledger, monkeypatch, capsys):
+    from infra.config.errors import ConfigError
+    from scripts import platform_examples
+
+    written = {}
+
+    def exports(stack: str) -> dict:
+        if stack == "dev":
+            raise ConfigError(["mlops-eks:natGateways: got 'several'; allowed: single or perAz"])
+        return {"cluster_name": f"mlops-eks-{stack}"}
+
+    monkeypatch.setattr(platform_examples, "platform_exports", exports)
+    monkeypatch.setattr(
+        platform_examples.Path, "write_text", lambda self, text: written.update({self.name: text})
+    )
+    code = platform_examples.main([])
+    error = capsys.readouterr().err
+    entry = ledger("bad input: files", "platform-examples-invalid-stack", error=error if code == 2 else None,
+                   names="Pulumi.dev.yaml")  # fmt: skip
+    assert code == 2 and entry.clear and "platform-dev.json not written" in error, error
+    assert list(written) == ["platform-prod.json"]

@@ -27,23 +27,46 @@ from infra.extras import needs_dev_install
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _described() -> dict[str, str]:
+    """Each sub-command's paragraph of the module docstring, with the exit codes every one shares."""
+    doc = __doc__ or ""
+    shared = " ".join(doc[doc.index("All exit") :].split())
+    found = re.findall(r"^(\w+) +(.+?)(?=^\w+ +|^All exit)", doc, re.M | re.S)
+    return {name: f"{' '.join(text.split())}. {shared}" for name, text in found}
+
+
 def main(argv: list[str] | None = None) -> int:
+    described = _described()
     stacks = ", ".join(sorted(stack_files.platform_stacks(REPO)))
     parser = argparse.ArgumentParser(prog="python -m infra", description=__doc__.split("\n", 1)[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("synth", help="evaluate a platform stack offline and print its resources")
+    p = sub.add_parser(
+        "synth",
+        description=described["synth"],
+        help="evaluate a platform stack offline and print its resources",
+    )
     p.add_argument("--stack", required=True, help=f"stack name (Pulumi.<stack>.yaml): {stacks}")
     p.add_argument("--file", type=Path, help="read the config from this file instead of Pulumi.<stack>.yaml")
     p.add_argument("--json", action="store_true", help="print the resources as JSON only")
-    c = sub.add_parser("check", help="what would stop `pulumi up` of a platform stack (exit 0 or 2)")
+    c = sub.add_parser(
+        "check",
+        description=described["check"],
+        help="what would stop `pulumi up` of a platform stack (exit 0 or 2)",
+    )
     c.add_argument("--stack", required=True, help=f"stack name: {stacks}")
     c.add_argument("--file", type=Path, help="read the config from this file instead of Pulumi.<stack>.yaml")
-    i = sub.add_parser("images", help="the commands that copy the images ECR cannot cache into its registry")
+    i = sub.add_parser(
+        "images",
+        description=described["images"],
+        help="the commands that copy the images ECR cannot cache into its registry",
+    )
     i.add_argument("--stack", required=True, help=f"stack name: {stacks}")
     i.add_argument("--account", required=True, help="the AWS account the stack deploys to (12 digits)")
     i.add_argument("--file", type=Path, help="read the config from this file instead of Pulumi.<stack>.yaml")
     rehearsal = sub.add_parser(
-        "rehearse", help="rehearse `make preview` and `make up` of a stack before the first deploy"
+        "rehearse",
+        description=described["rehearse"],
+        help="rehearse `make preview` and `make up` of a stack before the first deploy",
     )
     rehearsal.add_argument("--stack", required=True, help="any stack, workload stacks too")
     rehearsal.add_argument("--file", type=Path, help="start from this stack file")

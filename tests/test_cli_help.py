@@ -197,14 +197,14 @@ def test_the_launcher_answers_only_its_own_help(argv, asks):
     assert launch.asks_for_help(argv) is asks
 
 
-SUBCOMMANDS = {
+DESCRIBED_SUBCOMMANDS = {
     "infra": ("synth", "check", "images", "rehearse"),
     "workloads": ("plan", "render", "run-local", "status", "logs"),
 }
 
 
 @pytest.mark.parametrize(
-    ("cli", "sub"), [(cli, sub) for cli, subs in SUBCOMMANDS.items() for sub in subs], ids=" ".join
+    ("cli", "sub"), [(cli, sub) for cli, subs in DESCRIBED_SUBCOMMANDS.items() for sub in subs], ids=" ".join
 )
 def test_every_subcommand_help_describes_it_and_its_exit_codes(cli, sub, capsys):
     main = __import__(f"{cli}.__main__", fromlist=["main"]).main

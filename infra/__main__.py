@@ -133,8 +133,15 @@ def rehearse(args: argparse.Namespace) -> int:
     except (RehearsalError, ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"rehearsed {args.stack}: {len(ran)} steps passed")
+    print(rehearsed(args.stack, ran))
     return 0
+
+
+def rehearsed(stack: str, ran: list[str]) -> str:
+    """The closing lines: how many steps passed, and each of them (the config steps print no progress)."""
+    return "\n".join(
+        [f"rehearsed {stack}: {len(ran)} steps passed", *(f"  {n}. {s}" for n, s in enumerate(ran, 1))]
+    )
 
 
 def _pair(text: str) -> tuple[str, str]:

@@ -1,8 +1,9 @@
 """`python -m infra` (synth, check, rehearse): the platform program evaluated offline, no AWS account.
 
-synth     runs the real program against Pulumi mocks with the stack's config file: every resource with its
-          type, name, parent and inputs (secrets masked), the exports and the estimated idle cost per hour;
-          `--json` prints only the resources, as a list of {"type", "name", "parent", "inputs"}
+synth     runs the real program against Pulumi mocks with the stack's config file: how many resources of
+          each type it creates (as `pulumi preview` sums them up), the exports and the estimated idle cost
+          per hour; `--details` adds every resource with its parent and inputs (secrets masked), `--json`
+          prints only the resources, as a list of {"type", "name", "parent", "inputs"}
 check     what would stop `pulumi up`: the config, whether the cluster is reachable from here, example
           values a real deploy refuses, the input rules pulumi-eks applies in its provider; exit 0 will deploy
 rehearse  the deploy steps of docs/deploy.md for any stack (platform or workload) through the real program,
@@ -18,6 +19,7 @@ import argparse
 import json
 import re
 import sys
+from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
@@ -48,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stack", required=True, help=f"stack name (Pulumi.<stack>.yaml): {stacks}")
     p.add_argument("--file", type=Path, help="read the config from this file instead of Pulumi.<stack>.yaml")
     p.add_argument("--json", action="store_true", help="print the resources as JSON only")
+    p.add_argument(
+        "--details", action="store_true", help="every resource with its parent and inputs, after the summary"
+    )
     c = sub.add_parser(
         "check",
         description=described["check"],
@@ -110,10 +115,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps([asdict(r) for r in resources], indent=2, sort_keys=True))
         return 0
-    for r in resources:
-        print(f"{r.type}  {r.name}" + (f"  (parent: {r.parent})" if r.parent else ""))
-        for key, value in sorted(r.inputs.items()):
-            print(f"    {key}: {json.dumps(value, sort_keys=True)}")
+    print(resource_summary(resources))
+    if args.details:
+        for r in resources:
+            print(f"{r.type}  {r.name}" + (f"  (parent: {r.parent})" if r.parent else ""))
+            for key, value in sorted(r.inputs.items()):
+                print(f"    {key}: {json.dumps(value, sort_keys=True)}")
+    else:
+        print("(every resource with its inputs: --details; as JSON: --json)")
     print(f"\n{len(resources)} resources. Exports:")
     for key, value in exports.items():
         print(f"  {key}: {json.dumps(value, sort_keys=True)}")
@@ -135,6 +144,17 @@ def rehearse(args: argparse.Namespace) -> int:
         return 2
     print(rehearsed(args.stack, ran))
     return 0
+
+
+def resource_summary(resources: list) -> str:
+    """What `pulumi preview` ends with: how many resources of each type would be created."""
+    counts = Counter(r.type for r in resources)
+    width = max((len(str(n)) for n in counts.values()), default=1)
+    lines = [f"Resources: + {len(resources)} to create"]
+    lines += [
+        f"  + {n:>{width}}  {kind}" for kind, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    ]
+    return "\n".join(lines)
 
 
 def rehearsed(stack: str, ran: list[str]) -> str:

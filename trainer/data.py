@@ -114,12 +114,21 @@ def degenerate(columns: Columns, path: Path | str, nulls: int, empty: int) -> li
     text), a text column with no text at all (`empty` counts the nulls too), one class only."""
     found = []
     if empty == len(columns):
-        found.append(f"{path}: every text is empty or null ({len(columns)} rows): nothing to learn from")
+        found.append(
+            f"{path}: every text is empty or null ({len(columns)} rows): nothing to learn from; expected "
+            "text in most rows"
+        )
     elif nulls:
-        found.append(f"{path}: {nulls} of {len(columns)} texts are null (trained as empty text)")
+        found.append(
+            f"{path}: {nulls} of {len(columns)} texts are null (trained as empty text); expected a text in "
+            "every row"
+        )
     classes = np.unique(columns.labels)
     if len(classes) == 1:
-        found.append(f"{path}: every label is {int(classes[0])}: one class only, the model learns nothing")
+        found.append(
+            f"{path}: every label is {int(classes[0])}: one class only, the model learns nothing; expected "
+            "two or more classes"
+        )
     return found
 
 

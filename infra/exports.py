@@ -12,6 +12,7 @@ from typing import Any
 from infra.accelerators import CATALOG, Accelerator, Vendor
 from infra.addons.gpu_node_check import startup_taints
 from infra.config.addons import GpuSoftwareConfig, TeamQueue, TrainingConfig
+from infra.config.placeholders import EXAMPLE_ACCOUNT
 from infra.config.platform import PlatformConfig
 from infra.contract import (
     EFA_RESOURCE,
@@ -327,13 +328,15 @@ def training_operators(cfg: TrainingConfig) -> dict[str, bool]:
 def platform_facts(config: PlatformConfig, stack: str) -> dict[str, Any]:
     """What `workloads` reads of a platform stack's outputs (workloads.platform.PlatformFacts), from its
     config. What only a deployed stack knows (the bucket's generated name, the account's registry) is a
-    placeholder naming where it comes from."""
+    valid placeholder (`--platform-outputs` of the deployed stack gives the real ones)."""
     training = config.addons.training
-    registry = f"<account>.dkr.ecr.{config.region}.amazonaws.com/mlops-eks/{stack}"
+    # Valid names (the scanners and the policy pack read them), which a deploy replaces: the example account
+    # a real preview refuses, and a bucket name that says so.
+    registry = f"{EXAMPLE_ACCOUNT}.dkr.ecr.{config.region}.amazonaws.com/mlops-eks/{stack}"
     return {
         "cluster_name": cluster_name_of(stack),
         "region": config.region,
-        "bucket_name": f"<bucket of platform stack {stack}: pulumi stack output bucket_name>",
+        "bucket_name": f"mlops-eks-{stack}-known-after-deploy",
         "ecr_repository_urls": {name: f"{registry}/{name}" for name in ("cpu", "cuda", "rocm")},
         "accelerator_pools": {n: p.model_dump(mode="json") for n, p in accelerator_pools(config).items()},
         "device_plugins": [p.model_dump(mode="json") for p in device_plugins(config.addons.gpu)],

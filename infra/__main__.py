@@ -1,8 +1,9 @@
 """`python -m infra` (synth, check, rehearse): the platform program evaluated offline, no AWS account.
 
-synth     runs the real program against Pulumi mocks with the stack's config file: every resource with its
-          type, name, parent and inputs (secrets masked), the exports and the estimated idle cost per hour;
-          `--json` prints only the resources, as a list of {"type", "name", "parent", "inputs"}
+synth     runs the real program against Pulumi mocks with the stack's config file: how many resources of
+          each type it creates (as `pulumi preview` sums them up), the exports and the estimated idle cost
+          per hour; `--details` adds every resource with its parent and inputs (secrets masked), `--json`
+          prints only the resources, as a list of {"type", "name", "parent", "inputs"}
 check     what would stop `pulumi up`: the config, whether the cluster is reachable from here, example
           values a real deploy refuses, the input rules pulumi-eks applies in its provider; exit 0 will deploy
 rehearse  the deploy steps of docs/deploy.md for any stack (platform or workload) through the real program,
@@ -18,6 +19,7 @@ import argparse
 import json
 import re
 import sys
+from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
@@ -27,23 +29,49 @@ from infra.extras import needs_dev_install
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _described() -> dict[str, str]:
+    """Each sub-command's paragraph of the module docstring, with the exit codes every one shares."""
+    doc = __doc__ or ""
+    shared = " ".join(doc[doc.index("All exit") :].split())
+    found = re.findall(r"^(\w+) +(.+?)(?=^\w+ +|^All exit)", doc, re.M | re.S)
+    return {name: f"{' '.join(text.split())}. {shared}" for name, text in found}
+
+
 def main(argv: list[str] | None = None) -> int:
+    described = _described()
     stacks = ", ".join(sorted(stack_files.platform_stacks(REPO)))
     parser = argparse.ArgumentParser(prog="python -m infra", description=__doc__.split("\n", 1)[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("synth", help="evaluate a platform stack offline and print its resources")
+    p = sub.add_parser(
+        "synth",
+        description=described["synth"],
+        help="evaluate a platform stack offline and print its resources",
+    )
     p.add_argument("--stack", required=True, help=f"stack name (Pulumi.<stack>.yaml): {stacks}")
     p.add_argument("--file", type=Path, help="read the config from this file instead of Pulumi.<stack>.yaml")
     p.add_argument("--json", action="store_true", help="print the resources as JSON only")
-    c = sub.add_parser("check", help="what would stop `pulumi up` of a platform stack (exit 0 or 2)")
+    p.add_argument(
+        "--details", action="store_true", help="every resource with its parent and inputs, after the summary"
+    )
+    c = sub.add_parser(
+        "check",
+        description=described["check"],
+        help="what would stop `pulumi up` of a platform stack (exit 0 or 2)",
+    )
     c.add_argument("--stack", required=True, help=f"stack name: {stacks}")
     c.add_argument("--file", type=Path, help="read the config from this file instead of Pulumi.<stack>.yaml")
-    i = sub.add_parser("images", help="the commands that copy the images ECR cannot cache into its registry")
+    i = sub.add_parser(
+        "images",
+        description=described["images"],
+        help="the commands that copy the images ECR cannot cache into its registry",
+    )
     i.add_argument("--stack", required=True, help=f"stack name: {stacks}")
     i.add_argument("--account", required=True, help="the AWS account the stack deploys to (12 digits)")
     i.add_argument("--file", type=Path, help="read the config from this file instead of Pulumi.<stack>.yaml")
     rehearsal = sub.add_parser(
-        "rehearse", help="rehearse `make preview` and `make up` of a stack before the first deploy"
+        "rehearse",
+        description=described["rehearse"],
+        help="rehearse `make preview` and `make up` of a stack before the first deploy",
     )
     rehearsal.add_argument("--stack", required=True, help="any stack, workload stacks too")
     rehearsal.add_argument("--file", type=Path, help="start from this stack file")
@@ -87,10 +115,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps([asdict(r) for r in resources], indent=2, sort_keys=True))
         return 0
-    for r in resources:
-        print(f"{r.type}  {r.name}" + (f"  (parent: {r.parent})" if r.parent else ""))
-        for key, value in sorted(r.inputs.items()):
-            print(f"    {key}: {json.dumps(value, sort_keys=True)}")
+    print(resource_summary(resources))
+    if args.details:
+        for r in resources:
+            print(f"{r.type}  {r.name}" + (f"  (parent: {r.parent})" if r.parent else ""))
+            for key, value in sorted(r.inputs.items()):
+                print(f"    {key}: {json.dumps(value, sort_keys=True)}")
+    else:
+        print("(every resource with its inputs: --details; as JSON: --json)")
     print(f"\n{len(resources)} resources. Exports:")
     for key, value in exports.items():
         print(f"  {key}: {json.dumps(value, sort_keys=True)}")
@@ -110,8 +142,26 @@ def rehearse(args: argparse.Namespace) -> int:
     except (RehearsalError, ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"rehearsed {args.stack}: {len(ran)} steps passed")
+    print(rehearsed(args.stack, ran))
     return 0
+
+
+def resource_summary(resources: list) -> str:
+    """What `pulumi preview` ends with: how many resources of each type would be created."""
+    counts = Counter(r.type for r in resources)
+    width = max((len(str(n)) for n in counts.values()), default=1)
+    lines = [f"Resources: + {len(resources)} to create"]
+    lines += [
+        f"  + {n:>{width}}  {kind}" for kind, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    ]
+    return "\n".join(lines)
+
+
+def rehearsed(stack: str, ran: list[str]) -> str:
+    """The closing lines: how many steps passed, and each of them (the config steps print no progress)."""
+    return "\n".join(
+        [f"rehearsed {stack}: {len(ran)} steps passed", *(f"  {n}. {s}" for n, s in enumerate(ran, 1))]
+    )
 
 
 def _pair(text: str) -> tuple[str, str]:

@@ -21,7 +21,8 @@ from infra.addons.install import install_addons
 from infra.config.cluster_rules import extended_support_notice
 from infra.config.node_health import NodeHealthConfig
 from infra.config.platform import ConfigError, GpuPoolConfig, PlatformConfig
-from infra.contract import AcceleratorPool, PoolTaint, taint_spec
+from infra.contract import taint_spec
+from infra.exports import accelerator_pools, cluster_name_of, gpu_pool_scheduling
 from infra.platform import zones
 from infra.platform.cluster import Cluster, ClusterArgs, ManagedAddons, ManagedAddonsArgs
 from infra.platform.creator import CREATOR_EXPORT, CREATOR_TAG, recorded
@@ -33,7 +34,6 @@ from infra.platform.node_groups import (
     SYSTEM_LABELS,
     ManagedNodeGroup,
     ManagedNodeGroupArgs,
-    gpu_pool_scheduling,
 )
 from infra.platform.pod_identity import partition_of
 from infra.platform.registries import ImagePath
@@ -280,31 +280,6 @@ def _managed_gpu_group(
     )
 
 
-def accelerator_pools(config: PlatformConfig) -> dict[str, AcceleratorPool]:
-    """Every GPU node source (Karpenter NodePools and managed groups alike), as the contract describes
-    it. A Karpenter pool exists only when the Karpenter add-on is on (config validation ensures it)."""
-    pools = {}
-    for pool in config.gpu_pools:
-        acc = pool.catalog_entry
-        labels, taints = gpu_pool_scheduling(acc)
-        pools[pool.name] = AcceleratorPool(
-            source=pool.source,
-            accelerator=acc.key,
-            instance_types=tuple(pool.instance_type_names),
-            gpus_per_node=pool.gpus_per_node,
-            resource_name=acc.resource_name,
-            node_labels=labels,
-            taints=tuple(PoolTaint.model_validate(t) for t in taints),
-            startup_taints=startup_taints(acc.key, enabled=config.addons.node_health.gpu_check),
-            capacity_types=tuple(pool.capacity_types),
-            reservation=pool.reservation.contract() if pool.reservation else None,
-            efa_interfaces=pool.efa_interfaces,
-            gpu_limit=pool.gpu_limit,
-            size=pool.size,
-        )
-    return pools
-
-
 def export(platform: Platform) -> None:
     """The platform stack's outputs, read by workload stacks through a StackReference."""
     cluster, network, storage = platform.cluster, platform.network, platform.storage
@@ -331,10 +306,6 @@ def export(platform: Platform) -> None:
     )
     for name, value in platform.exports.items():
         pulumi.export(name, value)
-
-
-def cluster_name_of(stack: str) -> str:
-    return f"mlops-eks-{stack}"
 
 
 def program(placeholders: Literal["refuse", "warn"] = "refuse") -> Platform:

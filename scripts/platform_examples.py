@@ -1,8 +1,10 @@
 """Regenerate workloads/examples/platform-<stack>.json: the platform program's exports under Pulumi mocks.
 
-`render` and the workload tests read these files as the platform's outputs, so they are generated from
-the program, never written by hand (tests/sim/test_scheduling.py fails when they are stale):
+`render` and `plan` read these files for a platform stack that has no stack file here, and the tests
+check that what they derive from a stack file equals them; so they are generated from the program, never
+written by hand (tests/sim/test_scheduling.py fails when they are stale):
     .venv/bin/python scripts/platform_examples.py
+An invalid platform stack file is named (exit 2) and the other stacks' files are still written.
 """
 
 from __future__ import annotations
@@ -35,11 +37,20 @@ def main(argv: list[str] | None = None) -> int:
     with needs_dev_install("scripts/platform_examples.py"):
         from infra.tools.synth import available_stacks
 
+    from infra.config.errors import ConfigError
+
+    failed = []
     for stack in available_stacks():
         path = EXAMPLES / f"platform-{stack}.json"
-        path.write_text(json.dumps(platform_exports(stack), indent=2, sort_keys=True) + "\n")
+        try:
+            exports = platform_exports(stack)
+        except ConfigError as err:  # one invalid stack file: said, and the others still written
+            print(f"error: Pulumi.{stack}.yaml is invalid, {path.name} not written:\n{err}", file=sys.stderr)
+            failed.append(stack)
+            continue
+        path.write_text(json.dumps(exports, indent=2, sort_keys=True) + "\n")
         print(f"wrote {path}")
-    return 0
+    return 2 if failed else 0
 
 
 if __name__ == "__main__":

@@ -195,3 +195,22 @@ def test_the_launchers_help_is_torchruns_own():
 )
 def test_the_launcher_answers_only_its_own_help(argv, asks):
     assert launch.asks_for_help(argv) is asks
+
+
+DESCRIBED_SUBCOMMANDS = {
+    "infra": ("synth", "check", "images", "rehearse"),
+    "workloads": ("plan", "render", "run-local", "status", "logs"),
+}
+
+
+@pytest.mark.parametrize(
+    ("cli", "sub"), [(cli, sub) for cli, subs in DESCRIBED_SUBCOMMANDS.items() for sub in subs], ids=" ".join
+)
+def test_every_subcommand_help_describes_it_and_its_exit_codes(cli, sub, capsys):
+    main = __import__(f"{cli}.__main__", fromlist=["main"]).main
+    with pytest.raises(SystemExit) as done:
+        main([sub, "--help"])
+    out = capsys.readouterr().out
+    description = out.split("\n\n")[1]  # usage, then the description, then the options
+    assert done.value.code == 0 and not description.startswith(("options:", "-h")), out
+    assert re.search(r"[Ee]xit (codes?:? )?\d|[Ee]xit codes", description), description

@@ -104,6 +104,15 @@ def python_module(tokens: list[str]) -> tuple[str, list[str]] | None:
     return None
 
 
+def _stack_program(args: list[str]) -> str:
+    """The module whose flags follow `run-local --stack S --`: the trainer, or the stack's script."""
+    from workloads.stacks import load_stack
+
+    stack = args[args.index("--stack") + 1] if "--stack" in args else None
+    file = load_stack(stack).spec.program.file if stack else None
+    return PROGRAMS.get(file or "", "trainer")
+
+
 def split_program(module: str, args: list[str]) -> list[tuple[tuple[str, ...], list[str]]]:
     """(help command key, flags it must accept) for a module and, for launchers and `run-local --`, for the
     program it runs."""
@@ -112,9 +121,9 @@ def split_program(module: str, args: list[str]) -> list[tuple[tuple[str, ...], l
     if module in SUBCOMMANDS and args and not args[0].startswith("-"):
         key, args = (module, args[0]), args[1:]
     parts = [(key, args)]
-    if "--" in args:  # run-local: trainer flags after `--`
+    if "--" in args:  # run-local: flags of the stack's program after `--` (the trainer, or its script)
         i = args.index("--")
-        parts = [(key, args[:i]), (("trainer",), args[i + 1 :])]
+        parts = [(key, args[:i]), ((_stack_program(args[:i]),), args[i + 1 :])]
     elif module in LAUNCHERS:
         for i, a in enumerate(args):
             target = args[i + 1] if a == "-m" and i + 1 < len(args) else a

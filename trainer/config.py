@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import importlib.util
 import inspect
 import json
@@ -595,6 +596,28 @@ def _field_types(section_cls: type) -> dict[str, type]:
     return {f.name: kinds[str(f.type)] for f in dataclasses.fields(section_cls)}
 
 
+def _unknown_key(section: str, key: str, types: dict[str, type]) -> str:
+    """The one message for a key the section does not have, from a flag or from a file."""
+    close = difflib.get_close_matches(key, list(types), n=1, cutoff=0.6)
+    hint = f" (did you mean {section}.{close[0]}?)" if close else ""
+    return f"unknown key {section}.{key}{hint}: allowed {', '.join(sorted(types))}"
+
+
+# What only the text classifier reads: set under an LLM run, it would be ignored without a word.
+CLASSIFIER_ONLY = {"model": None, "data": ("tokenizer", "vocab_size")}
+
+
+def _refuse_classifier_keys(values: dict[str, Any], llm_model: str) -> None:
+    for section, keys in CLASSIFIER_ONLY.items():
+        for key, value in values.get(section, {}).items():
+            if keys is None or key in keys:
+                raise ConfigError(
+                    f"{section}.{key}={value!r} is invalid: allowed unset when llm.model is set "
+                    f"(llm.model={llm_model!r} is the model and brings its own tokenizer; {section}.{key} "
+                    "configures the text classifier only)"
+                )
+
+
 def build(values: dict[str, Any]) -> JobConfig:
     """Build a JobConfig from {section: {field: value}}; unknown sections/fields are errors."""
     if not isinstance(values, dict):
@@ -608,10 +631,12 @@ def build(values: dict[str, Any]) -> JobConfig:
         types = _field_types(SECTIONS[name])
         for key in raw:
             if key not in types:
-                raise ConfigError(f"unknown key {name}.{key}: allowed {', '.join(sorted(types))}")
+                raise ConfigError(_unknown_key(name, str(key), types))
     llm = {
         k: _coerce(f"llm.{k}", v, str) for k, v in values.get("llm", {}).items() if k in ("model", "method")
     }
+    if llm.get("model"):
+        _refuse_classifier_keys(values, llm["model"])
     for name, cls in SECTIONS.items():
         types = _field_types(cls)
         kwargs = {k: _coerce(f"{name}.{k}", v, types[k]) for k, v in values.get(name, {}).items()}
@@ -642,8 +667,12 @@ def load_file(path: str) -> dict[str, Any]:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m trainer",
-        description="Distributed PyTorch text classifier (run under torchrun; or `python -m trainer.launch` "
-        "to get exit code 143 on SIGTERM). With no arguments: the zIMDB job on synthetic data. "
+        # A flag is matched whole: a prefix such as --train.step must not set train.step_timeout_s.
+        allow_abbrev=False,
+        description="Distributed PyTorch training: a text classifier (the zIMDB job; a built-in "
+        "transformer or an hf: model) or, with llm.model set, LLM fine-tuning (full or LoRA) on chat or "
+        "instruction records. Run under torchrun, or `python -m trainer.launch` "
+        "to get exit code 143 on SIGTERM. With no arguments: the zIMDB job on synthetic data. "
         "Exit codes: 0 done, 2 invalid config or data, 3 diverged (non-finite loss), 143 stopped by "
         "SIGTERM after a checkpoint, "
         "200 storage unavailable, 201 no GPU for train.device cuda, 202 peer rank lost or hung "
@@ -663,9 +692,24 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _refuse_unknown_flags(unknown: list[str]) -> None:
+    """An unknown --section.key flag gets the message the same key gets in a --config file."""
+    for arg in unknown:
+        flag = arg.split("=", 1)[0]
+        section, dot, key = flag.removeprefix("--").partition(".")
+        if flag.startswith("--") and dot and section in SECTIONS:
+            raise ConfigError(_unknown_key(section, key, _field_types(SECTIONS[section])))
+        raise ConfigError(
+            f"unknown argument {arg!r}: allowed --config FILE and --<section>.<field> VALUE with sections "
+            f"{', '.join(SECTIONS)} (see --help)"
+        )
+
+
 def from_args(argv: list[str] | None = None) -> JobConfig:
     """Parse CLI arguments into a JobConfig. argparse exits 2 on unknown flags, as ConfigError does."""
-    args = vars(parser().parse_args(argv))
+    namespace, unknown = parser().parse_known_args(argv)
+    _refuse_unknown_flags(unknown)
+    args = vars(namespace)
     values: dict[str, Any] = load_file(args.pop("config")) if args.get("config") else {}
     args.pop("config", None)
     if not isinstance(values, dict):

@@ -12,6 +12,7 @@ import contextlib
 import csv
 import itertools
 import json
+import logging
 import os
 import signal
 from collections import Counter
@@ -29,6 +30,7 @@ from trainer import zimdb
 from trainer.config import ConfigError, DataConfig
 from trainer.storage import fetch_to_local
 
+log = logging.getLogger(__name__)
 Example = tuple[str, int]
 synthetic_corpus = zimdb.corpus
 
@@ -54,7 +56,7 @@ class Columns:
         """The texts chunk by chunk as Python strings; `keep` (a boolean per row) filters them."""
         start = 0
         for chunk in self.texts:
-            texts = [str(t) for t in chunk.to_pylist()]
+            texts = ["" if t is None else str(t) for t in chunk.to_pylist()]
             if keep is not None:
                 texts = [t for t, k in zip(texts, keep[start : start + len(texts)], strict=True) if k]
             start += len(chunk)
@@ -83,8 +85,10 @@ def _large_strings(values: list[Any]) -> pa.Array:
 
 
 def _columns(chunks: Iterable[tuple[list[Any], list[Any]]], path: Path | str) -> Columns:
-    texts, labels, row = [], [], 0
+    texts, labels, row, nulls, empty = [], [], 0, 0, 0
     for text_chunk, label_chunk in chunks:
+        nulls += sum(t is None for t in text_chunk)
+        empty += sum(t is None or t == "" for t in text_chunk)
         ints = np.empty(len(label_chunk), dtype=np.int64)
         for i, label in enumerate(label_chunk):
             try:
@@ -98,7 +102,34 @@ def _columns(chunks: Iterable[tuple[list[Any], list[Any]]], path: Path | str) ->
         labels.append(ints)
     if not row:
         raise DataError(f"{path}: no rows")
-    return Columns(texts, np.concatenate(labels))
+    columns = Columns(texts, np.concatenate(labels))
+    for warning in degenerate(columns, path, nulls, empty):
+        if os.environ.get("RANK", "0") == "0":  # every rank reads the same file: one says so
+            log.warning(warning)
+    return columns
+
+
+def degenerate(columns: Columns, path: Path | str, nulls: int, empty: int) -> list[str]:
+    """What makes data train without learning, though every row is valid: null texts (trained as empty
+    text), a text column with no text at all (`empty` counts the nulls too), one class only."""
+    found = []
+    if empty == len(columns):
+        found.append(
+            f"{path}: every text is empty or null ({len(columns)} rows): nothing to learn from; expected "
+            "text in most rows"
+        )
+    elif nulls:
+        found.append(
+            f"{path}: {nulls} of {len(columns)} texts are null (trained as empty text); expected a text in "
+            "every row"
+        )
+    classes = np.unique(columns.labels)
+    if len(classes) == 1:
+        found.append(
+            f"{path}: every label is {int(classes[0])}: one class only, the model learns nothing; expected "
+            "two or more classes"
+        )
+    return found
 
 
 def _batched(rows: Iterable[tuple[Any, Any]]) -> Iterator[tuple[list[Any], list[Any]]]:
@@ -110,7 +141,12 @@ def _batched(rows: Iterable[tuple[Any, Any]]) -> Iterator[tuple[list[Any], list[
 def _parquet_chunks(path: Path, text_field: str, label_field: str):
     import pyarrow.parquet as pq
 
-    pf = pq.ParquetFile(path, memory_map=True)
+    try:
+        pf = pq.ParquetFile(path, memory_map=True)
+    except (pa.ArrowInvalid, OSError) as err:
+        raise DataError(
+            f"{path}: not a Parquet file ({err}); expected Parquet for the .parquet suffix"
+        ) from None
     names = pf.schema_arrow.names
     for col in (text_field, label_field):
         if col not in names:
@@ -132,12 +168,12 @@ def _csv_rows(path: Path, text_field: str, label_field: str):
 def _json_rows(path: Path, text_field: str, label_field: str):
     """JSON lines read one line at a time; a .json holding one list of objects is read whole."""
 
-    def fields(record: Any) -> tuple[Any, Any]:
+    def fields(record: Any, where: str = "") -> tuple[Any, Any]:
         try:
             return record[text_field], record[label_field]
         except (KeyError, TypeError) as err:
             raise DataError(
-                f"{path}: every record needs {text_field!r} and {label_field!r} ({err!r})"
+                f"{path}{where}: every record needs {text_field!r} and {label_field!r} ({err!r} missing)"
             ) from None
 
     with open(path) as f:
@@ -147,11 +183,19 @@ def _json_rows(path: Path, text_field: str, label_field: str):
             if head.startswith("["):
                 yield from (fields(r) for r in json.load(f))
                 return
-            for line in f:
-                if line.strip():
-                    yield fields(json.loads(line))
         except json.JSONDecodeError as err:
-            raise DataError(f"{path}: not valid JSON lines ({err})") from None
+            raise DataError(f"{path}: not valid JSON ({err})") from None
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:  # its own line and column are those within the line
+                raise DataError(
+                    f"{path} line {number}: not valid JSON ({err.msg}, column {err.colno}); expected "
+                    "one JSON object per line"
+                ) from None
+            yield fields(record, f" line {number}")
 
 
 def read_columns(path: Path, text_field: str, label_field: str) -> Columns:

@@ -306,6 +306,16 @@ class Trainer:
     def evaluate(self) -> None:
         self.last_eval = self.task.evaluate(self.model, self.task.val, self.env, self.prec.dtype)
         self.metrics.record("eval", self.step, **self.last_eval)
+        bad = {k: v for k, v in self.last_eval.items() if isinstance(v, float) and not math.isfinite(v)}
+        if bad:  # the weights went non-finite while each step's loss stayed finite: no result to keep
+            self.ckpt.wait()
+            self._record_checkpoints()
+            raise faults.Diverged(
+                f"training diverged: the evaluation at step {self.step} got "
+                + ", ".join(f"{k} {v}" for k, v in bad.items())
+                + f" (train.lr={self.t.lr}); latest checkpoint is still "
+                f"{self.ckpt.latest_name() or 'nothing'}. Lower train.lr or check the data, then resume"
+            )
 
     def checkpoint(self) -> int | None:
         """The interval (or final) checkpoint; faults.STOPPED when a SIGTERM arrived while it was written."""

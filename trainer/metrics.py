@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import math
 import os
 import shutil
 import sys
@@ -47,6 +48,22 @@ GAUGES = {
     "trainer_val_perplexity": ("val_perplexity", "exp(validation loss per token): causal LMs (trainer/llm)"),
     "trainer_last_report_timestamp_seconds": ("time", "when the run last reported (stalled-job alerts)"),
 }
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def strict_json(value: Any, indent: int | None = None) -> str:
+    """JSON that every parser reads: a NaN or infinite number (a diverged loss) is written as null, never
+    as Python's bare NaN / Infinity."""
+    return json.dumps(_finite(value), indent=indent, allow_nan=False)
 
 
 class Exporter:
@@ -174,7 +191,7 @@ class Metrics:
             texts = {f"mlops-eks.{event}.{k}": v for k, v in values.items() if isinstance(v, str)}
             self.tracker.log(step, numbers, round(now * 1000), texts)
         row = {"event": event, "step": step, "time": round(now, 3), **values}
-        self._unless_disk_full(self.path.name, self._append, json.dumps(row) + "\n")
+        self._unless_disk_full(self.path.name, self._append, strict_json(row) + "\n")
         shown = " ".join(f"{k} {_fmt(v)}" for k, v in values.items())
         progress = f"{step}/{self.total_steps}" if self.total_steps else str(step)
         eta = self._eta(now, step) if event == "train" else ""

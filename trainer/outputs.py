@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import secrets
 import shutil
@@ -28,7 +27,7 @@ from trainer import faults
 from trainer.config import JobConfig
 from trainer.dist import DistEnv, barrier, gather_objects
 from trainer.llm import task as llm_task
-from trainer.metrics import Metrics
+from trainer.metrics import Metrics, strict_json
 from trainer.shards import is_disk_full
 from trainer.storage import LocalStorage, Storage
 
@@ -153,7 +152,7 @@ def write_outputs(
         if (tracked := metrics.end_tracking("FINISHED", summary)) is not None:
             summary["mlflow"] = tracked  # what reached MLflow: a run missing there is said here
         for name, content in (("config.json", cfg.to_dict()), ("summary.json", summary)):  # summary last
-            write_file(local_out / name, _writes(json.dumps(content, indent=1).encode()), checkpoint)
+            write_file(local_out / name, _writes(strict_json(content, indent=1).encode()), checkpoint)
         metrics.close()
         if not isinstance(output, LocalStorage):
             for name in (*exported, "summary.json", "config.json"):

@@ -27,10 +27,11 @@ import yaml
 from infra.config.stack_files import platform_stacks, workload_stacks
 from infra.extras import needs_dev_install
 from workloads.identity import aws_resources
-from workloads.platform import PlatformFacts, example_outputs_path, load_platform_outputs
+from workloads.platform import PlatformFacts, derived_facts, example_outputs_path, load_platform_outputs
 from workloads.render import render
 from workloads.spec import SpecError, TrainingJobSpec
 from workloads.stacks import REPO, WorkloadStack, check_platform_stack, load_stack, program_text
+from workloads.status import FAILED, NOT_FOUND, UNREACHABLE, ClusterError
 
 if TYPE_CHECKING:
     from workloads.status import Cluster
@@ -61,22 +62,40 @@ def to_yaml(objects: list[dict]) -> str:
     return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, width=110)
 
 
-def stack_facts(stack: WorkloadStack, outputs_file: Path | None) -> tuple[PlatformFacts, Path]:
-    """The platform facts a command judges the stack by: from --platform-outputs, else the example outputs
-    of its platform stack (which must be one of this project's)."""
+def stack_facts(stack: WorkloadStack, outputs_file: Path | None) -> tuple[PlatformFacts, str]:
+    """The platform facts a command judges the stack by: from --platform-outputs, else derived from its
+    platform stack's file (which must be one of this project's)."""
     if outputs_file is None:
         check_platform_stack(stack)
     return platform_facts(stack.platform_stack, outputs_file)
 
 
-def platform_facts(platform_stack: str, outputs_file: Path | None) -> tuple[PlatformFacts, Path]:
-    path = outputs_file or example_outputs_path(platform_stack)
+def platform_facts(platform_stack: str, outputs_file: Path | None) -> tuple[PlatformFacts, str]:
+    """(facts, where they come from): --platform-outputs; else the platform stack file here, read through
+    its config model (a pool added there is planned onto, with no deploy); else the shipped examples."""
+    if outputs_file is not None:
+        if not outputs_file.exists():
+            raise SpecError(
+                f"--platform-outputs {outputs_file}: no such file; allowed: `pulumi stack output --json "
+                f"-s {platform_stack}` saved to a file"
+            )
+        return load_platform_outputs(outputs_file), f"{outputs_file} (a deployed stack's outputs)"
+    name = platform_stack.rsplit("/", 1)[-1]
+    stack_file = REPO / f"Pulumi.{name}.yaml"
+    if "/" not in platform_stack and stack_file.exists():
+        source = (
+            f"{stack_file.name}, derived offline (bucket and registry are known after deploy: "
+            "--platform-outputs FILE for a deployed stack's outputs)"
+        )
+        return derived_facts(stack_file), source
+    path = example_outputs_path(platform_stack)
     if not path.exists():
         raise SpecError(
-            f"no platform outputs for {platform_stack}: {path} does not exist; pass "
-            "--platform-outputs FILE (`pulumi stack output --json -s <platform stack>`)"
+            f"no platform outputs for {platform_stack}: no {stack_file.name} here and no example "
+            f"{path.name}; pass --platform-outputs FILE (`pulumi stack output --json -s {platform_stack}`)"
         )
-    return load_platform_outputs(path), path
+    source = f"{path} (the shipped example outputs: no {stack_file.name} here, no --platform-outputs)"
+    return load_platform_outputs(path), source
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -161,7 +180,14 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m workloads", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    render_p = sub.add_parser("render", help="print the stack's Kubernetes objects as YAML")
+    render_p = sub.add_parser(
+        "render",
+        help="print the stack's Kubernetes objects as YAML",
+        description="Print what `pulumi up` of the workload stack creates, as YAML: the Kubernetes objects, "
+        "then the job's AWS resources. Platform facts: --platform-outputs FILE, else derived from the "
+        "platform stack's file here (the shipped examples when there is none); stderr says which. Exit 0, "
+        "or 2 for an invalid stack.",
+    )
     render_p.add_argument(
         "--stack", required=True, help="workload stack, e.g. dev-zimdb (Pulumi.<stack>.yaml)"
     )
@@ -174,7 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     render_p.set_defaults(run=cmd_render)
     plan_p = sub.add_parser(
-        "plan", help="will the stack's job run: pool, nodes, time, cost, queue, Pod Security (exit 0 or 2)"
+        "plan",
+        help="will the stack's job run: pool, nodes, time, cost, queue, Pod Security (exit 0 or 2)",
+        description="Before anything is deployed: will the job run, on which pool, how many nodes and how "
+        "soon, the hourly cost, its queue, namespace quota, what the pod will meet (its files and volumes), "
+        "Pod Security and admission. Exit codes: 0 it will run, 2 it will not (or the stack is invalid). "
+        "On a platform stack: `python -m infra check`.",
     )
     plan_p.add_argument("--stack", required=True, help="workload stack (or platform stack: infra check)")
     plan_p.add_argument("--platform-outputs", type=Path, help="platform stack outputs as JSON")
@@ -196,7 +227,14 @@ def main(argv: list[str] | None = None) -> int:
         help="when the job would be deployed, ISO 8601 (e.g. 2026-12-01T12:00Z; default: now)",
     )
     plan_p.set_defaults(run=cmd_plan)
-    local_p = sub.add_parser("run-local", help="run the stack's job with torchrun on this CPU")
+    local_p = sub.add_parser(
+        "run-local",
+        help="run the stack's job with torchrun on this CPU",
+        description="Run the stack's job on this machine: torchrun on CPU (gloo), the job's trainer config "
+        "with checkpoints and outputs under --out/<stack>. Trainer flags after `--` apply over the job's "
+        "config. Exit codes: the trainer's (0 done, 2 invalid config or data, 3 diverged, 128+ retryable; "
+        "trainer/faults.py), 2 for an invalid stack or flag.",
+    )
     local_p.add_argument("--stack", required=True, help="workload stack, e.g. dev-zimdb")
     local_p.add_argument("--nproc", type=int, help="processes (default: the job's, capped by CPU cores)")
     local_p.add_argument("--out", type=Path, default=REPO / "runs", help="local root of checkpoints/outputs")
@@ -204,16 +242,29 @@ def main(argv: list[str] | None = None) -> int:
         "overrides", nargs=argparse.REMAINDER, help="after `--`: trainer flags, e.g. -- --train.max_steps 5"
     )
     local_p.set_defaults(run=cmd_run_local)
-    status_p = sub.add_parser("status", help="the deployed job's state, from the cluster's API server")
+    status_p = sub.add_parser(
+        "status",
+        help="the deployed job's state, from the cluster's API server",
+        description="The deployed job's state, read from the cluster: queued, waiting for a node, running "
+        "(step, loss), failed (each pod's exit code, permanent or retryable) or succeeded (output location). "
+        f"Exit codes: 0 running, queued or succeeded; {FAILED} failed; 2 a bad kubeconfig, outputs file or "
+        f"stack; {NOT_FOUND} no such job on the cluster (not deployed, or deleted after its TTL); "
+        f"{UNREACHABLE} the API server did not answer (retry).",
+    )
     _cluster_args(status_p)
     status_p.set_defaults(run=cmd_status)
-    logs_p = sub.add_parser("logs", help="every node's log of the deployed job, prefixed with its rank")
+    logs_p = sub.add_parser(
+        "logs",
+        help="every node's log of the deployed job, prefixed with its rank",
+        description="Every pod's log of the deployed job, each line prefixed with its node rank; --follow "
+        f"streams them until the pods end. Exit codes: 0, 2 bad input, {UNREACHABLE} the API server did not "
+        "answer (retry).",
+    )
     _cluster_args(logs_p)
     logs_p.add_argument("--follow", "-f", action="store_true", help="stream the logs until the pods end")
     logs_p.add_argument("--tail", type=int, help="only the last N lines of each pod")
     logs_p.set_defaults(run=cmd_logs)
     args = parser.parse_args(argv)
-    from workloads.status import ClusterError
 
     try:
         return args.run(args)

@@ -20,6 +20,8 @@ from workloads.stacks import REPO, WorkloadStack
 
 # The chat records an LLM job trains on in run-local (workloads/examples, written for it).
 LLM_SAMPLE = REPO / "workloads" / "examples" / "llm-chat.jsonl"
+# The platform's GPU check: its defaults need CUDA; `--device cpu` runs it over gloo.
+GPU_CHECK = "trainer/gpu_check.py"
 
 
 def local_processes(wanted: int, requested: int | None) -> tuple[int, str]:
@@ -96,6 +98,12 @@ def command(stack: WorkloadStack, nproc: int, run_dir: Path, overrides: list[str
         target = ["-m", program.module]
     elif program.delivery == "configmap":
         target = [str(REPO / (program.file or ""))]
+        if program.file == GPU_CHECK and "--device" not in overrides:
+            raise SpecError(
+                f"run-local {stack.name}: {GPU_CHECK} checks a node's GPUs and cannot pass on this CPU; "
+                "allowed: the same all-reduce sweep over gloo, `-- --device cpu --expect-gpus 0 "
+                "--min-busbw-gbps 0`"
+            )
     else:
         raise SpecError(
             f"{CONFIG_KEY}.program.delivery: 'volume' scripts live on a cluster PVC "
@@ -107,13 +115,26 @@ def command(stack: WorkloadStack, nproc: int, run_dir: Path, overrides: list[str
 def run_local(stack: WorkloadStack, *, nproc: int | None, out: Path, overrides: list[str]) -> int:
     overrides = overrides[1:] if overrides[:1] == ["--"] else overrides
     spec = stack.spec
+    given = next((a for a in overrides if a == "--config" or a.startswith("--config=")), None)
+    if spec.program.runs_trainer and given:
+        # The trainer reads one --config: a second would replace the job's, output directory included.
+        raise SpecError(
+            f"run-local {stack.name}: `-- {given} ...` would replace the job's trainer config (and its "
+            "output directory); allowed: `-- --<section>.<field> VALUE` flags, which apply over the job's "
+            f"config, or the file's settings under {CONFIG_KEY}.trainerConfig"
+        )
     if spec.operator == "rayjob" and (missing := ray_missing(stack.name)):
         print(missing, file=sys.stderr, flush=True)
         return 2
     wanted = spec.max_nodes * spec.processes_per_node
     n, why = local_processes(wanted, nproc)
     run_dir = (out / stack.name).resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise SpecError(
+            f"--out {out}: cannot create {run_dir} ({err.strerror}); allowed: a directory"
+        ) from None
     argv = command(stack, n, run_dir, overrides)
     print(f"run-local {stack.name}: {n} processes on CPU, gloo ({why}); files in {run_dir}", flush=True)
     print("  " + " ".join(argv), flush=True)

@@ -22,7 +22,15 @@ from pathlib import Path
 from infra.accelerators import CATALOG, PRICE_REGION, PRICES_READ
 from infra.contract import AcceleratorPool, quantity
 from sim.kubernetes.scheduling import PodTemplate, Verdict, node_selector_matches, nodes_by_type, simulate
-from workloads.checks import Finding, PlannedJob, admission, pod_security, reservation, scheduling
+from workloads.checks import (
+    Finding,
+    PlannedJob,
+    admission,
+    pod_inputs,
+    pod_security,
+    reservation,
+    scheduling,
+)
 from workloads.placement import place
 from workloads.platform import PlatformFacts
 from workloads.render import render
@@ -30,7 +38,7 @@ from workloads.spec import SpecError
 from workloads.stacks import WorkloadStack, program_text
 
 # The checks, in the order the plan prints them (workloads/checks: one module each).
-CHECKS = (scheduling.check, reservation.check, pod_security.check, admission.check)
+CHECKS = (scheduling.check, reservation.check, pod_inputs.check, pod_security.check, admission.check)
 
 
 @dataclass(frozen=True)
@@ -91,7 +99,7 @@ class PoolPlan:
 @dataclass
 class Plan:
     stack: WorkloadStack
-    facts_source: Path
+    facts_source: Path | str
     facts_region: str
     verdicts: list[Verdict] = field(default_factory=list)
     pools: list[PoolPlan] = field(default_factory=list)
@@ -264,7 +272,7 @@ def read_spot_prices(path: Path, region: str) -> dict[str, tuple[float, float]]:
 def plan(
     stack: WorkloadStack,
     facts: PlatformFacts,
-    source: Path,
+    source: Path | str,
     spot_file: Path | None = None,
     reservations_file: Path | None = None,
     start: datetime | None = None,

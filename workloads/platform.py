@@ -2,9 +2,10 @@
 
 The pool, device-plugin and queue models are the platform's own (infra.contract, pure data), so both sides
 of the StackReference read one contract. The same model reads a live StackReference's outputs
-(workloads.program), a `--platform-outputs` JSON file, or the example outputs shipped beside this module
-(`examples/platform-<stack>.json`, generated from the platform program under mocks by
-`python -m scripts.platform_examples`), so `render` prints exactly what `pulumi up` would create.
+(workloads.program), a `--platform-outputs` JSON file, the facts derived from the platform's stack file
+(infra.exports: the user's own pools and queues, offline), or the example outputs shipped beside this
+module (`examples/platform-<stack>.json`, generated from the platform program under mocks by
+`python -m scripts.platform_examples`) when no stack file exists.
 """
 
 from __future__ import annotations
@@ -15,7 +16,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from infra.config.errors import ConfigError
+from infra.config.platform import PlatformConfig
+from infra.config.stack_files import StackFileError, read_config
 from infra.contract import AcceleratorPool, DevicePlugin, QueueQuota
+from infra.exports import platform_facts
 from infra.platform.registries import ImagePath
 from workloads.spec import SpecError
 
@@ -97,3 +102,18 @@ def load_platform_outputs(path: Path) -> PlatformFacts:
         ]
         found = "; ".join(problems)
         raise PlatformOutputsError(f"{path}: not a platform stack's outputs: {found}; {allowed}") from None
+
+
+def derived_facts(stack_file: Path) -> PlatformFacts:
+    """The facts of the platform stack `stack_file` holds, from its config alone (infra.exports); a file
+    the platform would refuse is a PlatformOutputsError naming it."""
+    stack = stack_file.name.removeprefix("Pulumi.").removesuffix(".yaml")
+    try:
+        config = PlatformConfig.from_mapping(read_config(stack_file))
+    except (ConfigError, StackFileError) as err:
+        raise PlatformOutputsError(
+            f"platform stack {stack}: {stack_file} is invalid, so its facts cannot be derived:\n{err}\n"
+            f"fix it (`python -m infra check --stack {stack}`), or pass a deployed stack's outputs with "
+            "--platform-outputs FILE"
+        ) from None
+    return PlatformFacts.model_validate(platform_facts(config, stack))

@@ -12,7 +12,7 @@ import difflib
 import ipaddress
 import re
 import urllib.parse
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
@@ -46,7 +46,7 @@ DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti)$"
 # A StorageClass name: a DNS subdomain (Kubernetes' IsDNS1123Subdomain).
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
-S3_PATH = r"^[A-Za-z0-9._\-/]+$"
+S3_PATH = r"^[A-Za-z0-9._\-][A-Za-z0-9._\-/]*$"  # relative: a leading '/' would be dropped
 VOLUME_PATH = r"^[A-Za-z0-9._\-/]*$"
 DnsLabel = Annotated[str, StringConstraints(pattern=DNS_LABEL, max_length=40)]
 Quantity = Annotated[str, StringConstraints(pattern=QUANTITY)]
@@ -55,8 +55,8 @@ PATTERN_MEANS = {
     DNS_LABEL: "lowercase letters, digits and '-', starting with a letter and ending with a letter or digit",
     QUANTITY: "a size with a binary unit, e.g. 50Gi (Ki, Mi, Gi or Ti; not GB)",
     DNS_SUBDOMAIN: "a StorageClass name: lowercase letters, digits, '-' and '.', e.g. efs-sc",
-    S3_PATH: "a path under the job's prefix such as checkpoints (not an s3:// URL: the bucket is the "
-    "platform's)",
+    S3_PATH: "a path under the job's prefix such as checkpoints, without a leading '/' (not an s3:// URL: "
+    "the bucket is the platform's)",
     VOLUME_PATH: "a path on the volume: letters, digits, '.', '_', '-' and '/'",
 }
 
@@ -67,6 +67,7 @@ class SpecError(ValueError):
 
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
+    PATTERN_MEANS: ClassVar[dict[str, str]] = PATTERN_MEANS  # what a quoted number must look like instead
 
     @model_validator(mode="before")
     @classmethod
@@ -440,10 +441,15 @@ class TrainingJobSpec(_Model):
                     continue
                 path = url.removeprefix("s3://").partition("/")[2]
                 if not path.startswith(prefix) or ".." in path.split("/"):
+                    # data, checkpoint and output are job keys of their own; llm's URLs are not.
+                    instead = (
+                        f"`{section}: {{s3: <path under {prefix}>}}` (copy the data there first)"
+                        if section != "llm"
+                        else f"s3://<platform bucket>/{prefix}<path> (copy the model there first)"
+                    )
                     problems.append(
                         f"trainerConfig.{section}.{key}: {url!r} is outside the job's prefix; its IAM role "
-                        f"reads only s3://<platform bucket>/{prefix}; allowed: `{section}: {{s3: <path under "
-                        f"{prefix}>}}` (copy the data there first)"
+                        f"reads only s3://<platform bucket>/{prefix}; allowed: {instead}"
                     )
         return problems
 

@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from infra.contract import JOB_LABEL
 from trainer import faults
 from workloads import pod as pod_mod
 from workloads.platform import read_platform_outputs
-from workloads.spec import TrainingJobSpec
+from workloads.spec import SpecError, TrainingJobSpec
 
 NOT_FOUND = 3  # the job object does not exist (not deployed, or deleted after its TTL)
 FAILED = 1
@@ -87,11 +89,20 @@ def api_client(kubeconfig: Path | None, platform_outputs: Path | None) -> Any:
             raw = outputs.get("kubeconfig")
             if not raw:
                 raise ClusterError(f"{platform_outputs}: no `kubeconfig` output (use --show-secrets)", 2)
-            import yaml  # pulumi-eks exports it as a JSON string; a YAML kubeconfig reads the same way
-
+            # pulumi-eks exports it as a JSON string; a YAML kubeconfig reads the same way
             client = config.new_client_from_config_dict(yaml.safe_load(raw) if isinstance(raw, str) else raw)
     except config.ConfigException as err:
         raise ClusterError(f"kubeconfig: {err}", 2) from None
+    except SpecError:
+        raise  # the platform outputs file, named by its own message
+    except (yaml.YAMLError, TypeError, ValueError, AttributeError, KeyError) as err:
+        # The client reads the file without checking its shape: a bad one fails deep inside it.
+        where = kubeconfig or os.environ.get("KUBECONFIG") or platform_outputs or default
+        raise ClusterError(
+            f"kubeconfig {where} is unreadable ({type(err).__name__}: {err}); expected a kubeconfig "
+            "(`aws eks update-kubeconfig` writes one)",
+            2,
+        ) from None
     # Fail fast on an unreachable API server instead of urllib3's default three retries.
     client.configuration.retries = 0
     return client

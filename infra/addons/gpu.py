@@ -16,18 +16,19 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.accelerators import CATALOG, Vendor
 from infra.addons import gpu_node_check
 from infra.charts import release
 from infra.component_args import ComponentArgs, child_options
 from infra.config.addons import GpuSoftwareConfig
 from infra.contract import (
-    EFA_RESOURCE,
-    INSTANCE_TYPE_LABEL,
     JOB_LABEL,
-    DevicePlugin,
-    Toleration,
-    toleration_spec,
+)
+from infra.exports import (
+    amd_device_plugin_values,
+    efa_device_plugin_values,
+    nvidia_device_plugin_values,
+    vendor_node_selector,
+    vendor_toleration,
 )
 from infra.pins import Image
 from infra.platform.image_cache import ImageCache
@@ -39,30 +40,6 @@ NAMESPACE = "gpu-system"
 # Prometheus way, so they appear as `mlops_eks_io_job` and `mlops_eks_io_accelerator`.
 POD_LABEL_ALLOWLIST = [r"^mlops-eks\.io/.*$"]
 JOB_METRIC_LABEL = re.sub(r"[^a-zA-Z0-9_]", "_", JOB_LABEL)  # mlops_eks_io_job
-
-
-def vendor_node_selector(vendor: Vendor) -> dict[str, str]:
-    """The labels every GPU node of `vendor` carries, whatever its accelerator."""
-    label_sets = [a.node_labels.items() for a in CATALOG.values() if a.vendor == vendor]
-    common = set(label_sets[0]).intersection(*label_sets[1:])
-    return dict(sorted(common))
-
-
-def vendor_toleration(vendor: Vendor) -> dict[str, str]:
-    taint = next(a.taint for a in CATALOG.values() if a.vendor == vendor)
-    return toleration_spec(taint, any_value=True)
-
-
-# The chart defaults' own toleration: keep it when we replace the list.
-_CRITICAL_ADDONS = {"key": "CriticalAddonsOnly", "operator": "Exists"}
-
-
-def nvidia_device_plugin_values() -> dict[str, Any]:
-    return {
-        "nodeSelector": vendor_node_selector("nvidia"),
-        "tolerations": [_CRITICAL_ADDONS, vendor_toleration("nvidia")],
-        "priorityClassName": "system-node-critical",
-    }
 
 
 # The EKS node monitoring agent's DCGM host engine: its dcgm-server DaemonSet runs `nv-hostengine -n -b ALL`
@@ -105,78 +82,6 @@ def dcgm_exporter_values(*, service_monitor: bool, node_host_engine: bool = Fals
         },
         "kubernetes": {"enablePodLabels": True, "podLabelAllowlistRegex": POD_LABEL_ALLOWLIST},
     }
-
-
-# The amd-gpu chart selects nodes only through `node_selector` (a fixed default we cannot extend without
-# leaving the chart's declared values): the NFD label for an AMD display controller and the architecture.
-# AMD nodes carry that label from the catalog (`extra_labels`), so no NFD is needed.
-AMD_CHART_NODE_SELECTOR = {
-    "feature.node.kubernetes.io/pci-0300_1002.present": "true",
-    "kubernetes.io/arch": "amd64",
-}
-
-
-def amd_device_plugin_values() -> dict[str, Any]:
-    return {
-        "node_selector_enabled": True,
-        "node_selector": AMD_CHART_NODE_SELECTOR,
-        "tolerations": [_CRITICAL_ADDONS, vendor_toleration("amd")],
-    }
-
-
-def efa_instance_types() -> list[str]:
-    """The catalog's instance types with EFA interfaces."""
-    return sorted({t.name for a in CATALOG.values() for t in a.instance_types if t.efa_interfaces})
-
-
-def efa_device_plugin_values() -> dict[str, Any]:
-    """The chart selects nodes by required affinity on `supportedInstanceLabels` (its daemonset template);
-    narrowed to the catalog's EFA types. EFA nodes here are GPU nodes: tolerate both GPU taints."""
-    return {
-        "supportedInstanceLabels": {"keys": [INSTANCE_TYPE_LABEL], "values": efa_instance_types()},
-        "tolerations": [vendor_toleration("nvidia"), vendor_toleration("amd")],
-    }
-
-
-def _tolerations(values: dict[str, Any]) -> tuple[Toleration, ...]:
-    return tuple(Toleration.model_validate(t) for t in values["tolerations"])
-
-
-def device_plugins(cfg: GpuSoftwareConfig) -> list[DevicePlugin]:
-    """Where each installed device plugin runs, from the values above (the scheduling contract)."""
-    plugins = []
-    if cfg.nvidia_device_plugin:
-        values = nvidia_device_plugin_values()
-        plugins.append(
-            DevicePlugin(
-                name="nvidia-device-plugin",
-                resource=CATALOG["t4"].resource_name,
-                node_selector=values["nodeSelector"],
-                tolerations=_tolerations(values),
-            )
-        )
-    if cfg.amd_device_plugin:
-        values = amd_device_plugin_values()
-        plugins.append(
-            DevicePlugin(
-                name="amd-gpu",
-                resource=CATALOG["amd-v520"].resource_name,
-                node_selector=values["node_selector"],
-                tolerations=_tolerations(values),
-            )
-        )
-    if cfg.efa_device_plugin:
-        values = efa_device_plugin_values()
-        plugins.append(
-            DevicePlugin(
-                name="aws-efa-k8s-device-plugin",
-                resource=EFA_RESOURCE,
-                node_affinity={INSTANCE_TYPE_LABEL: tuple(values["supportedInstanceLabels"]["values"])},
-                # The chart adds CriticalAddonsOnly before the configured tolerations.
-                tolerations=(Toleration(key="CriticalAddonsOnly", operator="Exists"), *_tolerations(values)),
-            )
-        )
-    return plugins
 
 
 # The kinds the startup GPU check is made of, and the Python names of their top-level fields.

@@ -16,7 +16,7 @@ import pulumi
 from infra.addons.cost import NAMESPACE as KUBECOST_NAMESPACE
 from infra.addons.cost import Kubecost, KubecostArgs
 from infra.addons.gpu import NAMESPACE as GPU_NAMESPACE
-from infra.addons.gpu import GpuSoftware, GpuSoftwareArgs, device_plugins
+from infra.addons.gpu import GpuSoftware, GpuSoftwareArgs
 from infra.addons.karpenter.controller import NAMESPACE as KARPENTER_NAMESPACE
 from infra.addons.karpenter.controller import Karpenter, KarpenterArgs
 from infra.addons.kuberay import NAMESPACE as KUBERAY_NAMESPACE
@@ -34,8 +34,9 @@ from infra.addons.namespaces import (
     platform_namespaces,
 )
 from infra.addons.system_admission import SystemAdmission, SystemAdmissionArgs
-from infra.addons.training import Training, TrainingArgs, queue_quotas
+from infra.addons.training import Training, TrainingArgs
 from infra.config.addons import AddonsConfig
+from infra.exports import device_plugins, queue_quotas
 
 if TYPE_CHECKING:
     from infra.program import Platform

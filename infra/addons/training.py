@@ -16,23 +16,16 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from infra.accelerators import CATALOG
 from infra.addons import kuberay, training_operator_v1
 from infra.addons.manifests import custom_resource
 from infra.charts import release
 from infra.component_args import ComponentArgs, child_options
-from infra.config.addons import TeamQueue, TrainingConfig
+from infra.config.addons import TrainingConfig
 from infra.contract import (
-    EFA_RESOURCE,
-    KUEUE_CPU_FLAVOR,
-    KUEUE_EFA_FLAVOR,
-    KUEUE_GPU_FLAVOR_PREFIX,
     KUEUE_NAMESPACE_LABEL,
     RUN_AS_UID,
-    QueueQuota,
-    kueue_gpu_flavor,
-    quantity,
 )
+from infra.exports import kueue_objects, training_operators, volcano_queues
 from infra.pins import IMAGES
 from infra.platform.image_cache import ImageCache
 
@@ -40,10 +33,6 @@ TRAINER_NAMESPACE = "kubeflow-system"
 TORCH_RUNTIME = "torch-distributed"
 # The upstream runtime's default image (pinned in infra/pins.py); every TrainJob sets its own.
 TORCH_RUNTIME_IMAGE = IMAGES["torch-runtime"].ref
-CPU_FLAVOR = KUEUE_CPU_FLAVOR
-# EFA interfaces are not tied to an accelerator's nodes (the GPU flavor pins the node): a flavor of its own.
-EFA_FLAVOR = KUEUE_EFA_FLAVOR
-GPU_FLAVOR_PREFIX = KUEUE_GPU_FLAVOR_PREFIX
 
 
 def trainer_values() -> dict[str, Any]:
@@ -201,148 +190,6 @@ def volcano_values() -> dict[str, Any]:
     return {"basic": {"image_pull_policy": "IfNotPresent"}}
 
 
-def _flavor_name(accelerator: str) -> str:
-    return f"{GPU_FLAVOR_PREFIX}{accelerator}"
-
-
-def kueue_objects(queues: Sequence[TeamQueue]) -> list[dict[str, Any]]:
-    """ResourceFlavors (one per accelerator a queue uses, plus CPU) and one ClusterQueue per team.
-    Flavors pin admitted pods to the accelerator's nodes with the catalog's labels and taint."""
-    accelerators = sorted({key for q in queues for key in q.gpus})
-    flavors = [_resource_flavor(CPU_FLAVOR, {}, [])]
-    if any(q.efa_interfaces for q in queues):
-        flavors.append(_resource_flavor(EFA_FLAVOR, {}, []))
-    for key in accelerators:
-        name, spec = kueue_gpu_flavor(key)
-        flavors.append(
-            {
-                "apiVersion": "kueue.x-k8s.io/v1beta2",
-                "kind": "ResourceFlavor",
-                "metadata": {"name": name},
-                "spec": spec,
-            }
-        )
-    cluster_queues = []
-    for q in queues:
-        groups: list[dict[str, Any]] = [
-            {
-                "coveredResources": ["cpu", "memory"],
-                "flavors": [
-                    {
-                        "name": CPU_FLAVOR,
-                        "resources": [
-                            {"name": "cpu", "nominalQuota": str(q.cpu)},
-                            {"name": "memory", "nominalQuota": f"{q.memory_gib}Gi"},
-                        ],
-                    }
-                ],
-            }
-        ]
-        for resource_name in sorted({CATALOG[k].resource_name for k in q.gpus}):
-            keys = sorted(k for k in q.gpus if CATALOG[k].resource_name == resource_name)
-            groups.append(
-                {
-                    "coveredResources": [resource_name],
-                    "flavors": [
-                        {
-                            "name": _flavor_name(k),
-                            "resources": [{"name": resource_name, "nominalQuota": str(q.gpus[k])}],
-                        }
-                        for k in keys
-                    ],
-                }
-            )
-        if q.efa_interfaces:
-            groups.append(
-                {
-                    "coveredResources": [EFA_RESOURCE],
-                    "flavors": [
-                        {
-                            "name": EFA_FLAVOR,
-                            "resources": [
-                                {"name": EFA_RESOURCE, "nominalQuota": str(q.efa_interfaces)},
-                            ],
-                        }
-                    ],
-                }
-            )
-        cluster_queues.append(
-            {
-                "apiVersion": "kueue.x-k8s.io/v1beta2",
-                "kind": "ClusterQueue",
-                "metadata": {"name": q.name},
-                "spec": {
-                    "namespaceSelector": {},
-                    "queueingStrategy": "BestEffortFIFO",
-                    "resourceGroups": groups,
-                },
-            }
-        )
-    return flavors + cluster_queues
-
-
-def _resource_flavor(name: str, labels: dict[str, str], tolerations: list[dict[str, str]]) -> dict[str, Any]:
-    spec: dict[str, Any] = {"nodeLabels": labels} if labels else {}
-    if tolerations:
-        spec["tolerations"] = tolerations
-    return {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "ResourceFlavor",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-
-
-def queue_quotas(config: TrainingConfig) -> list[QueueQuota]:
-    """Each queue's nominal quota per resource, summed over its flavors, read back from the objects
-    created above (so the export says what the cluster enforces)."""
-    if config.gang_scheduler == "kueue":
-        quotas = []
-        for obj in kueue_objects(config.queues):
-            if obj["kind"] != "ClusterQueue":
-                continue
-            nominal: dict[str, str] = {}
-            gpus: dict[str, int] = {}
-            for group in obj["spec"]["resourceGroups"]:
-                for flavor in group["flavors"]:
-                    for r in flavor["resources"]:
-                        key = flavor["name"].removeprefix(GPU_FLAVOR_PREFIX)
-                        if flavor["name"].startswith(GPU_FLAVOR_PREFIX):
-                            gpus[key] = int(quantity(r["nominalQuota"]))
-                        else:
-                            nominal[r["name"]] = r["nominalQuota"]
-            quotas.append(
-                QueueQuota(name=obj["metadata"]["name"], scheduler="kueue", nominal=nominal, gpus=gpus)
-            )
-        return quotas
-    if config.gang_scheduler == "volcano":
-        return [
-            QueueQuota(name=o["metadata"]["name"], scheduler="volcano", nominal=o["spec"]["capability"])
-            for o in volcano_queues(config.queues)
-        ]
-    return []
-
-
-def volcano_queues(queues: Sequence[TeamQueue]) -> list[dict[str, Any]]:
-    objects = []
-    for q in queues:
-        capability = {"cpu": str(q.cpu), "memory": f"{q.memory_gib}Gi"}
-        for key, count in q.gpus.items():
-            resource = CATALOG[key].resource_name
-            capability[resource] = str(int(capability.get(resource, "0")) + count)
-        if q.efa_interfaces:
-            capability[EFA_RESOURCE] = str(q.efa_interfaces)
-        objects.append(
-            {
-                "apiVersion": "scheduling.volcano.sh/v1beta1",
-                "kind": "Queue",
-                "metadata": {"name": q.name},
-                "spec": {"capability": capability, "reclaimable": True, "weight": 1},
-            }
-        )
-    return objects
-
-
 class TrainingArgs(ComponentArgs):
     config: TrainingConfig
     k8s_provider: k8s.Provider
@@ -410,8 +257,6 @@ class Training(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions.merge(base, operator_after),
             )
             self.installed.append(operator_v1)
-        # Training Operator v1 runs both PyTorchJob and MPIJob (workloads/mpijob.py).
-        v1 = cfg.training_operator_v1
         if cfg.kuberay:
             monitored = args.service_monitor_after is not None
             after = [args.service_monitor_after] if args.service_monitor_after else []
@@ -421,9 +266,7 @@ class Training(pulumi.ComponentResource):
                 kuberay.RELEASE, kuberay.CHART_KEY, kuberay.NAMESPACE, values, ray_opts, images=args.images
             )
             self.installed.append(ray)
-        self.operators = {"trainjob": cfg.trainer, "pytorchjob": v1, "mpijob": v1}
-        if cfg.kuberay:  # exported only when on: platforms without it export what they did before
-            self.operators["rayjob"] = True
+        self.operators = training_operators(cfg)
 
         self.priority_classes = [c.name for c in cfg.priority_classes]
         for c in cfg.priority_classes:

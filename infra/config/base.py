@@ -110,6 +110,10 @@ def _allowed_text(model: type[BaseModel], data: dict, key: str, text: str, annot
             cause = (e.get("ctx") or {}).get("error")
             if isinstance(cause, Invalid) and cause.field.split(".")[0].split("[")[0] == key:
                 return cause.allowed
+            if e["type"] == "string_pattern_mismatch" and e["loc"][:1] == (key,):
+                # The quoted text is refused too: say what the key takes, not what the next run refuses.
+                pattern = (e.get("ctx") or {}).get("pattern", "")
+                return getattr(model, "PATTERN_MEANS", {}).get(pattern, f"text matching {pattern}")
     return f'"{text}"'
 
 

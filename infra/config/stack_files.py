@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from infra.config import go_yaml
 from infra.contract import PLATFORM_STACK_KEY
 
 PROJECT = "mlops-eks"
@@ -40,14 +41,21 @@ class StackFileError(ValueError):
 @functools.lru_cache(maxsize=512)
 def _parse(text: str) -> Any:
     """A stack file's text parsed once per process: every tool and test reads the same few files many
-    times (which stacks are workload stacks is asked on every load), and parsing dominates reading."""
-    return yaml.safe_load(text)
+    times (which stacks are workload stacks is asked on every load), and parsing dominates reading. Read as
+    the Pulumi CLI reads it (go-yaml v3: infra/config/go_yaml.py): a duplicate key is refused, `yes`/`on`
+    are text."""
+    return go_yaml.load(text)
 
 
 def read_config(path: Path) -> dict[str, Any]:
     """The `config:` mapping of a stack file (empty when it has none); a copy the caller may change."""
     try:
         document = copy.deepcopy(_parse(path.read_text()))
+    except go_yaml.GoYamlError as err:
+        raise StackFileError(
+            f"{path.name}: refused as the Pulumi CLI (go-yaml v3) refuses it: {err}; allowed: each key once "
+            "per mapping"
+        ) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

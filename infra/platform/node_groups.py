@@ -20,9 +20,9 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 
-from infra.accelerators import Accelerator, NodeImage
+from infra.accelerators import NodeImage
 from infra.component_args import ComponentArgs, child_options
-from infra.contract import NODE_ROLE_LABEL, taint_spec
+from infra.contract import NODE_ROLE_LABEL
 from infra.platform.cluster import SERVICE_CIDR
 from infra.platform.node_repair import node_repair_transform
 
@@ -208,8 +208,3 @@ class ManagedNodeGroup(pulumi.ComponentResource):
                 for card in range(args.efa_interfaces)
             ]
         )
-
-
-def gpu_pool_scheduling(acc: Accelerator) -> tuple[dict[str, str], list[dict[str, str]]]:
-    """The labels and taints every node of accelerator `acc` carries (from the catalog)."""
-    return acc.node_labels, [taint_spec(acc.taint)]

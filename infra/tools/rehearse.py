@@ -26,9 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
-from infra.config import stack_files
+from infra.config import go_yaml, stack_files
 from infra.tools.synth import PlatformMocks
 from sim.pulumi.engine import ORGANIZATION, RunResult, run_program
 from sim.pulumi.merge_config import ProjectConfigError, merge_config
@@ -89,7 +87,7 @@ class RehearsalError(Exception):
 
 
 def project_file() -> dict[str, Any]:
-    return yaml.safe_load((REPO / "Pulumi.yaml").read_text())
+    return go_yaml.load((REPO / "Pulumi.yaml").read_text())  # as the CLI reads it
 
 
 def fill(command: str, stack: str, values: Mapping[str, str]) -> str:

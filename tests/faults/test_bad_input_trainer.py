@@ -90,6 +90,11 @@ CASES = [
      "llm.model_cache", "'s3://b/cache'", "empty unless llm.model is hf:<repo>"),
     ("llm-on-synthetic-data", {"llm": {"model": "tiny"}}, "data.source", "'synthetic'",
      "chat or instruction records"),
+    ("llm-with-classifier-model-name", {"llm": {"model": "tiny"}, "data": {"source": "x.jsonl"},
+     "model": {"name": "transformer"}}, "model.name", "'transformer'", "unset when llm.model is set"),
+    ("llm-with-classifier-tokenizer",
+     {"llm": {"model": "tiny"}, "data": {"source": "x.jsonl", "tokenizer": "bpe"}}, "data.tokenizer",
+     "'bpe'", "brings its own tokenizer"),
     ("mlflow-sql-backend-uri", {"mlflow": {"tracking_uri": "sqlite:///mlflow.db"}}, "mlflow.tracking_uri",
      "'sqlite:///mlflow.db'", "file:/path (a local file store)"),
     ("mlflow-uri-a-plain-directory", {"mlflow": {"tracking_uri": "./mlruns"}}, "mlflow.tracking_uri",
@@ -141,6 +146,10 @@ def test_the_default_directories_are_accepted_where_they_can_be_created(tmp_path
         ("config-file-not-yaml", ["--config", "<tmp>/job.txt"], "allowed a .yaml, .yml or .json file"),
         ("config-file-a-list", ["--config", "<tmp>/job.yaml"], "must hold a mapping of sections, got list"),
         ("flag-unquoted-path-below-a-file", ["--checkpoint.dir", str(HERE / "x")], "is a file"),
+        # argparse would match a prefix: --train.step 30 set the hung-peer kill switch step_timeout_s
+        ("flag-prefix-of-step-timeout", ["--train.step", "30"], "unknown key train.step"),
+        ("flag-prefix-of-max-steps", ["--train.max_step", "30"], "did you mean train.max_steps?"),
+        ("flag-prefix-with-equals", ["--train.l=0.1"], "unknown key train.l (did you mean train.lr?)"),
     ],
 )
 def test_the_trainer_command_exits_2_before_it_trains(
@@ -153,6 +162,18 @@ def test_the_trainer_command_exits_2_before_it_trains(
     (tmp_path / "job.yaml").write_text("- train\n")
     code = main([a.replace("<tmp>", str(tmp_path)) for a in argv])
     error = capsys.readouterr().err
-    names = argv[0] if argv[0] == "--config" else argv[0].removeprefix("--")
+    names = argv[0] if argv[0] == "--config" else argv[0].removeprefix("--").split("=")[0]
     entry = ledger("bad input: trainer", case, error=error if code == 2 else None, names=names)
     assert code == 2 and entry.clear and says in error and "allowed" in error, error
+
+
+def test_a_mistyped_key_gets_the_same_refusal_as_a_flag_and_in_a_file(tmp_path):
+    from trainer.config import from_args
+
+    (tmp_path / "job.yaml").write_text("train: {max_step: 30}\n")
+    refusals = []
+    for argv in (["--train.max_step", "30"], ["--config", str(tmp_path / "job.yaml")]):
+        with pytest.raises(ConfigError) as err:
+            from_args(argv)
+        refusals.append(str(err.value))
+    assert refusals[0] == refusals[1] and "did you mean train.max_steps?" in refusals[0], refusals

@@ -139,6 +139,16 @@ CASES = [
      "'ml-team'", "leave queue unset"),
     ("kueue-queue-on-an-mpijob", job(operator="mpijob", gpusPerNode=1, queue="ml-team"), "dev", "queue",
      "'ml-team'", "leave queue unset"),
+    # the advice is what the next run accepts: a unit, not the bare number quoted
+    ("pvc-size-unquoted-number", job(checkpoint={"pvc": {"size": 10}}), "dev", "checkpoint.pvc.size", "10",
+     "a size with a binary unit, e.g. 50Gi"),
+    # a leading '/' was dropped when the key was joined under the job's prefix
+    ("output-s3-absolute-path", job(output={"s3": "/abs"}), "dev", "output.s3", "'/abs'",
+     "without a leading '/'"),
+    # the advice named a job key `llm: {s3: ...}` that does not exist
+    ("llm-model-outside-the-prefix",
+     job(llm__model="s3://other/x", data__source="s3://b/jobs/zimdb/x.jsonl"), "dev",
+     "trainerConfig.llm.model", "'s3://other/x'", "allowed: s3://<platform bucket>/jobs/zimdb/<path>"),
 ]  # fmt: skip
 
 

@@ -10,26 +10,21 @@ import yaml
 from infra.accelerators import CATALOG
 from infra.addons.chart_images import image_values, merged
 from infra.addons.cost import cost_analyzer_values
-from infra.addons.gpu import (
-    amd_device_plugin_values,
-    dcgm_exporter_values,
-    efa_device_plugin_values,
-    nvidia_device_plugin_values,
-)
+from infra.addons.gpu import dcgm_exporter_values
 from infra.addons.karpenter.controller import karpenter_values
 from infra.addons.karpenter.node_pools import NodeClassFacts, cpu_node_pool, ec2_node_class, gpu_node_pool
 from infra.addons.kuberay import kuberay_values
 from infra.addons.monitoring.kube_prometheus import kube_prometheus_stack_values, metrics_server_values
-from infra.addons.training import (
-    kueue_objects,
-    kueue_values,
-    torch_distributed_runtime,
-    trainer_values,
-    volcano_queues,
-    volcano_values,
-)
+from infra.addons.training import kueue_values, torch_distributed_runtime, trainer_values, volcano_values
 from infra.config.addons import AddonsConfig
 from infra.config.platform import GpuPoolConfig
+from infra.exports import (
+    amd_device_plugin_values,
+    efa_device_plugin_values,
+    kueue_objects,
+    nvidia_device_plugin_values,
+    volcano_queues,
+)
 from infra.pins import CHARTS, IMAGES
 from infra.platform.registries import ImagePath
 from sim.contracts import HELM_PACKAGES, UPSTREAM, values_file

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -72,7 +73,7 @@ def test_synth_json_lists_every_resource_with_type_name_parent_inputs(capsys):
 
 
 def test_synth_text_prints_exports_and_the_idle_cost(capsys):
-    assert main(["synth", "--stack", "dev"]) == 0
+    assert main(["synth", "--stack", "dev", "--details"]) == 0
     out = capsys.readouterr().out
     assert "eks:index:Cluster  cluster-eks  (parent: cluster)" in out
     assert 'kubeconfig: "[secret]"' in out
@@ -146,3 +147,13 @@ def test_a_version_past_standard_support_is_priced_and_announced_at_the_extended
     assert notice and "2026-07-29" in notice and "$0.60 per hour" in notice and "'1.35'" in notice
     assert extended_support_notice("1.34", date(2026, 12, 2)) is None  # its last day of standard support
     assert extended_support_notice("1.34", date(2026, 12, 3))
+
+
+def test_synth_sums_up_by_type_as_pulumi_preview_does_and_details_on_request(capsys):
+    assert main(["synth", "--stack", "dev"]) == 0
+    out = capsys.readouterr().out
+    total = int(re.search(r"^Resources: \+ (\d+) to create$", out, re.M).group(1))
+    by_type = {kind: int(n) for n, kind in re.findall(r"^  \+ +(\d+)  (\S+)$", out, re.M)}
+    assert sum(by_type.values()) == total and by_type["eks:index:Cluster"] == 1, out
+    assert not re.search(r"^\S+  \S+  \(parent: ", out, re.M)  # no line per resource without --details
+    assert f"{total} resources. Exports:" in out and "total per hour" in out

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from infra.accelerators import CATALOG
-from infra.addons.training import kueue_objects
 from infra.config.addons import TeamQueue
 from infra.contract import ACCELERATOR_LABEL, Toleration
+from infra.exports import kueue_objects
 from sim.kubernetes.scheduling import quota_problems, simulate, tolerated, unschedulable
 from sim.operators import pods as model
 from workloads.platform import PlatformFacts, example_outputs_path, load_platform_outputs

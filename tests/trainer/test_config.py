@@ -76,7 +76,7 @@ def test_json_config_file_is_accepted(tmp_path):
     ("values", "message"),
     [
         ({"trainer": {}}, "unknown config section 'trainer': allowed data, model, train, checkpoint, output"),
-        ({"train": {"batchsize": 8}}, "unknown key train.batchsize: allowed"),
+        ({"train": {"batchsize": 8}}, "(did you mean train.batch_size?): allowed"),
         ({"train": {"lr": "fast"}}, "train.lr='fast' is invalid: allowed a number"),
         ({"train": {"max_steps": 1.5}}, "train.max_steps=1.5 is invalid: allowed an integer"),
         ({"train": {"compile": 1}}, "train.compile=1 is invalid: allowed true | false"),

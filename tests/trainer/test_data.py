@@ -93,7 +93,7 @@ def test_s3_source_is_downloaded_and_read(tmp_path):
     [
         ('{"text": "ok", "label": "positive"}\n', "row 1: label 'positive' is not an integer class id"),
         ('{"review": "ok", "label": 1}\n', "every record needs 'text' and 'label'"),
-        ("{not json\n", "not valid JSON lines"),
+        ('{"text": "ok", "label": 1}\n{not json\n', "line 2: not valid JSON"),
     ],
 )
 def test_bad_rows_name_the_file_and_the_problem(tmp_path, content, message):

@@ -5,7 +5,6 @@ stack; and the workload program replacing what those rules refuse to update."""
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass
 
 import pulumi
@@ -359,13 +358,17 @@ class OptionsMonitor(runtime_mocks.MockMonitor):
         return super().RegisterResource(request)
 
 
+def facts_dump(facts) -> dict:
+    """The facts as the platform's outputs (JSON values), for the StackReference mock."""
+    return facts.model_dump(mode="json")
+
+
 def _deploy(pulumi_mocks, stack: str) -> list[Registration]:
     """workloads.program for a committed workload stack under mocks; its registrations with options."""
     from workloads.program import program
 
     config = yaml.safe_load(stack_file(stack).read_text())["config"]
-    _, source = platform_facts(config[PLATFORM_KEY], None)
-    outputs = json.loads(source.read_text()) | {"kubeconfig": "{}"}
+    outputs = facts_dump(platform_facts(config[PLATFORM_KEY], None)[0]) | {"kubeconfig": "{}"}
     monitor = OptionsMonitor(RecordingMocks(outputs))
     values = {PLATFORM_KEY: config[PLATFORM_KEY], CONFIG_KEY: config[CONFIG_KEY]}
     pulumi_mocks(monitor.mocks, stack=stack, config=values, monitor=monitor)

@@ -23,7 +23,7 @@ def test_render_prints_every_object_as_yaml(capsys):
         "TrainingRuntime",
         "TrainJob",
     ]
-    assert "platform-dev.json" in out.err  # says where the platform facts came from
+    assert "facts from Pulumi.dev.yaml, derived offline" in out.err  # says where the facts came from
 
 
 def test_render_reads_platform_outputs_from_a_file(capsys, tmp_path, dev_outputs):

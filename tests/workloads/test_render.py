@@ -406,7 +406,7 @@ def test_elastic_pytorchjob_has_only_workers_and_an_elastic_policy(dev_platform)
 def test_example_platform_outputs_are_what_the_platform_stack_files_export(platform_stack):
     # The pools `render` reads when no --platform-outputs is given are the real stack's, not invented ones.
     from infra.config.platform import PlatformConfig
-    from infra.program import accelerator_pools
+    from infra.exports import accelerator_pools
     from infra.tools.synth import stack_config
 
     example = load_platform_outputs(example_outputs_path(platform_stack))

@@ -12,7 +12,8 @@ memory and EFA interfaces are EC2 DescribeInstanceTypes as Karpenter's generated
 (aws/karpenter-provider-aws@1d927085dd81a9df9301e613f371dac5b4d16bfe
 website/content/en/docs/reference/instance-types.md: instance-gpu-count, instance-gpu-memory in MiB per
 GPU, instance-cpu, instance-memory, vpc.amazonaws.com/efa), their prices the us-east-1 on-demand table
-generated from the AWS Pricing API on 2026-07-20 (same commit, pkg/providers/pricing/zz_generated.pricing_aws.go).
+generated from the AWS Pricing API on 2026-07-20 (same commit,
+pkg/providers/pricing/zz_generated.pricing_aws.go).
 Compute capabilities: developer.nvidia.com/cuda-gpus (B200 10.0, H200 9.0, L40S 8.9).
 """
 

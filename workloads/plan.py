@@ -54,7 +54,9 @@ NVSWITCH_GPU = (
 )
 LAUNCH_MINUTES = {
     **{family: LaunchTime((1, 3), PCIE_GPU) for family in ("g4dn", "g4ad", "g5", "g6", "g6e")},
-    **{family: LaunchTime((3, 6), NVSWITCH_GPU) for family in ("p4d", "p4de", "p5", "p5e", "p5en")},
+    **{
+        family: LaunchTime((3, 6), NVSWITCH_GPU) for family in ("p4d", "p4de", "p5", "p5e", "p5en", "p6-b200")
+    },
 }
 # An instance family the table does not know: the slower of the two.
 UNKNOWN_FAMILY = LaunchTime((1, 6), "an instance family this table has no figure for")

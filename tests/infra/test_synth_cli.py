@@ -146,3 +146,18 @@ def test_a_version_past_standard_support_is_priced_and_announced_at_the_extended
     assert notice and "2026-07-29" in notice and "$0.60 per hour" in notice and "'1.35'" in notice
     assert extended_support_notice("1.34", date(2026, 12, 2)) is None  # its last day of standard support
     assert extended_support_notice("1.34", date(2026, 12, 3))
+
+
+def test_a_managed_pool_without_a_published_price_is_named_not_priced():
+    warm = stack_config("dev")
+    warm["mlops-eks:gpuPools"].append(
+        {
+            "name": "h200",
+            "accelerator": "h200",
+            "source": "managed",
+            "size": 2,
+            "instanceTypes": ["p5e.48xlarge"],
+        }
+    )
+    lines = dict(idle_cost_lines(PlatformConfig.from_mapping(warm)))
+    assert lines["GPU pool h200 (2 x p5e.48xlarge): no published price, not counted"] == 0.0

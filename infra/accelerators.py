@@ -299,7 +299,7 @@ CATALOG: MappingProxyType[str, Accelerator] = MappingProxyType(
                     ("g6e.24xlarge", 4, 96, 768, 2, 15.06559),
                     ("g6e.48xlarge", 8, 192, 1536, 4, 30.13118),
                 ),
-                notes="PCIe boards: GPUs of one node talk over PCIe, not NVLink. FP8 tensor cores.",
+                notes="FP8 tensor cores (sm_89). EFA from g6e.8xlarge up.",
             ),
             Accelerator(
                 key="h100",
@@ -323,8 +323,8 @@ CATALOG: MappingProxyType[str, Accelerator] = MappingProxyType(
                     ("p5e.48xlarge", 8, 192, 2048, 32, None),
                     ("p5en.48xlarge", 8, 192, 2048, 16, 63.296),
                 ),
-                notes="p5e has no published on-demand price (capacity comes as Capacity Blocks or "
-                "reservations): plan prices only p5en. p5en has half p5e's EFA interfaces (16 vs 32), "
+                notes="p5e has no published on-demand price (none in the AWS Pricing API's table): plan "
+                "prices only p5en. p5en has half p5e's EFA interfaces (16 vs 32), "
                 "the same 3200 Gbps. Use EFA, a placement group and reserved capacity.",
             ),
             Accelerator(

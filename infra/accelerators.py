@@ -2,8 +2,19 @@
 
 Pure data (no Pulumi import): node groups, Karpenter NodePools, workload rendering and the image
 builds all read it. Prices are indicative AWS list prices (us-east-1, Linux, on-demand) as published
-on the date in PRICES_READ; they feed the idle-cost estimate of `infra synth`, never a decision.
-Check current prices with `aws pricing get-products --service-code AmazonEC2` before budgeting.
+on the date in PRICES_READ; they feed the idle-cost estimate of `infra synth` and `plan`'s cost lines,
+never a decision. An instance type with no published on-demand price (p5e: none in the AWS Pricing API)
+has None, and those lines say "price unknown" instead of a figure. Check current prices with
+`aws pricing get-products --service-code AmazonEC2` before budgeting.
+
+Sources of the rows added for H200, B200 and L40S (p5e, p5en, p6-b200, g6e): GPUs, GPU memory, vCPUs,
+memory and EFA interfaces are EC2 DescribeInstanceTypes as Karpenter's generated reference lists them
+(aws/karpenter-provider-aws@1d927085dd81a9df9301e613f371dac5b4d16bfe
+website/content/en/docs/reference/instance-types.md: instance-gpu-count, instance-gpu-memory in MiB per
+GPU, instance-cpu, instance-memory, vpc.amazonaws.com/efa), their prices the us-east-1 on-demand table
+generated from the AWS Pricing API on 2026-07-20 (same commit,
+pkg/providers/pricing/zz_generated.pricing_aws.go).
+Compute capabilities: developer.nvidia.com/cuda-gpus (B200 10.0, H200 9.0, L40S 8.9).
 """
 
 from __future__ import annotations
@@ -14,7 +25,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Literal
 
-PRICES_READ = "2025-06-05"  # after the June 2025 P4/P5 price reduction
+PRICES_READ = "2025-06-05"  # after the June 2025 P4/P5 price reduction; p5en, p6-b200, g6e: 2026-07-20
 PRICE_REGION = "us-east-1"
 
 # Label every GPU node carries (managed node groups and Karpenter NodePools alike), so a job's
@@ -73,6 +84,10 @@ class NodeImage(StrEnum):
 
 Vendor = Literal["nvidia", "amd"]
 
+# The CUDA build of the platform's `cuda` image (docker/cuda/Dockerfile; tests/docker check they agree).
+# An NVIDIA accelerator whose `min_cuda` is newer cannot run on it: its torch has no kernels for the GPU.
+CUDA_IMAGE_CUDA = (12, 6)
+
 _RESOURCE_NAME: dict[str, str] = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
 
 
@@ -83,7 +98,7 @@ class InstanceType:
     vcpus: int
     memory_gib: int
     efa_interfaces: int  # 0: no EFA on this size
-    usd_per_hour: float
+    usd_per_hour: float | None  # None: no published on-demand price (cost lines say so)
 
     @property
     def family(self) -> str:
@@ -122,6 +137,10 @@ class Accelerator:
     # The format its tensor/matrix units compute in: "bf16" (sm_80+, CDNA2+/RDNA3+) or "fp16" (sm_70/75,
     # RDNA1/2). trainer/precision.py picks the same from the GPU it runs on; bf16 elsewhere is emulated.
     native_precision: Literal["bf16", "fp16"]
+    # The oldest CUDA toolkit that builds kernels for compute_target; None: every CUDA 12 build does
+    # (sm_75 to sm_90). Blackwell sm_100 needs 12.8 (NVIDIA's Blackwell Compatibility Guide, "Building
+    # Applications Using CUDA Toolkit 12.8"; 12.7 and earlier have no sm_100 cubin).
+    min_cuda: tuple[int, int] | None = None
     notes: str = ""
     extra_labels: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
 
@@ -148,6 +167,19 @@ class Accelerator:
         }
 
     @property
+    def fp8(self) -> bool:
+        """Tensor cores that compute in FP8: NVIDIA compute capability 8.9 and newer (Ada, Hopper,
+        Blackwell), as NVIDIA's Transformer Engine support matrix states (nvidia.github.io/
+        TransformerEngine/support_matrix.html: "FP8 (per tensor) ... requires compute capability 8.9 or
+        higher"). None of the catalog's AMD GPUs has FP8 units."""
+        return self.vendor == "nvidia" and int(self.compute_target.removeprefix("sm_")) >= 89
+
+    @property
+    def runs_on_cuda_image(self) -> bool:
+        """Whether the platform's `cuda` image has kernels for this GPU (AMD: never, it is `rocm`'s)."""
+        return self.vendor == "nvidia" and (self.min_cuda or (12, 0)) <= CUDA_IMAGE_CUDA
+
+    @property
     def instance_families(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(t.family for t in self.instance_types))
 
@@ -167,14 +199,15 @@ class Accelerator:
         raise KeyError(f"instance type {name!r} is not a {self.key} instance; allowed: {allowed}")
 
 
-def _types(*rows: tuple[str, int, int, int, int, float]) -> tuple[InstanceType, ...]:
+def _types(*rows: tuple[str, int, int, int, int, float | None]) -> tuple[InstanceType, ...]:
     return tuple(
         InstanceType(name=n, gpus=g, vcpus=c, memory_gib=m, efa_interfaces=e, usd_per_hour=p)
         for n, g, c, m, e, p in rows
     )
 
 
-# Rows: name, GPUs, vCPUs, memory GiB, EFA interfaces, USD/hour (PRICES_READ, PRICE_REGION).
+# Rows: name, GPUs, vCPUs, memory GiB, EFA interfaces, USD/hour (PRICES_READ, PRICE_REGION; None: none
+# published). GPU memory: GiB per GPU.
 CATALOG: MappingProxyType[str, Accelerator] = MappingProxyType(
     {
         a.key: a
@@ -249,6 +282,26 @@ CATALOG: MappingProxyType[str, Accelerator] = MappingProxyType(
                 "capacity reservations: Spot capacity for p4d is rare.",
             ),
             Accelerator(
+                key="l40s",
+                vendor="nvidia",
+                gpu_model="NVIDIA L40S",
+                gpu_memory_gib=44,  # 45776 MiB per GPU as EC2 reports it (NVIDIA sells it as 48 GB)
+                compute_target="sm_89",
+                native_precision="bf16",
+                node_image=NodeImage.AL2023_NVIDIA,
+                instance_types=_types(
+                    ("g6e.xlarge", 1, 4, 32, 0, 1.861),
+                    ("g6e.2xlarge", 1, 8, 64, 0, 2.24208),
+                    ("g6e.4xlarge", 1, 16, 128, 0, 3.00424),
+                    ("g6e.8xlarge", 1, 32, 256, 1, 4.52856),
+                    ("g6e.12xlarge", 4, 48, 384, 1, 10.49264),
+                    ("g6e.16xlarge", 1, 64, 512, 1, 7.57719),
+                    ("g6e.24xlarge", 4, 96, 768, 2, 15.06559),
+                    ("g6e.48xlarge", 8, 192, 1536, 4, 30.13118),
+                ),
+                notes="FP8 tensor cores (sm_89). EFA from g6e.8xlarge up.",
+            ),
+            Accelerator(
                 key="h100",
                 vendor="nvidia",
                 gpu_model="NVIDIA H100",
@@ -257,6 +310,37 @@ CATALOG: MappingProxyType[str, Accelerator] = MappingProxyType(
                 native_precision="bf16",
                 node_image=NodeImage.AL2023_NVIDIA,
                 instance_types=_types(("p5.48xlarge", 8, 192, 2048, 32, 55.04)),
+            ),
+            Accelerator(
+                key="h200",
+                vendor="nvidia",
+                gpu_model="NVIDIA H200",
+                gpu_memory_gib=141,  # 144384 MiB per GPU
+                compute_target="sm_90",
+                native_precision="bf16",
+                node_image=NodeImage.AL2023_NVIDIA,
+                instance_types=_types(
+                    ("p5e.48xlarge", 8, 192, 2048, 32, None),
+                    ("p5en.48xlarge", 8, 192, 2048, 16, 63.296),
+                ),
+                notes="p5e has no published on-demand price (none in the AWS Pricing API's table): plan "
+                "prices only p5en. p5en has half p5e's EFA interfaces (16 vs 32), "
+                "the same 3200 Gbps. Use EFA, a placement group and reserved capacity.",
+            ),
+            Accelerator(
+                key="b200",
+                vendor="nvidia",
+                gpu_model="NVIDIA B200",
+                gpu_memory_gib=179,  # 183359 MiB per GPU
+                compute_target="sm_100",
+                native_precision="bf16",
+                min_cuda=(12, 8),
+                node_image=NodeImage.AL2023_NVIDIA,
+                instance_types=_types(("p6-b200.48xlarge", 8, 192, 2048, 8, 113.9328)),
+                notes="Needs an image built with CUDA >= 12.8 and sm_100 kernels (torch's cu128/cu130 "
+                "wheels): the platform's cuda image (CUDA 12.6, to sm_90) cannot run it, so a job sets "
+                "`image` to such a build and the spec check refuses the cuda image. 8 EFA interfaces, "
+                "3200 Gbps.",
             ),
             Accelerator(
                 key="amd-v520",

@@ -27,13 +27,17 @@ BF16, FP16 = torch.bfloat16, torch.float16
 # Device name -> dense FLOP/s for bf16 and fp16. Sources: NVIDIA's datasheets (the dense figures, half of
 # the "with sparsity" ones) and torchtitan/tools/utils.py get_peak_flops (H100 SXM 989, PCIe 756, NVL
 # 835, H200 989). The A10G is AWS's own variant, without an NVIDIA datasheet: 70 TFLOP/s bf16 as
-# baseten.co's "NVIDIA A10 vs A10G" lists it (the A10: 125).
+# baseten.co's "NVIDIA A10 vs A10G" lists it (the A10: 125). H200 (p5e, p5en): its datasheet's BF16 Tensor
+# Core 1,979 TFLOPS is with sparsity, 989 dense. B200 (p6-b200): NVIDIA's HGX B200 specifications give
+# FP16/BF16 Tensor Core 4.5 PFLOPS per GPU with sparsity, 2.25 dense (torchtitan's 4.5e15 for B200 is the
+# sparse figure). L40S (g6e): its datasheet's BF16 362.05 TFLOPS dense (733 with sparsity).
 _AMPERE_PLUS: list[tuple[tuple[str, ...], float]] = [
     (("NVIDIA H100 80GB HBM3",), 989e12),  # H100 SXM5: p5
     (("NVIDIA H100 PCIe",), 756e12),
     (("NVIDIA H100 NVL",), 835e12),
     (("NVIDIA H200",), 989e12),  # p5e, p5en
     (("NVIDIA H200 NVL",), 835e12),
+    (("NVIDIA B200",), 2250e12),  # p6-b200
     (("NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB"), 312e12),  # p4d, p4de
     (("NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe"), 312e12),
     (("NVIDIA A10G",), 70e12),  # g5

@@ -3,7 +3,7 @@
 `torch.cuda.is_bf16_supported()` counts emulation, so it says True on a T4 (sm_75), where bf16 runs with
 no tensor cores and no loss scaling. `precision: auto` therefore reads the architecture:
 
-  NVIDIA sm_80+ (A100, A10G, L4, H100)                 bf16 (tensor cores; no loss scaling needed)
+  NVIDIA sm_80+ (A100, A10G, L4, L40S, H100, H200, B200 sm_100)   bf16 (tensor cores; no loss scaling)
   NVIDIA sm_70 / sm_75 (V100, T4)                      fp16 + GradScaler (fp16 tensor cores only)
   NVIDIA older than sm_70                              fp32 (no tensor cores: half precision saves little)
   AMD CDNA gfx908/gfx90a/gfx94x/gfx95x, RDNA3/4 gfx11xx/gfx12xx   bf16 (matrix cores / WMMA with bf16)

@@ -62,7 +62,9 @@ NVSWITCH_GPU = (
 )
 LAUNCH_MINUTES = {
     **{family: LaunchTime((1, 3), PCIE_GPU) for family in ("g4dn", "g4ad", "g5", "g6", "g6e")},
-    **{family: LaunchTime((3, 6), NVSWITCH_GPU) for family in ("p4d", "p4de", "p5", "p5e", "p5en")},
+    **{
+        family: LaunchTime((3, 6), NVSWITCH_GPU) for family in ("p4d", "p4de", "p5", "p5e", "p5en", "p6-b200")
+    },
 }
 # An instance family the table does not know: the slower of the two.
 UNKNOWN_FAMILY = LaunchTime((1, 6), "an instance family this table has no figure for")
@@ -92,7 +94,8 @@ class PoolPlan:
     spot: tuple[float, float] | None = None  # cheapest and dearest current AZ price, from the file
 
     @property
-    def on_demand(self) -> float:
+    def on_demand(self) -> float | None:
+        """The catalog's on-demand price of one node; None where AWS publishes none (p5e)."""
         return CATALOG[self.pool.accelerator].instance(self.instance_type).usd_per_hour
 
 
@@ -179,10 +182,18 @@ def _node_lines(p: PoolPlan) -> list[str]:
 def _cost_lines(pools: Sequence[PoolPlan], stack: WorkloadStack) -> list[str]:
     lines = []
     total = 0.0
+    unpriced = []
     for p in pools:
-        cost = p.nodes * p.on_demand
-        total += cost
-        lines.append(f"pool {p.name}: on-demand {p.nodes} x ${p.on_demand:.3f} = ${cost:.3f}/h")
+        if p.on_demand is None:
+            unpriced.append(p.name)
+            lines.append(
+                f"pool {p.name}: on-demand {p.nodes} x {p.instance_type}: price unknown (AWS publishes no "
+                "on-demand price for it; a reservation bills what its contract says): not in the total"
+            )
+        else:
+            cost = p.nodes * p.on_demand
+            total += cost
+            lines.append(f"pool {p.name}: on-demand {p.nodes} x ${p.on_demand:.3f} = ${cost:.3f}/h")
         if "spot" in p.pool.capacity_types:
             if p.spot:
                 low, high = (p.nodes * price for price in p.spot)
@@ -199,9 +210,10 @@ def _cost_lines(pools: Sequence[PoolPlan], stack: WorkloadStack) -> list[str]:
             )
         if p.pool.source == "managed":
             lines.append("  (a managed group runs and bills around the clock, whether a job runs or not)")
+    without = f" (without pool {', '.join(unpriced)}: price unknown)" if unpriced else ""
     lines.append(
         f"total on-demand: ${total:.3f}/h, ${total * stack.spec.max_runtime_hours:,.0f} at the "
-        f"job's maxRuntimeHours ({stack.spec.max_runtime_hours:g} h)"
+        f"job's maxRuntimeHours ({stack.spec.max_runtime_hours:g} h){without}"
     )
     return lines
 
@@ -234,12 +246,19 @@ def pool_plans(
         if not templates:
             continue
         counts = nodes_by_type(templates, pool)
-        price = CATALOG[pool.accelerator].instance
+        price_of = CATALOG[pool.accelerator].instance
         allowed = _allowed_types(templates, pool)
-        options = [(n * price(it).usd_per_hour, it, n) for it in allowed if (n := counts.get(it)) is not None]
+        # A type without a published price ranks after every priced one (Karpenter launches on demand
+        # only what has an on-demand offering), then by fewest nodes.
+        options = [
+            (price is None, (price or 0.0) * n, n, it)
+            for it in allowed
+            if (n := counts.get(it)) is not None
+            for price in (price_of(it).usd_per_hour,)
+        ]
         if not options:
             continue
-        _, instance_type, nodes = min(options)
+        *_, nodes, instance_type = min(options)
         plans.append(PoolPlan(name, pool, instance_type, nodes, spot.get(instance_type)))
     return plans
 

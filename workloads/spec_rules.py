@@ -9,9 +9,10 @@ relative to `mlops-eks:job` (TrainingJobSpec adds the prefix). Pure: the catalog
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
-from infra.accelerators import CATALOG
+from infra.accelerators import CATALOG, CUDA_IMAGE_CUDA, Accelerator
 
 if TYPE_CHECKING:
     from workloads.spec import TrainingJobSpec
@@ -19,6 +20,9 @@ if TYPE_CHECKING:
 # The image repository built for each GPU vendor (docker/cuda, docker/rocm); docker/cpu has no GPU torch.
 VENDOR_REPOSITORY = {"nvidia": "cuda", "amd": "rocm"}
 _BUILT_FOR = {"cuda": "NVIDIA (CUDA)", "rocm": "AMD (ROCm)"}
+# The CUDA version an image's tag names, as PyTorch's images and wheels spell it (`2.13.0-cuda12.6-...`,
+# `cu128`); a tag that names none is taken on the user's word.
+_TAG_CUDA = re.compile(r"(?:cuda-?|cu)(\d{2})\.?(\d)(?!\d)")
 
 # Environment the job's processes get from torchrun, the operators or the platform: a value in `env`
 # would fight them (the last duplicate wins in Kubernetes, and torchrun overwrites the rest per process).
@@ -144,8 +148,10 @@ def vendor_problems(spec: TrainingJobSpec) -> list[str]:
             f"imageRepository: the cpu image's torch has no GPU support, so the job's {gpus} would sit "
             f"idle; got 'cpu'; allowed: {native} (the default for {acc.key}: leave it unset)"
         )
+    problems += _cuda_build_problems(spec, acc)
     if not spec.program.runs_trainer or spec.operator == "mpijob":
         return problems  # an MPIJob trains on the cpu image's CPUs by design (workloads/mpijob.py)
+
     train = _train(spec, "train")
     if train.get("device") == "cpu":
         problems.append(
@@ -159,6 +165,37 @@ def vendor_problems(spec: TrainingJobSpec) -> list[str]:
             f"scaling there), {acc.native_precision} or fp32"
         )
     return problems
+
+
+def _cuda_build_problems(spec: TrainingJobSpec, acc: Accelerator) -> list[str]:
+    """A GPU newer than the platform's cuda image (B200: sm_100, CUDA >= 12.8) on that image, or on an
+    `image` whose tag names an older CUDA: torch would find no kernel for it and fail at the first op."""
+    if acc.vendor != "nvidia" or acc.min_cuda is None:
+        return []
+    need = ".".join(map(str, acc.min_cuda))
+    allowed = (
+        f"`image`: a full reference to a build with CUDA >= {need} whose torch has {acc.compute_target} "
+        f"kernels (torch's cu128 or cu130 wheels; docs/images.md)"
+    )
+    repo = spec.image_repository or ("cpu" if spec.operator == "mpijob" else "cuda")
+    if not spec.image and repo != "cuda":
+        return []  # the cpu image's torch has no CUDA at all: the rules above and spec.py say so
+    if not spec.image:
+        have = ".".join(map(str, CUDA_IMAGE_CUDA))
+        return [
+            f"imageTag: accelerator {acc.key} ({acc.gpu_model}, {acc.compute_target}) needs a CUDA >= {need} "
+            f"build, and the platform's cuda image is CUDA {have} with no {acc.compute_target} kernels "
+            f"(docker/cuda/Dockerfile); got imageTag {spec.image_tag!r}; allowed: {allowed}"
+        ]
+    tag = spec.image.split("@", 1)[0].rsplit("/", 1)[-1].partition(":")[2]
+    named = _TAG_CUDA.search(tag)
+    if named and (int(named[1]), int(named[2])) < acc.min_cuda:
+        return [
+            f"image: accelerator {acc.key} ({acc.gpu_model}, {acc.compute_target}) needs a CUDA >= {need} "
+            f"build and this image's tag says CUDA {named[1]}.{named[2]}; got {spec.image!r}; "
+            f"allowed: {allowed}"
+        ]
+    return []
 
 
 def env_problems(spec: TrainingJobSpec) -> list[str]:

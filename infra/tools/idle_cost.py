@@ -42,12 +42,12 @@ def idle_cost_lines(config: PlatformConfig, today: date | None = None) -> list[t
         instance = pool.catalog_entry.instance(pool.instance_type_names[0])
         # Karpenter pools run no node without a job; a managed (reserved) pool always runs its size.
         idle_nodes = pool.max_nodes if pool.source == "managed" else 0
-        lines.append(
-            (
-                f"GPU pool {pool.name} ({idle_nodes} x {instance.name})",
-                idle_nodes * instance.usd_per_hour,
-            )
-        )
+        item = f"GPU pool {pool.name} ({idle_nodes} x {instance.name})"
+        if idle_nodes and instance.usd_per_hour is None:
+            # No published on-demand price (a reservation's is the user's contract): named, not guessed.
+            lines.append((f"{item}: no published price, not counted", 0.0))
+            continue
+        lines.append((item, idle_nodes * (instance.usd_per_hour or 0.0)))
     return lines
 
 

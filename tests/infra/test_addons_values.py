@@ -35,6 +35,9 @@ GPU_POOLS = [
         {"name": "t4", "accelerator": "t4", "capacityTypes": ["spot", "on-demand"], "gpuLimit": 8},
         {"name": "a100", "accelerator": "a100", "gpuLimit": 16, "consolidateAfter": "30m", "efa": True},
         {"name": "amd", "accelerator": "amd-v520", "amiId": "ami-0123456789abcdef0", "gpuLimit": 2},
+        {"name": "l40s", "accelerator": "l40s", "capacityTypes": ["spot", "on-demand"], "gpuLimit": 8},
+        {"name": "h200", "accelerator": "h200", "gpuLimit": 16, "efa": True},
+        {"name": "b200", "accelerator": "b200", "gpuLimit": 16, "efa": True},
     )
 ]
 FULL = AddonsConfig.model_validate(

@@ -46,7 +46,11 @@ def test_dev_and_prod_stack_files_load():
     [
         pytest.param(
             {"mlops-eks:gpuPools": [{"name": "x", "accelerator": "v100"}]},
-            ["mlops-eks:gpuPools[0].accelerator", "'v100'", "t4, a10g, l4, a100, h100, amd-v520"],
+            [
+                "mlops-eks:gpuPools[0].accelerator",
+                "'v100'",
+                "t4, a10g, l4, a100, l40s, h100, h200, b200, amd-v520",
+            ],
             id="unknown-accelerator",
         ),
         pytest.param(

@@ -157,3 +157,18 @@ def test_synth_sums_up_by_type_as_pulumi_preview_does_and_details_on_request(cap
     assert sum(by_type.values()) == total and by_type["eks:index:Cluster"] == 1, out
     assert not re.search(r"^\S+  \S+  \(parent: ", out, re.M)  # no line per resource without --details
     assert f"{total} resources. Exports:" in out and "total per hour" in out
+
+
+def test_a_managed_pool_without_a_published_price_is_named_not_priced():
+    warm = stack_config("dev")
+    warm["mlops-eks:gpuPools"].append(
+        {
+            "name": "h200",
+            "accelerator": "h200",
+            "source": "managed",
+            "size": 2,
+            "instanceTypes": ["p5e.48xlarge"],
+        }
+    )
+    lines = dict(idle_cost_lines(PlatformConfig.from_mapping(warm)))
+    assert lines["GPU pool h200 (2 x p5e.48xlarge): no published price, not counted"] == 0.0

@@ -23,6 +23,8 @@ PEAKS = [
     ("NVIDIA H100 PCIe", BF16, 756e12),  # a substring match gave it the SXM's peak
     ("NVIDIA H100 NVL", BF16, 835e12),
     ("NVIDIA H200", BF16, 989e12),
+    ("NVIDIA B200", BF16, 2250e12),  # dense: NVIDIA's 4.5 PFLOPS is with sparsity
+    ("NVIDIA B200", FP16, 2250e12),
     ("Tesla T4", FP16, 65e12),
     ("Tesla T4", BF16, None),  # emulated: no tensor-core peak to compare with
     ("Tesla V100-SXM2-16GB", FP16, 125e12),
@@ -80,3 +82,22 @@ def test_an_output_head_tied_to_the_input_embedding_counts_as_the_matmul_it_is()
 
 def test_mfu_spreads_the_tokens_over_the_gpus():
     assert mfu.mfu(tokens_per_s=1000.0, flops_per_token=1e9, peak_per_gpu=1e12, gpus=4) == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("key", ["l40s", "h200", "b200"])
+def test_the_catalogs_newest_gpus_have_a_dense_bf16_peak_under_the_name_they_report(key):
+    from infra.accelerators import CATALOG
+
+    acc = CATALOG[key]
+    assert acc.native_precision == "bf16"
+    assert mfu.peak_flops(acc.gpu_model, BF16) is not None
+
+
+def test_mfu_on_an_h200_node_is_measured_against_its_dense_peak():
+    # 8 x H200 (p5e/p5en) running a 7B-parameter-shaped model at 24,000 tokens/s:
+    per_token = mfu.flops_per_token(
+        non_embedding_params=6_500_000_000, layers=32, heads=32, head_dim=128, seq_len=4096
+    )
+    peak = mfu.peak_flops("NVIDIA H200", BF16)
+    # 4.54e10 FLOPs/token x 24,000 / (8 x 989e12) = 13.8%; the sparse 1,979 TFLOPS would halve it.
+    assert mfu.mfu(24_000.0, per_token, peak, gpus=8) == pytest.approx(0.1378, abs=5e-4)

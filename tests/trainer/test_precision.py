@@ -54,6 +54,7 @@ def amd(monkeypatch):
         ("NVIDIA A10G", (8, 6), "bf16", False),
         ("NVIDIA L4", (8, 9), "bf16", False),
         ("NVIDIA H100 80GB HBM3", (9, 0), "bf16", False),
+        ("NVIDIA B200", (10, 0), "bf16", False),  # sm_100: a two-digit major
         ("Tesla P100-PCIE-16GB", (6, 0), "fp32", False),
     ],
 )

@@ -195,3 +195,26 @@ def test_the_launch_time_is_the_instance_familys_with_what_it_rests_on(plan_of, 
     (line,) = [line for line in out.splitlines() if "launch and join" in line]
     assert f"launch and join {minutes} min (" in line
     assert ("NVSwitch" in line) == (stack == "prod-a100")
+
+
+def test_a_pool_of_an_instance_type_without_a_published_price_says_so_and_stays_out_of_the_total():
+    from workloads.plan import PoolPlan, _cost_lines
+
+    stack = load_stack("prod-a100")
+    a100 = load_platform_outputs(example_outputs_path(stack.platform_stack)).accelerator_pools["a100"]
+    p5e = a100.model_copy(update={"accelerator": "h200", "instance_types": ("p5e.48xlarge",)})
+    p5en = a100.model_copy(update={"accelerator": "h200", "instance_types": ("p5en.48xlarge",)})
+    lines = _cost_lines(
+        [PoolPlan("h200-block", p5e, "p5e.48xlarge", 2), PoolPlan("h200", p5en, "p5en.48xlarge", 1)], stack
+    )
+    assert lines[0].startswith("pool h200-block: on-demand 2 x p5e.48xlarge: price unknown (AWS publishes no")
+    assert "pool h200: on-demand 1 x $63.296 = $63.296/h" in lines
+    assert lines[-1].startswith("total on-demand: $63.296/h")
+    assert lines[-1].endswith("(without pool h200-block: price unknown)")
+
+
+def test_every_catalog_family_has_a_launch_estimate():
+    from workloads.plan import LAUNCH_MINUTES
+
+    families = {f for acc in CATALOG.values() for f in acc.instance_families}
+    assert families <= LAUNCH_MINUTES.keys(), families - LAUNCH_MINUTES.keys()

@@ -165,3 +165,25 @@ def test_the_reserved_namespaces_are_every_platform_namespace_and_kubernetes_own
     for namespace in sorted(PLATFORM_NAMESPACES | KUBERNETES_NAMESPACES):
         message = _error({**BASE, "namespace": namespace, "createNamespace": False})
         assert message.startswith(f"mlops-eks:job.namespace: {namespace!r} is "), message
+
+
+B200 = {**BASE, "accelerator": "b200", "gpusPerNode": 8}
+B200_IMAGE = "docker.io/pytorch/pytorch:2.13.0-{}-cudnn9-runtime"
+
+
+def test_a_b200_job_on_the_platforms_cuda_12_6_image_is_refused_naming_what_it_needs():
+    msg = _error(B200)
+    assert "mlops-eks:job.imageTag: accelerator b200 (NVIDIA B200, sm_100) needs a CUDA >= 12.8" in msg
+    assert "the platform's cuda image is CUDA 12.6 with no sm_100 kernels" in msg
+    assert "got imageTag '0.1.0'; allowed: `image`" in msg
+
+
+def test_a_b200_job_on_an_image_whose_tag_says_an_older_cuda_is_refused():
+    msg = _error({**B200, "imageTag": None, "image": B200_IMAGE.format("cuda12.6")})
+    assert "mlops-eks:job.image: accelerator b200" in msg and "tag says CUDA 12.6" in msg
+
+
+@pytest.mark.parametrize("cuda", ["cuda12.8", "cuda13.0"])
+def test_a_b200_job_on_a_new_enough_image_and_an_h200_job_on_the_cuda_image_pass(cuda):
+    assert parse_spec({**B200, "imageTag": None, "image": B200_IMAGE.format(cuda)}).accelerator == "b200"
+    assert parse_spec({**BASE, "accelerator": "h200", "gpusPerNode": 8}).accelerator == "h200"

@@ -27,7 +27,7 @@ def test_the_catalogs_native_precision_is_what_the_trainer_picks_on_that_gpu(key
     acc = CATALOG[key]
     target = acc.compute_target
     if acc.vendor == "nvidia":
-        major = int(re.fullmatch(r"sm_(\d)\d", target)[1])  # type: ignore[index]
+        major = int(re.fullmatch(r"sm_(\d+)\d", target)[1])  # type: ignore[index]
         picked = "bf16" if major >= 8 else "fp16" if major == 7 else "fp32"
     else:
         picked = "bf16" if target.startswith(precision._AMD_BF16) else "fp16"

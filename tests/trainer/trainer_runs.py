@@ -35,7 +35,10 @@ TINY = {
 
 
 def trainer_args(out: Path, **overrides) -> list[str]:
-    values = {**TINY, "output.dir": out, "checkpoint.dir": out / "ckpt", **overrides}
+    """The tiny run's flags with `overrides`; an LLM run (`llm.model`) leaves out the classifier's model.*
+    keys, which the trainer refuses beside it."""
+    tiny = {k: v for k, v in TINY.items() if not ("llm.model" in overrides and k.startswith("model."))}
+    values = {**tiny, "output.dir": out, "checkpoint.dir": out / "ckpt", **overrides}
     return [a for k, v in values.items() for a in (f"--{k}", str(v))]
 
 

@@ -68,3 +68,11 @@ def test_a_file_on_the_jobs_volume_or_in_the_image_is_left_to_the_pod():
     assert result.runs and "its files and volumes are where it looks" in result.text(), result.text()
     in_image = _plan("dev-zimdb", trainer("data", source="/opt/data/train.jsonl"))
     assert in_image.runs and any("must be in the image" in w for w in in_image.warnings), in_image.text()
+
+
+def test_a_file_under_the_pods_scratch_directory_is_not_on_a_volume_that_holds_it(tmp_path):
+    """The pod mounts an emptyDir at /tmp: a deployer's file under /tmp is not there when the pod starts."""
+    here = tmp_path / "val.jsonl"
+    here.write_text(HERE_ONLY.read_text())
+    result = _plan("dev-zimdb", trainer("data", val_source=str(here)))
+    assert not result.runs and any("is a path on this machine" in p for p in result.problems), result.text()

@@ -36,14 +36,16 @@ def _local_path(key: str, value: Any) -> bool:
 
 
 def _mounts(job: PlannedJob) -> list[PurePosixPath]:
-    return sorted(
-        {
-            PurePosixPath(m["mountPath"])
-            for p in operator_pods(job.objects, job.facts)
-            for c in p.spec.get("containers", [])
-            for m in c.get("volumeMounts", [])
-        }
-    )
+    """Where the pod's containers mount a volume that can hold a file before the pod starts: an emptyDir
+    (the pod's /tmp, its scratch) starts empty, so a path under it is one the pod cannot see either."""
+    mounts = set()
+    for p in operator_pods(job.objects, job.facts):
+        empty = {v["name"] for v in p.spec.get("volumes", []) if "emptyDir" in v}
+        for c in p.spec.get("containers", []):
+            mounts |= {
+                PurePosixPath(m["mountPath"]) for m in c.get("volumeMounts", []) if m["name"] not in empty
+            }
+    return sorted(mounts)
 
 
 def _on_deployer_machine(path: str) -> bool:

@@ -4,15 +4,15 @@ through the engine's path."""
 
 from __future__ import annotations
 
+from infra.pins import IMAGES
 from policy.image_digests import CONTROLLER_NAMESPACES, _value_images, pending, repository
 from policy.k8s import containers, pod_specs
 from tests.policy.engine_path import violations
 
 RULE = "k8s-controller-images-by-digest"
-# Training Operator v1's Deployment (a kustomize remote the engine sees at `pulumi up`, not rendered
-# offline): kubeflow/trainer@bde9c20903ad9b54af1f3883e4fa764a3c0db797 manifests/overlays/standalone/
-# kustomization.yaml `images:` ghcr.io/kubeflow/training-v1/training-operator, newTag v1-3f15cb8.
-TRAINING_OPERATOR_IMAGE = "ghcr.io/kubeflow/training-v1/training-operator:v1-3f15cb8"
+# Training Operator v1's Deployment (a kustomize Directory, whose children the engine sees at `pulumi up`):
+# the tag its pin names (infra/pins.py, upstream's standalone overlay).
+TRAINING_OPERATOR_IMAGE = IMAGES["training-operator-v1"].ref
 
 
 def _installed_by_tag(chart_objects, platform_resources) -> set[str]:

@@ -14,9 +14,11 @@ decrypted, their keys listed apart (PULUMI_CONFIG_SECRET_KEYS). Pure: no Pulumi 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from infra.config.secrets import is_secure
@@ -101,6 +103,8 @@ def config_value(raw: Any, decrypt: Callable[[str], str] | None = None) -> Confi
         return ConfigValue("true" if raw else "false")
     if isinstance(raw, str | int):
         return ConfigValue(str(raw))
+    if isinstance(raw, float):  # object.go MarshalString: a float64 is its JSON text, not an object
+        return ConfigValue(go_json_float(raw))
     return ConfigValue(json.dumps(raw, separators=(",", ":"), sort_keys=True), object=True)
 
 
@@ -109,6 +113,20 @@ def _type_name(type_: str, items: Mapping[str, Any] | None) -> str:
     if type_ == "array" and items:
         return f"array<{_type_name(items.get('type', ''), items.get('items'))}>"
     return type_
+
+
+def go_json_float(number: float) -> str:
+    """encoding/json's text of a float64 (encode.go floatEncoder): the shortest digits that read back, in
+    fixed notation unless the magnitude is under 1e-6 or from 1e21 up, then `e` with no leading exponent
+    zero (1e-07 -> 1e-7). So YAML `1.30` reaches the program as "1.3". NaN and infinities are refused, as
+    json.Marshal refuses them (the stack file does not load)."""
+    if not math.isfinite(number):
+        raise ProjectConfigError(f"json: unsupported value: {number!r} (a YAML .nan or .inf is not a config value)")
+    magnitude = abs(number)
+    if magnitude != 0 and (magnitude < 1e-6 or magnitude >= 1e21):
+        mantissa, exponent = repr(number).replace("E", "e").split("e")
+        return f"{mantissa}e{exponent[0]}{exponent[1:].lstrip('0') or '0'}"
+    return format(Decimal(repr(number)).normalize(), "f")
 
 
 def _valid(type_: str, items: Mapping[str, Any] | None, content: Any) -> bool:

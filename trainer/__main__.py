@@ -10,6 +10,7 @@ import sys
 
 from trainer import faults
 from trainer.config import ConfigError, from_args
+from trainer.report_once import report
 from trainer.startup import imports_without_gc
 
 
@@ -32,15 +33,22 @@ def main(argv: list[str] | None = None) -> int:
 
         return run(cfg)
     except ConfigError as err:
-        print(f"trainer: invalid configuration: {err}", file=sys.stderr, flush=True)
+        if not relayed(err):
+            report(f"trainer: invalid configuration: {err}")
         return faults.INVALID
     except Exception as err:
         found = faults.verdict(err)
         if found is None:
             raise  # a bug: traceback and exit 1, permanent
         code, reason = found
-        print(f"trainer: {reason}; exit {code} ({faults.describe(code)})", file=sys.stderr, flush=True)
+        if not relayed(err):
+            report(f"trainer: {reason}; exit {code} ({faults.describe(code)})")
         return code
+
+
+def relayed(err: BaseException) -> bool:
+    """A waiting rank's copy of local rank 0's failure (trainer/token_store.py): local rank 0 reports it."""
+    return bool(getattr(err, "relayed", False))
 
 
 if __name__ == "__main__":

@@ -117,6 +117,7 @@ with imports_without_gc():
     from torch.distributed.elastic.rendezvous.api import RendezvousError, RendezvousGracefulExitError
 
 from trainer import attempts, faults  # noqa: E402
+from trainer.report_once import once_per_node  # noqa: E402
 
 
 def torchrun_help() -> str:
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     if spent is not None:
         return spent
     _BEFORE_WORKERS["ledger"] = ledger
-    with _default_log_dir(args):
+    with _default_log_dir(args), once_per_node():  # an error every rank finds: said once (report_once)
         code = _launch(args)
     if ledger:
         end_attempt(ledger, code)

@@ -200,6 +200,13 @@ class Trainer:
     # -- the loop -----------------------------------------------------------------------------------------
 
     def train(self) -> int:
+        try:
+            return self._train()
+        except faults.Diverged as err:  # every rank alike; exit 3 once summary.json says why
+            self.diverged(err)
+            raise
+
+    def _train(self) -> int:
         batches = _micro_batches(self.task.loader, self.epoch, self.samples)
         self.model.train()
         first = True
@@ -361,22 +368,40 @@ class Trainer:
         with self.watchdog.paused():
             if not self.last_eval:  # resumed at the last step: report the model as it stands
                 self.evaluate()
-            latest = self.ckpt.latest_name()
-            timed = self.window.total_steps * self.samples_per_step
-            summary = {
-                "steps": self.step,
-                "world_size": self.env.world_size,
-                **self.last_eval,
-                "samples_per_s": timed / self.window.total_s if self.window.total_s else None,
-                "wall_s": round(time.time() - self.started, 1),
-                "checkpoint": latest and f"{self.ckpt.storage.uri}/{latest}",
-            }
+            summary = self._summary("finished")
             sinks, task = self.sinks, self.task
             outputs.write_outputs(
                 self.cfg, self.env, self.model, sinks.output, sinks.local_out, task.spec, self.metrics,
                 summary, task.tokenizer,
             )  # fmt: skip
         return 0
+
+    def _summary(self, status: str) -> dict[str, Any]:
+        timed = self.window.total_steps * self.samples_per_step
+        latest = self.ckpt.latest_name()
+        return {
+            "status": status,
+            "steps": self.step,
+            "world_size": self.env.world_size,
+            **self.last_eval,
+            "samples_per_s": timed / self.window.total_s if self.window.total_s else None,
+            "wall_s": round(time.time() - self.started, 1),
+            "checkpoint": latest and f"{self.ckpt.storage.uri}/{latest}",
+        }
+
+    def diverged(self, err: faults.Diverged) -> None:
+        """Rank 0: summary.json says the run diverged, at which step and why (no model is written). Its
+        write is bookkeeping: a failure is said and the run still exits 3."""
+        if not self.env.is_main:
+            return
+        try:
+            summary = {**self._summary("diverged"), "reason": str(err)}
+            outputs.write_summary(self.sinks.output, self.sinks.local_out, self.metrics, summary, "FAILED")
+        except Exception as failure:
+            self.metrics.say(
+                f"warning: summary.json of the diverged run not written ({type(failure).__name__}: "
+                f"{str(failure)[:200]}); exit {faults.DIVERGED} stands"
+            )
 
     # -- checkpoints and the non-finite guard -------------------------------------------------------------
 

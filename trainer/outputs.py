@@ -94,6 +94,22 @@ def _move_into_place(new: Path, target: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def write_summary(
+    output: Storage, local_out: Path, metrics: Metrics, summary: dict[str, Any], status: str
+) -> None:
+    """Rank 0: end the MLflow run as `status` with the summary, write summary.json (strict JSON: a
+    diverged loss is null) and upload it with metrics.jsonl and the TensorBoard events."""
+    if (tracked := metrics.end_tracking(status, summary)) is not None:
+        summary["mlflow"] = tracked  # what reached MLflow: a run missing there is said here
+    local_out.mkdir(parents=True, exist_ok=True)
+    content = strict_json(summary, indent=1).encode()
+    write_file(local_out / "summary.json", _writes(content), summary.get("checkpoint"))
+    metrics.close()
+    if not isinstance(output, LocalStorage):
+        output.put_file("summary.json", local_out / "summary.json")
+    metrics.upload(output)  # metrics.jsonl and the TensorBoard events
+
+
 def digest(module: nn.Module) -> str:
     """A hash of the parameters' bytes, in any dtype (bf16 has no numpy type: the bytes are read as
     uint8)."""
@@ -149,15 +165,12 @@ def write_outputs(
             }
             write_file(local_out / "model.pt", lambda f: torch.save(model_file, f), checkpoint)
             exported = ["model.pt"]
-        if (tracked := metrics.end_tracking("FINISHED", summary)) is not None:
-            summary["mlflow"] = tracked  # what reached MLflow: a run missing there is said here
-        for name, content in (("config.json", cfg.to_dict()), ("summary.json", summary)):  # summary last
-            write_file(local_out / name, _writes(strict_json(content, indent=1).encode()), checkpoint)
-        metrics.close()
+        config = strict_json(cfg.to_dict(), indent=1).encode()
+        write_file(local_out / "config.json", _writes(config), checkpoint)
         if not isinstance(output, LocalStorage):
-            for name in (*exported, "summary.json", "config.json"):
+            for name in (*exported, "config.json"):
                 output.put_file(name, local_out / name)
-        metrics.upload(output)  # metrics.jsonl and the TensorBoard events
+        write_summary(output, local_out, metrics, summary, "FINISHED")  # last: it says the run is done
         shown = {k: v for k, v in summary.items() if not isinstance(v, dict)}  # MLflow said its own line
         metrics.say(
             "done: "

@@ -170,13 +170,18 @@ def _failure_code(err: Exception) -> int:
 def _peer_failure(code: int, message: str) -> Exception:
     """What a waiting rank raises for rank 0's failure: the same category, so the same exit code (an S3
     outage on rank 0 must not make its peers fail the job for good)."""
+    err: Exception  # given `relayed` below
     if code == faults.INVALID:
-        return DataError(message)
-    if code >= 128:
+        err = DataError(message)
+    elif code >= 128:
         err = faults.Retryable(message)
         err.exit_code = code
-        return err
-    return RuntimeError(message)  # a bug on rank 0: its traceback is in rank 0's log
+    else:
+        return RuntimeError(message)  # a bug on rank 0: its traceback is in rank 0's log
+    # Local rank 0 reports its own failure (trainer/__main__.py): this rank only exits with its code. Rank
+    # 0 outlives this one long enough to say it: its SIGTERM handler (dist.StopFlag) is installed already.
+    setattr(err, "relayed", True)  # noqa: B010  (read by getattr in trainer/__main__.py)
+    return err
 
 
 def _wait(shared: Path, timeout_s: float, stop_requested: Callable[[], bool]) -> None:

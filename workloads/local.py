@@ -13,10 +13,12 @@ from pathlib import Path
 
 import yaml
 
+from workloads.launcher_output import ChildFailedFilter, RootCause
 from workloads.local_ray import ray_launcher, ray_missing
 from workloads.render import trainer_config
 from workloads.spec import CONFIG_KEY, SpecError
 from workloads.stacks import REPO, WorkloadStack
+from workloads.status import exit_summary
 
 # The chat records an LLM job trains on in run-local (workloads/examples, written for it).
 LLM_SAMPLE = REPO / "workloads" / "examples" / "llm-chat.jsonl"
@@ -141,4 +143,31 @@ def run_local(stack: WorkloadStack, *, nproc: int | None, out: Path, overrides: 
     cores = os.cpu_count() or 1
     # One intra-op thread pool per process sized to its share of the cores: no oversubscription.
     env = {**os.environ, **spec.env, "OMP_NUM_THREADS": str(max(1, cores // n))}
-    return subprocess.run(argv, cwd=REPO, env=env, check=False).returncode
+    shown = ChildFailedFilter()
+    with subprocess.Popen(
+        argv, cwd=REPO, env=env, stderr=subprocess.PIPE, text=True, errors="replace"
+    ) as proc:
+        assert proc.stderr is not None
+        for line in shown.lines(proc.stderr):  # as it comes: the workers' stderr passes through here too
+            sys.stderr.write(line)
+            sys.stderr.flush()
+    code = proc.returncode
+    if code:
+        print(f"run-local {stack.name}: {ending(code, shown.root_cause)}", file=sys.stderr, flush=True)
+    return code
+
+
+def ending(code: int, root_cause: RootCause | None) -> str:
+    """The last line of a failed run: its exit code and what it means (trainer/faults.py). torchrun itself
+    (a program other than the trainer) exits 1 whatever failed: the first failed worker's code is named."""
+    if root_cause is None:
+        return exit_summary(code)
+    return (
+        f"exit {code}, torchrun's code for any failed worker; rank {root_cause.rank} failed first with "
+        + exit_summary(exit_code(root_cause.exit_code))
+    )
+
+
+def exit_code(worker_code: int) -> int:
+    """A worker's code as a shell reports it (torchrun reports a worker killed by signal N as -N)."""
+    return 128 - worker_code if worker_code < 0 else worker_code

@@ -89,3 +89,8 @@ def test_a_run_whose_weights_go_non_finite_exits_3_and_writes_only_strict_json(l
     for path in written:
         for line in path.read_text().splitlines() if path.suffix == ".jsonl" else [path.read_text()]:
             json.loads(line, parse_constant=bare)
+    # The run says how it ended where a finished one says so, without a model.
+    summary = json.loads((tmp_path / "summary.json").read_text(), parse_constant=bare)
+    assert summary["status"] == "diverged" and summary["steps"] == 5 and summary["val_loss"] is None, summary
+    assert "evaluation at step 5 got val_loss nan" in summary["reason"], summary
+    assert not (tmp_path / "model.pt").exists()

@@ -85,6 +85,27 @@ def test_run_local_needs_neither_pulumi_nor_the_kubernetes_client(demo_run):
     assert (runs / "dev-zimdb" / "output" / "summary.json").is_file()
 
 
+def test_an_invalid_job_config_is_said_once_and_ends_with_its_exit_code(tmp_path):
+    """Both ranks find the bad flag; one says it, the launcher's bookkeeping adds no traceback, and the
+    last line names the exit code and what it means. The launcher's shared directory is gone after."""
+    (tmp_path / "tmp").mkdir()
+    env = os.environ | {"PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path / "tmp")}
+    argv = ["run-local", "--stack", "dev-zimdb", "--nproc", "2", "--out", str(tmp_path / "runs")]
+    run = subprocess.run(
+        [sys.executable, "-m", "workloads", *argv, "--", "--train.lr", "-1"],
+        env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    shown = run.stdout + run.stderr
+    assert run.returncode == 2, shown[-3000:]
+    assert shown.count("train.lr=-1.0 is invalid: allowed > 0") == 1, shown[-3000:]
+    assert "ChildFailedError" not in shown and "Traceback" not in shown, shown[-3000:]
+    assert "rank 0 failed first with exit code 2" in shown or "rank 1 failed first with exit code 2" in shown
+    last = run.stderr.splitlines()[-1]
+    assert last == "run-local dev-zimdb: exit 2 (permanent): invalid configuration or data: permanent, the " \
+        "same pod would fail the same way", last  # fmt: skip
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
 def test_processes_are_capped_at_the_cpu_cores_and_say_why(monkeypatch):
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     assert local_processes(4, None) == (2, "the job runs 4; this machine has 2 CPU cores")

@@ -87,8 +87,10 @@ def local_validation(config: dict, overrides: list[str]) -> list[str]:
     """A validation file in S3 is not readable here either: beside the LLM sample it is left out (the
     sample's val_fraction is held out instead, said so), otherwise --data.val_source must name one."""
     data = config.get("data")
-    val_source = data.get("val_source") if isinstance(data, dict) else None
-    if not str(val_source).startswith("s3://") or "--data.val_source" in overrides:
+    if not isinstance(data, dict) or "--data.val_source" in overrides:
+        return []
+    val_source = data.get("val_source")
+    if not str(val_source).startswith("s3://"):
         return []
     if data.get("source") == str(LLM_SAMPLE):
         del data["val_source"]

@@ -330,7 +330,7 @@ def platform_facts(config: PlatformConfig, stack: str) -> dict[str, Any]:
     """What `workloads` reads of a platform stack's outputs (workloads.platform.PlatformFacts), from its
     config. What only a deployed stack knows (the bucket's generated name, the account's registry) is a
     valid placeholder (`--platform-outputs` of the deployed stack gives the real ones)."""
-    training = config.addons.training
+    training = config.addons_as_deployed.training  # the queues' quotas for the pools it has
     # Valid names (the scanners and the policy pack read them), which a deploy replaces: the example account
     # a real preview refuses, and a bucket name that says so.
     registry = f"{EXAMPLE_ACCOUNT}.dkr.ecr.{config.region}.amazonaws.com/mlops-eks/{stack}"

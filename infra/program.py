@@ -348,10 +348,12 @@ def program(placeholders: Literal["refuse", "warn"] = "refuse") -> Platform:
     )
     receiver = config.alert_receiver_secret
     receiver_secret = pulumi.Output.secret(receiver.get_secret_value()) if receiver else None
+    for idle in config.idle_quotas:  # a pool taken away: its quotas stay in the file, not in the cluster
+        pulumi.log.warn(idle)
     platform.exports.update(
         install_addons(
             platform,
-            config.addons,
+            config.addons_as_deployed,
             secret,
             alert_receiver_secret=receiver_secret,
             deployer_arns=[creator, *config.admin_principal_arns],

@@ -80,7 +80,28 @@ def local_trainer_config(stack: WorkloadStack, run_dir: Path, overrides: list[st
             f"{CONFIG_KEY}.data: {source} is not readable from this machine; run with "
             "`-- --data.source FILE` (a local .jsonl/.csv/.parquet) or `-- --data.source synthetic`"
         )
+    for note in local_validation(config, overrides):
+        print(f"run-local {stack.name}: {note}", flush=True)
     return config
+
+
+def local_validation(config: dict, overrides: list[str]) -> list[str]:
+    """A validation file in S3 is not readable here either: beside the LLM sample it is left out (the
+    sample's val_fraction is held out instead, said so), otherwise --data.val_source must name one."""
+    data = config.get("data")
+    if not isinstance(data, dict) or "--data.val_source" in overrides:
+        return []
+    val_source = data.get("val_source")
+    if not str(val_source).startswith("s3://"):
+        return []
+    if data.get("source") == str(LLM_SAMPLE):
+        del data["val_source"]
+        return [f"data.val_source {val_source} -> none, val_fraction of the sample (--data.val_source FILE)"]
+    raise SpecError(
+        f"{CONFIG_KEY}.trainerConfig.data.val_source: {val_source} is not readable from this machine; "
+        "allowed: `-- --data.val_source FILE` (a local .jsonl/.csv/.parquet) or `-- --data.val_source ''` "
+        "(val_fraction of data.source held out)"
+    )
 
 
 def command(stack: WorkloadStack, nproc: int, run_dir: Path, overrides: list[str]) -> list[str]:

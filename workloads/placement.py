@@ -15,7 +15,8 @@ from infra.accelerators import Accelerator, InstanceType, accelerator
 from infra.config.base import case_hint
 from infra.contract import EFA_RESOURCE, AcceleratorPool, job_prefix, quantity
 from workloads.platform import PlatformFacts
-from workloads.spec import CONFIG_KEY, TRAINER_S3_KEYS, SpecError, TrainingJobSpec
+from workloads.s3_keys import TRAINER_S3_KEYS, relative_form
+from workloads.spec import CONFIG_KEY, SpecError, TrainingJobSpec
 from workloads.spec_rules import VENDOR_REPOSITORY
 
 # Share of an instance's vCPUs and memory a job's pods ask for by default (split by their share of the
@@ -220,7 +221,7 @@ def _check_bucket(spec: TrainingJobSpec, platform: PlatformFacts) -> None:
                     raise SpecError(
                         f"{_key(f'trainerConfig.{section}.{key}')}: {url!r} is in bucket {bucket!r}; the "
                         f"job's IAM role reads only s3://{platform.bucket_name}/{prefix}/; allowed: "
-                        f"`{section}: {{s3: <path under {prefix}/>}}` (copy the data there first)"
+                        f"{relative_form(section, key, prefix)} (copy it there first)"
                     )
 
 

@@ -17,6 +17,7 @@ from infra.contract import EFA_RESOURCE, JOB_LABEL, KUEUE_NAMESPACE_LABEL
 from workloads import jobs, mpijob, pod, rayjob
 from workloads.placement import Placement, place
 from workloads.platform import PlatformFacts
+from workloads.s3_keys import resolve
 from workloads.spec import CONFIG_KEY, SpecError, TrainingJobSpec, trainer_config_error
 
 # Quota room for two gangs: a restarted gang's pods start while the previous ones still terminate
@@ -31,7 +32,8 @@ def _quantity(value: float) -> str:
 
 def trainer_config(spec: TrainingJobSpec, bucket: str) -> dict[str, Any]:
     """The spec's trainer config plus where data, checkpoints and outputs live."""
-    config = {section: dict(values) for section, values in spec.trainer_config.items()}
+    # `{s3: <path>}` values (workloads/s3_keys.py) become URLs in the bucket the platform exported.
+    config = resolve(spec.trainer_config, bucket, pod.s3_prefix(spec))
     # Every rendered job requests GPUs: one that starts without them must exit (201, retryable), not train
     # on CPU as `auto` would. `run-local` overrides it with --train.device cpu. An MPIJob from the cpu image
     # (the one with Open MPI) has no CUDA torch: it trains on the CPU.

@@ -26,6 +26,7 @@ from infra.image_refs import image_problem, tag_problem
 # checks and messages the trainer gives when its pod starts.
 from trainer.config import ConfigError
 from trainer.config import build as build_trainer_config
+from workloads.s3_keys import TRAINER_S3_KEYS, reads_s3, relative_form, relative_problems, resolve
 from workloads.spec_rules import consistency_problems
 
 CONFIG_KEY = stack_files.JOB_KEY
@@ -34,13 +35,6 @@ MLFLOW_CREDENTIAL_CONFIG = stack_files.MLFLOW_CREDENTIAL_KEY  # and one whose ml
 # The port every job's pods already reach outside the private ranges (S3 through its gateway endpoint:
 # infra/addons/network_policies.py); a tracking server on another port needs a rule of its own.
 OPEN_HTTPS_PORT = 443
-# trainerConfig keys that may hold an s3:// URL, which the job's role must be able to reach.
-TRAINER_S3_KEYS = (
-    ("data", ("source", "val_source")),
-    ("checkpoint", ("dir",)),
-    ("output", ("dir",)),
-    ("llm", ("model", "model_cache")),
-)
 
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti)$"
@@ -334,6 +328,8 @@ class TrainingJobSpec(_Model):
                 "trainerConfig: only the image's `trainer` module reads it; this job runs "
                 f"{self.program.file or self.program.module}"
             )
+        elif relative := relative_problems(self.trainer_config, job_prefix(self.name)):
+            problems += relative  # the trainer's own check needs them resolved
         elif self.trainer_config and (error := trainer_config_error(self._config_with_data())):
             problems.append(f"trainerConfig: {error}")
         if self.data and self.data.pvc and self.data.pvc.size:
@@ -372,12 +368,13 @@ class TrainingJobSpec(_Model):
 
     def _config_with_data(self) -> dict[str, Any]:
         """trainerConfig with the file `data` names as data.source (its format is checked; it is read in
-        the pod), as rendering fills it in."""
-        if self.data is None or not isinstance(self.trainer_config.get("data", {}), dict):
-            return self.trainer_config
+        the pod) and `{s3: <path>}` values as URLs, as rendering fills them in."""
+        config = resolve(self.trainer_config, PLATFORM_BUCKET, job_prefix(self.name))
+        if self.data is None or not isinstance(config.get("data", {}), dict):
+            return config
         path = self.data.s3 if self.data.s3 is not None else self.data.path
-        data = {**self.trainer_config.get("data", {}), "source": POD_FILESYSTEM + path.lstrip("/")}
-        return {**self.trainer_config, "data": data}
+        data = {**config.get("data", {}), "source": POD_FILESYSTEM + path.lstrip("/")}
+        return {**config, "data": data}
 
     def _namespace_problems(self) -> list[str]:
         reserved = KUBERNETES_NAMESPACES | PLATFORM_NAMESPACES
@@ -441,12 +438,7 @@ class TrainingJobSpec(_Model):
                     continue
                 path = url.removeprefix("s3://").partition("/")[2]
                 if not path.startswith(prefix) or ".." in path.split("/"):
-                    # data, checkpoint and output are job keys of their own; llm's URLs are not.
-                    instead = (
-                        f"`{section}: {{s3: <path under {prefix}>}}` (copy the data there first)"
-                        if section != "llm"
-                        else f"s3://<platform bucket>/{prefix}<path> (copy the model there first)"
-                    )
+                    instead = f"{relative_form(section, key, prefix)} (copy it there first)"
                     problems.append(
                         f"trainerConfig.{section}.{key}: {url!r} is outside the job's prefix; its IAM role "
                         f"reads only s3://<platform bucket>/{prefix}; allowed: {instead}"
@@ -467,10 +459,12 @@ class TrainingJobSpec(_Model):
 
     @property
     def uses_s3(self) -> bool:
-        return any(s is not None and s.s3 is not None for s in (self.data, self.checkpoint, self.output))
+        storages = (self.data, self.checkpoint, self.output)
+        return any(s is not None and s.s3 is not None for s in storages) or reads_s3(self.trainer_config)
 
 
 POD_FILESYSTEM = "s3://pod-filesystem/"
+PLATFORM_BUCKET = "<platform bucket>"  # what a spec's checks put for the bucket, known only after deploy
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/")
 
 

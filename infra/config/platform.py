@@ -241,7 +241,6 @@ class PlatformConfig(ConfigModel):
                 reason="Spot interruptions would take CoreDNS and the controllers down",
             )
         self._check_capacity()
-        self._check_queues()
         self._check_tags()
         return self
 
@@ -276,18 +275,32 @@ class PlatformConfig(ConfigModel):
             if CREDENTIAL_ARN.match(arn)[2] != account_id  # type: ignore[index]
         ]
 
-    def _check_queues(self) -> None:
-        """A queue's GPU quota names an accelerator: one no pool offers is a typo or a pool taken away."""
-        offered = sorted({p.accelerator for p in self.gpu_pools})
-        for i, queue in enumerate(self.addons.training.queues):
-            for key in queue.gpus:
-                if key not in offered:
-                    raise Invalid(
-                        f"addons.training.queues[{i}].gpus.{key}",
-                        key,
-                        f"an accelerator of gpuPools: {', '.join(offered) or 'none (no GPU pools)'}",
-                        "no GPU pool offers it, so the quota admits GPUs no node has",
-                    )
+    @property
+    def idle_quotas(self) -> list[str]:
+        """Queue quotas for an accelerator no GPU pool offers (a pool taken away, e.g. dev's AMD pool
+        without its AMI): they could admit no pod that any node runs, so the queues are deployed without
+        them (addons_as_deployed), and `infra check` and the program say so instead of refusing the
+        stack: dropping a pool is then one edit."""
+        offered = {p.accelerator for p in self.gpu_pools}
+        return [
+            f"{PROJECT}:addons.training.queues[{i}].gpus.{key}: {count} GPU(s) left out of queue "
+            f"{queue.name!r}: no GPU pool offers {key} (gpuPools: {', '.join(sorted(offered)) or 'none'})"
+            for i, queue in enumerate(self.addons.training.queues)
+            for key, count in queue.gpus.items()
+            if key not in offered
+        ]
+
+    @property
+    def addons_as_deployed(self) -> AddonsConfig:
+        """The add-ons as the program installs them: each queue's GPU quotas only for accelerators a pool
+        offers (idle_quotas names the others)."""
+        offered = {p.accelerator for p in self.gpu_pools}
+        training = self.addons.training
+        queues = [
+            q.model_copy(update={"gpus": {k: n for k, n in q.gpus.items() if k in offered}})
+            for q in training.queues
+        ]
+        return self.addons.model_copy(update={"training": training.model_copy(update={"queues": queues})})
 
     def _check_tags(self) -> None:
         if len(self.tags) > MAX_USER_TAGS:

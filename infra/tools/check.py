@@ -45,6 +45,7 @@ def check(stack: str, values: dict[str, Any]) -> Check:
         result.problems += err.problems
         return result
     result.lines.append("config: valid (PlatformConfig)")
+    result.lines += [f"  note: {idle}" for idle in config.idle_quotas]
     try:
         config.check_deployable()
     except ConfigError as err:

@@ -144,8 +144,6 @@ CASES = [
      "mlops-eks:addons.gpu.efaDevicePlugin", "False", "gpuPools[0] has efa: true"),
     ("gang-scheduler-case", ("mlops-eks:addons", "training", "gangScheduler"), "Kueue",
      "mlops-eks:addons.training.gangScheduler", "'Kueue'", "did you mean 'kueue'?"),
-    ("queue-gpus-of-no-pool", (*QUEUE, "gpus"), {"t4": 8, "a100": 8},
-     "mlops-eks:addons.training.queues[0].gpus.a100", "'a100'", "an accelerator of gpuPools: amd-v520, t4"),
     ("queue-gpus-unknown-accelerator", (*QUEUE, "gpus"), {"v100": 8},
      "mlops-eks:addons.training.queues[0].gpus.v100", "'v100'", "unknown accelerator"),
     ("queue-memory-with-unit", (*QUEUE, "memoryGiB"), "256Gi",

@@ -148,7 +148,27 @@ CASES = [
     # the advice named a job key `llm: {s3: ...}` that does not exist
     ("llm-model-outside-the-prefix",
      job(llm__model="s3://other/x", data__source="s3://b/jobs/zimdb/x.jsonl"), "dev",
-     "trainerConfig.llm.model", "'s3://other/x'", "allowed: s3://<platform bucket>/jobs/zimdb/<path>"),
+     "trainerConfig.llm.model", "'s3://other/x'", "allowed: `trainerConfig.llm.model: {s3: <path under "
+     "jobs/zimdb/>}`"),
+    # a validation file was advised to move under the job key `data`, which sets data.source
+    ("val-source-in-another-bucket", job(data__val_source="s3://other/jobs/zimdb/val.jsonl"), "dev",
+     "trainerConfig.data.val_source", "'s3://other/jobs/zimdb/val.jsonl'",
+     "allowed: `trainerConfig.data.val_source: {s3: <path under jobs/zimdb/>}`"),
+    # the relative form of a key the pod reads from the platform bucket: refused as `output: {s3: ...}` is
+    ("val-source-relative-absolute-path", job(data__val_source={"s3": "/data/val.jsonl"}), "dev",
+     "trainerConfig.data.val_source.s3", "'/data/val.jsonl'", "leading '/'"),
+    ("val-source-relative-climbs-out", job(data__val_source={"s3": "../other/val.jsonl"}), "dev",
+     "trainerConfig.data.val_source.s3", "'../other/val.jsonl'", "climbs out"),
+    ("val-source-relative-a-url", job(data__val_source={"s3": "s3://b/jobs/zimdb/val.jsonl"}), "dev",
+     "trainerConfig.data.val_source.s3", "'s3://b/jobs/zimdb/val.jsonl'", "known only after its deploy"),
+    ("val-source-relative-extra-key", job(data__val_source={"s3": "val.jsonl", "bucket": "b"}), "dev",
+     "trainerConfig.data.val_source", "'bucket': 'b'", "takes `s3` alone"),
+    ("val-source-relative-not-a-file", job(data__val_source={"s3": "data/val.txt"}), "dev",
+     "trainerConfig", "s3://<platform bucket>/jobs/zimdb/data/val.txt", "a file ending in .jsonl"),
+    ("llm-model-relative-climbs-out", job(llm__model={"s3": "models/../../x"}), "dev",
+     "trainerConfig.llm.model.s3", "'models/../../x'", "climbs out"),
+    ("data-source-relative-in-trainer-config", job(data__source={"s3": "train.jsonl"}), "dev",
+     "trainerConfig.data.source", "{'s3': 'train.jsonl'}", "`data: {s3: <path under jobs/zimdb/>}`"),
 ]  # fmt: skip
 
 

@@ -65,12 +65,6 @@ CASES = [
     ("open-endpoint-in-prod", ("mlops-eks:environment",), "prod", "mlops-eks:publicAccessCidrs[0]"),
     ("vpc-in-a-public-range", ("mlops-eks:vpcCidr",), "8.8.0.0/16", "mlops-eks:vpcCidr"),
     ("region-without-eks", ("aws:region",), "us-east-9", "aws:region"),
-    (
-        "queue-gpus-of-no-pool",
-        ("mlops-eks:addons", "training", "queues", 0, "gpus"),
-        {"t4": 8, "a100": 8},
-        "mlops-eks:addons.training.queues[0].gpus.a100",
-    ),
 ]
 
 

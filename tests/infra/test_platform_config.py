@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from stack_variants import without_the_amd_pool
 
 from infra.config.platform import REGION_KEY, ConfigError, PlatformConfig
 from infra.tools.synth import stack_config
@@ -478,3 +479,21 @@ def test_a_managed_pool_without_a_disk_size_gets_the_root_volume_of_karpenters_g
     default, explicit = config.gpu_pools
     assert default.managed_disk_size_gib == config.addons.karpenter.root_volume_gib == 200
     assert explicit.managed_disk_size_gib == 500
+
+
+def test_dropping_the_amd_pool_is_one_edit_its_quota_left_out_of_the_queue_and_said(tmp_path):
+    config = PlatformConfig.from_mapping(stack_config("dev", without_the_amd_pool(tmp_path)))
+    (queue,) = config.addons_as_deployed.training.queues
+    assert queue.name == "ml-team" and queue.gpus == {"t4": 8}
+    assert config.addons.training.queues[0].gpus == {"t4": 8, "amd-v520": 1}  # the file is unchanged
+    assert config.idle_quotas == [
+        "mlops-eks:addons.training.queues[0].gpus.amd-v520: 1 GPU(s) left out of queue 'ml-team': no GPU "
+        "pool offers amd-v520 (gpuPools: t4)"
+    ]
+
+
+def test_with_every_pool_there_no_quota_is_idle():
+    for stack in ("dev", "prod"):
+        config = PlatformConfig.from_mapping(stack_config(stack))
+        assert config.idle_quotas == []
+        assert config.addons_as_deployed == config.addons

@@ -10,8 +10,10 @@ import json
 
 import pytest
 import yaml
+from stack_variants import without_the_amd_pool
 
-from infra.tools.synth import REPO, read_stack_file
+from infra.tools import check as infra_check
+from infra.tools.synth import REPO, read_stack_file, stack_config, synth
 from workloads.__main__ import main as workloads_main
 from workloads.plan import plan
 from workloads.platform import (
@@ -34,6 +36,35 @@ def test_derived_facts_are_the_programs_exports(stack):
         k: v for k, v in exported.items() if k not in AFTER_DEPLOY
     }
     assert derived["bucket_name"] == f"mlops-eks-{stack}-known-after-deploy"
+
+
+def test_without_the_amd_pool_check_deploys_it_and_the_derived_facts_are_the_programs_exports(
+    tmp_path, monkeypatch
+):
+    """Dropping dev's AMD pool is one edit (its queue quota stays in the file): `infra check` has no
+    complaint about the config, and what `plan` derives equals what the program exports."""
+    path = without_the_amd_pool(tmp_path)
+    values = stack_config("dev", path)
+    runs = []
+
+    def recording_synth(stack, values):  # one program run serves the check and the exports
+        runs.append(synth(stack, values))
+        return runs[-1]
+
+    monkeypatch.setattr(infra_check, "synth", recording_synth)
+    result = infra_check.check("dev", values)
+    assert "config: valid (PlatformConfig)" in result.lines
+    assert not [p for p in result.problems if "queues" in p or "gpuPools" in p], result.text()
+    assert any("gpus.amd-v520: 1 GPU(s) left out of queue 'ml-team'" in line for line in result.lines)
+    ((_, _, exports),) = runs
+    (tmp_path / "outputs.json").write_text(json.dumps(exports))
+    exported = load_platform_outputs(tmp_path / "outputs.json").model_dump(mode="json")
+    derived = derived_facts(path).model_dump(mode="json")
+    assert {k: v for k, v in derived.items() if k not in AFTER_DEPLOY} == {
+        k: v for k, v in exported.items() if k not in AFTER_DEPLOY
+    }
+    assert set(derived["accelerator_pools"]) == {"t4"}
+    assert derived["queue_quotas"][0]["gpus"] == {"t4": 8}
 
 
 A10G_POOL = {"name": "a10g", "accelerator": "a10g", "instanceTypes": ["g5.12xlarge"],

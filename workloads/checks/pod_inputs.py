@@ -14,6 +14,7 @@ from trainer.config import ConfigError, LlmConfig
 from workloads.checks import Finding, PlannedJob
 from workloads.pod import s3_prefix
 from workloads.render import trainer_config
+from workloads.s3_keys import relative_form
 
 # The image's home (docker/*/Dockerfile WORKDIR): a relative path in the pod resolves there.
 POD_HOME = PurePosixPath("/home/trainer")
@@ -61,12 +62,14 @@ def _unseen_path(job: PlannedJob, key: str, path: str, mounts: list[PurePosixPat
     if any(in_pod == m or m in in_pod.parents for m in mounts):
         return None  # on a volume: the pod opens it there
     prefix = s3_prefix(job.stack.spec)
-    instead = (
-        f"upload it under s3://<platform bucket>/{prefix}/ and set `data: {{s3: <path>}}`, or `data: {{pvc: "
-        "{claim: <existing>}, path: <file>}}`"
-        if key.startswith("data.")
-        else f"hf:<repo>, or a copy under s3://<platform bucket>/{prefix}/"
-    )
+    section, field = key.split(".")
+    where = relative_form(section, field, prefix)
+    upload = f"upload it under s3://<platform bucket>/{prefix}/ and set {where}"
+    instead = {
+        "data.source": f"{upload}, or `data: {{pvc: {{claim: <existing>}}, path: <file>}}`",
+        "data.val_source": f"{upload}, or a file on the data volume",
+        "llm.model": f"hf:<repo>, or {upload}",
+    }.get(key, "a file in the image or on a volume of the pod, or the template itself")
     if _on_deployer_machine(path):
         return (
             f"trainerConfig.{key}: {path!r} is a path on this machine; the pod cannot see it (no volume of "

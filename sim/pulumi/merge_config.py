@@ -121,7 +121,8 @@ def go_json_float(number: float) -> str:
     zero (1e-07 -> 1e-7). So YAML `1.30` reaches the program as "1.3". NaN and infinities are refused, as
     json.Marshal refuses them (the stack file does not load)."""
     if not math.isfinite(number):
-        raise ProjectConfigError(f"json: unsupported value: {number!r} (a YAML .nan or .inf is not a config value)")
+        shown = f"json: unsupported value: {number!r}"
+        raise ProjectConfigError(f"{shown} (a YAML .nan or .inf is not a config value)")
     magnitude = abs(number)
     if magnitude != 0 and (magnitude < 1e-6 or magnitude >= 1e21):
         mantissa, exponent = repr(number).replace("E", "e").split("e")

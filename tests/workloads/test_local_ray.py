@@ -5,6 +5,7 @@ below runs where it is installed."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import sys
@@ -41,9 +42,13 @@ def test_without_ray_it_exits_2_says_what_to_install_and_runs_nothing(monkeypatc
 def test_a_torchrun_stack_runs_without_ray(monkeypatch, tmp_path):
     _without_ray(monkeypatch)
     ran = []
-    monkeypatch.setattr(
-        local.subprocess, "run", lambda argv, **kw: ran.append(argv) or SimpleNamespace(returncode=0)
-    )
+
+    @contextlib.contextmanager
+    def popen(argv, **kw):  # the launcher started, nothing run: it exits 0 at once with nothing printed
+        ran.append(argv)
+        yield SimpleNamespace(stderr=iter(()), returncode=0)
+
+    monkeypatch.setattr(local.subprocess, "Popen", popen)
     assert main(["run-local", "--stack", "dev-zimdb", "--nproc", "1", "--out", str(tmp_path)]) == 0
     ((_, _, launcher, *_),) = ran
     assert launcher == "trainer.launch"

@@ -12,6 +12,7 @@ import contextlib
 import functools
 import gc
 import json
+import os
 import signal
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -50,6 +51,12 @@ def pytest_configure(config):
     At CPython's default thresholds (700, 10, 10) the cycle collector walks them again and again: a fifth
     of the in-process tests' CPU time. Young objects are still collected; the oldest generation rarely."""
     gc.set_threshold(50_000, 50, 100)
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    if workers >= (os.cpu_count() or 1):
+        # One pytest-xdist worker per core: torch's intra-op pool of one thread per core in each worker (and
+        # in the processes it starts) would put two busy threads on every core, and OpenMP's spinning
+        # threads then wait on each other. torch reads this when it is first imported.
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -20,11 +20,13 @@ import logging
 import os
 import runpy
 import sys
+import tempfile
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from trainer import faults
+from trainer import faults, report_once
 
 INSTALL_HINT = "pip install '.[ray]' (ray[train]==2.60.0), or use the image built with the ray extra"
 # Ray's exceptions for a worker (actor), its process or its node gone, by class name: matched through the
@@ -116,6 +118,8 @@ def report_permanent_exit(code: int) -> None:
 
 def train_worker(config: dict[str, Any]) -> None:
     """Ray Train's train_loop_per_worker: PROGRAM, with its non-zero exit as an error Ray reports."""
+    # The workers of one run on one node share where they note the errors already said (report_once).
+    os.environ[report_once.REPORTED_DIR] = os.path.join(tempfile.gettempdir(), config["reported"])
     code = run_program(list(config["program"]))
     if 0 < code < 128:
         report_permanent_exit(code)
@@ -278,7 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     gpus = args.gpus_per_worker
     trainer = TorchTrainer(
         train_worker,
-        train_loop_config={"program": args.program},
+        train_loop_config={
+            "program": args.program,
+            "reported": report_once.shared_dir_name(uuid.uuid4().hex),
+        },
         scaling_config=ScalingConfig(
             num_workers=args.workers, use_gpu=gpus > 0, resources_per_worker={"GPU": gpus} if gpus else None
         ),

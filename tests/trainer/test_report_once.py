@@ -5,6 +5,7 @@ that cannot be written leaves the exit code 3 as it was."""
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -65,3 +66,32 @@ def test_a_diverged_run_whose_summary_cannot_be_written_says_so_and_still_exits_
         "warning: summary.json of the diverged run not written (Retryable: disk full: writing summary.json "
         "failed); exit 3 stands"
     ]
+
+
+def test_ranks_of_one_mpirun_say_the_same_error_once_and_a_run_that_ends_well_leaves_nothing(
+    capsys, monkeypatch, tmp_path
+):
+    """An MPIJob's ranks (no trainer.launch): Open MPI's PMIX_NAMESPACE, the same for every rank of one
+    mpirun, names the node's shared directory; it is made only when there is something to say."""
+    monkeypatch.delenv(report_once.REPORTED_DIR, raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv(report_once.MPI_JOB_ID, "prterun-job-worker-0-4242@1")
+    assert list(tmp_path.iterdir()) == []
+    for _ in range(2):  # two ranks of the run
+        report_once.report("data.source: no such file")
+    monkeypatch.setenv(report_once.MPI_JOB_ID, "prterun-job-worker-0-4243@1")  # the next run (a restart)
+    report_once.report("data.source: no such file")
+    assert capsys.readouterr().err.splitlines() == ["data.source: no such file"] * 2
+    assert len(list(tmp_path.iterdir())) == 2
+
+
+def test_ray_train_workers_of_one_run_share_where_they_note_what_was_said(monkeypatch):
+    from trainer import ray_train
+
+    monkeypatch.delenv(report_once.REPORTED_DIR, raising=False)
+    seen = []
+    monkeypatch.setattr(ray_train, "run_program", lambda program: seen.append(os.environ.copy()) or 0)
+    name = report_once.shared_dir_name("run-1")
+    for _ in range(2):  # two workers of one run (one process here, as Ray may place them)
+        ray_train.train_worker({"program": ["-m", "trainer"], "reported": name})
+    assert {env[report_once.REPORTED_DIR] for env in seen} == {os.path.join(tempfile.gettempdir(), name)}

@@ -119,7 +119,8 @@ def report_permanent_exit(code: int) -> None:
 def train_worker(config: dict[str, Any]) -> None:
     """Ray Train's train_loop_per_worker: PROGRAM, with its non-zero exit as an error Ray reports."""
     # The workers of one run on one node share where they note the errors already said (report_once).
-    os.environ[report_once.REPORTED_DIR] = os.path.join(tempfile.gettempdir(), config["reported"])
+    if "reported" in config:
+        os.environ[report_once.REPORTED_DIR] = os.path.join(tempfile.gettempdir(), config["reported"])
     code = run_program(list(config["program"]))
     if 0 < code < 128:
         report_permanent_exit(code)

@@ -7,6 +7,7 @@ process, and Ray's exception shapes (WorkerGroupError.worker_failures, RayTaskEr
 from __future__ import annotations
 
 import pickle
+import re
 import sys
 import threading
 import time
@@ -170,7 +171,11 @@ def test_workers_gpus_and_storage_reach_ray_train(fake_ray, tmp_path):
     assert (run.storage_path, run.name) == ("s3://b/jobs/j/ray", "j")
     assert run.failure_config.max_failures == 0  # --restart-budget (default 0)
     assert run.failure_config.controller_failure_limit == 0
-    assert kwargs["train_loop_config"] == {"program": [script]}
+    loop_config = kwargs["train_loop_config"]
+    assert loop_config["program"] == [script] and set(loop_config) == {"program", "reported"}
+    assert re.fullmatch(
+        r"trainer-reported-[0-9a-f]{24}", loop_config["reported"]
+    )  # one per run (report_once)
     assert fake_ray.inits == 1
 
 

@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from infra.config import go_yaml, stack_files
 from infra.tools.synth import PlatformMocks
-from sim.pulumi.engine import ORGANIZATION, RunResult, run_program
+from sim.pulumi.engine import ORGANIZATION, RunResult, StartProgram, run_program
 from sim.pulumi.merge_config import ProjectConfigError, merge_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -161,6 +161,9 @@ class Rehearsal:
     runs: dict[tuple[str, str], RunResult] = field(default_factory=dict)
     # The account's EKS clusters and their tags, as the rehearsed updates created them.
     clusters: dict[str, dict[str, str]] = field(default_factory=dict)
+    # None: each run starts a fresh interpreter, as the language host does; the tests, which rehearse every
+    # stack, fork the runs from one that imported the SDKs once (engine.run_program's `start`).
+    start: StartProgram | None = None
 
     def stack_config(self, stack: str, path: Path | None = None) -> tuple[dict[str, Any], list[str]]:
         """The stack file after the documented config steps: (its `config:`, the commands applied)."""
@@ -221,6 +224,7 @@ class Rehearsal:
                     region, account_id=self.values["account"], caller_arn=caller, clusters=self.clusters
                 ),
                 stack_outputs=self.outputs,
+                start=self.start,
             )
             self.runs[(stack, step.kind)] = result
             check(stack, command, result)

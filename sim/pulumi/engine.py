@@ -30,7 +30,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +59,8 @@ STACK_REFERENCE = "pulumi:pulumi:StackReference"
 SECRET = {rpc._special_sig_key: rpc._special_secret_sig}
 # What the program and the pack may take, at most (a cold start imports pulumi_aws and pulumi_kubernetes).
 TIMEOUT_S = 600
+# Runs a program's command line in `cwd` with `env` as its whole environment, within `timeout` seconds.
+StartProgram = Callable[..., "subprocess.CompletedProcess[str]"]
 
 
 @dataclass
@@ -437,9 +439,12 @@ def run_program(
     stack_outputs: Mapping[str, Mapping[str, Any]],
     policy_pack: bool = True,
     legacy_backend: bool = False,
+    start: StartProgram | None = None,
 ) -> RunResult:
     """One `pulumi preview` (preview=True) or the update step of `pulumi up` of `stack`. `legacy_backend`:
-    the state lives in a DIY backend of the legacy layout (see the module docstring)."""
+    the state lives in a DIY backend of the legacy layout (see the module docstring). `start`: what runs the
+    program's command line instead of a fresh interpreter (the tests fork it from one that imported the SDKs,
+    tests/infra/warm_interpreter.py); its answer is subprocess.run's."""
     engine = Engine()
     monitor = Monitor(
         stack=stack,
@@ -479,7 +484,10 @@ def run_program(
             "PULUMI_CONFIG": json.dumps(dict(config)),
             "PULUMI_CONFIG_SECRET_KEYS": json.dumps(secret_keys),
         }
-        done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+        if start is None:
+            done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+        else:
+            done = start(args, cwd=REPO, env=env, timeout=TIMEOUT_S)
         if analyzer is not None and done.returncode == 0:
             analyzer.analyze_stack(monitor.registrations)
         return RunResult(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,6 +30,7 @@ from infra.tools.rehearse import (
 )
 from infra.tools.synth import PlatformMocks
 from sim.pulumi.engine import Analyzer, CreateFailed, Registration, RunResult, run_program
+from tests.infra.warm_interpreter import WarmInterpreter
 
 STACKS = ["dev", "prod", *stack_files.workload_stacks(REPO)]
 
@@ -55,6 +57,7 @@ def preview(
         stack_outputs=outputs or {},
         policy_pack=False,
         legacy_backend=legacy_backend,
+        start=WARM[0].run if WARM else None,
     )
 
 
@@ -69,10 +72,25 @@ def _in_plaintext(value: Any, secret: str) -> bool:
     return isinstance(value, str) and secret in value
 
 
-@pytest.fixture(scope="session")
-def rehearsal() -> tuple[Rehearsal, dict[str, str]]:
+WARM: list[WarmInterpreter] = []  # the module's warm interpreter, while its tests run
+
+
+@pytest.fixture(scope="module", autouse=True)
+def warm_interpreter() -> Iterator[WarmInterpreter]:
+    """The program runs of this module forked from one interpreter that imported the SDKs once
+    (tests/infra/warm_interpreter.py): 30 cold starts would import them 30 times.
+    test_a_warm_run_registers_what_a_cold_run_registers keeps that honest."""
+    warm = WarmInterpreter()
+    WARM.append(warm)
+    yield warm
+    WARM.clear()
+    warm.close()
+
+
+@pytest.fixture(scope="module")
+def rehearsal(warm_interpreter) -> tuple[Rehearsal, dict[str, str]]:
     """Every committed stack rehearsed in one session: stack -> "" (passed) or the rehearsal's error."""
-    session = Rehearsal()
+    session = Rehearsal(start=warm_interpreter.run)
     outcome = {}
     for stack in STACKS:
         try:
@@ -91,6 +109,33 @@ def test_the_rehearsal_passes_for_every_committed_stack(rehearsal, stack):
     assert up.returncode == 0 and up.registrations and up.mandatory == []
 
 
+def test_a_warm_run_registers_what_a_cold_run_registers(rehearsal):
+    """The first `make up` of dev, started cold as the language host starts it: the same resources with the
+    same inputs, the same exports and logs as the rehearsal's forked run (registration order is the
+    program's asynchronous order, not compared; the pack, a process of its own either way, judges the
+    registrations alone)."""
+    session, _ = rehearsal
+    warm = session.runs[("dev", "up")]
+    values, secret_keys = session.merged("dev", session.stack_config("dev")[0])
+    cloud = PlatformMocks("us-east-1", account_id=USER_ACCOUNT, caller_arn=FIRST_DEPLOYER, clusters={})
+    cold = run_program(
+        stack="dev",
+        preview=False,
+        config=values,
+        secret_keys=secret_keys,
+        cloud=cloud,
+        stack_outputs={},
+        policy_pack=False,
+    )
+
+    def seen(result: RunResult) -> list[tuple[str, str]]:
+        return sorted((r.urn, json.dumps(r.inputs, sort_keys=True)) for r in result.registrations)
+
+    assert cold.returncode == warm.returncode == 0
+    assert seen(cold) == seen(warm) and len(seen(cold)) > 100
+    assert cold.outputs == warm.outputs and sorted(cold.logs) == sorted(warm.logs)
+
+
 def test_the_program_runs_its_engine_branch_with_the_clis_merged_config(rehearsal):
     """Not the mocks again: the monitor is a gRPC server, so the program refuses what only the engine
     branch refuses, and it got every Pulumi.yaml default the stack file leaves unset."""
@@ -100,7 +145,7 @@ def test_the_program_runs_its_engine_branch_with_the_clis_merged_config(rehearsa
     values, _ = session.merged("dev", session.stack_config("dev")[0])
     # Unset in Pulumi.dev.yaml: the CLI hands the program Pulumi.yaml's default "" (a plain value).
     assert values["mlops-eks:alertReceiverSecret"] == "" and values["mlops-eks:grafanaAdminPassword"] == ""
-    examples = Rehearsal(values={**USER_VALUES, "account": "123456789012"})
+    examples = Rehearsal(values={**USER_VALUES, "account": "123456789012"}, start=WARM[0].run)
     with pytest.raises(RehearsalError, match="123456789012 is the AWS documentation's example account"):
         examples.run("dev")
 
@@ -176,7 +221,9 @@ def test_a_deployer_neither_creator_nor_admin_is_refused_before_anything_is_crea
 
 
 def test_a_secret_set_with_config_set_secret_reaches_the_program_as_a_secret():
-    session = Rehearsal(secrets={"mlops-eks:alertReceiverSecret": "https://hooks.example.com/x"})
+    session = Rehearsal(
+        secrets={"mlops-eks:alertReceiverSecret": "https://hooks.example.com/x"}, start=WARM[0].run
+    )
     config, applied = session.stack_config("dev")
     config["mlops-eks:addons"]["observability"]["alertReceiver"] = "webhook"
     values, secret_keys = session.merged("dev", config)
@@ -289,6 +336,7 @@ def test_a_failed_first_update_keeps_its_creator_for_the_next_deployer_on_a_lega
         stack_outputs={},
         policy_pack=False,
         legacy_backend=True,
+        start=WARM[0].run,
     )
     assert first.returncode != 0 and any(
         "context deadline exceeded" in e for e in [*first.errors, first.output]

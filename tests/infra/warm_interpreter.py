@@ -8,7 +8,10 @@ child per run: the child starts where a fresh `python language_python_exec.py ..
 those libraries, and runs the same exec shim with the same argv, environment and working directory. Nothing
 of this repository is imported before the fork (the child imports the program itself, reading its config as
 a fresh process does), and the SDKs hold no gRPC channel or event loop yet, so the child meets the engine as
-a cold process would. The tests hand `WarmInterpreter.run` to sim/pulumi/engine.py (`run_program(start=...)`);
+a cold process would. The SDKs load most of their modules lazily, while the program runs (pulumi_aws.ec2 on
+the first `aws.ec2` attribute: 2 s of a run's 2.4): each child says which library modules it ended with, and
+the server imports them between runs (modules only: no program code runs in the server), so later runs start
+with them. The tests hand `WarmInterpreter.run` to sim/pulumi/engine.py (`run_program(start=...)`);
 `python -m infra rehearse` starts a fresh interpreter per run, as the language host does.
 """
 
@@ -28,9 +31,10 @@ OURS = ("infra", "workloads", "policy", "trainer", "sim", "tests")
 
 # The server: imports both programs (so every library is imported as they import it, lazy attributes
 # included), forgets this repository's modules, then serves one fork per request line ({"argv", "env", "cwd",
-# "stdout", "stderr"}) with a line {"pid"} then {"returncode"}.
+# "stdout", "stderr", "modules"}) with a line {"pid"} then {"returncode"}, then imports the libraries the run
+# listed in "modules".
 _SERVER = r"""
-import atexit, json, os, runpy, sys, threading, traceback
+import atexit, importlib, json, os, runpy, sys, threading, traceback
 ours = set(sys.argv[1].split(","))
 import infra.program, workloads.program  # every library in the order the programs import them
 for name in [m for m in sys.modules if m.split(".")[0] in ours]:
@@ -64,10 +68,23 @@ for line in sys.stdin:
         atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
+        with open(request["modules"], "w") as listed:  # the libraries this run imported, for the next ones
+            json.dump([m for m in sys.modules if m.split(".")[0] not in ours and m != "__main__"], listed)
         os._exit(code)
     print(json.dumps({"pid": pid}), flush=True)
     _, status = os.waitpid(pid, 0)
     print(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}), flush=True)
+    try:
+        with open(request["modules"]) as listed:
+            learned = [m for m in json.load(listed) if m not in sys.modules]
+    except (OSError, ValueError):
+        learned = []
+    for name in learned:
+        try:
+            importlib.import_module(name)
+        except Exception:
+            pass  # a module only its importer's context can import (the child imported it its own way)
+    assert threading.active_count() == 1, "an imported module started a thread: forking would lose it"
 """
 
 
@@ -108,7 +125,14 @@ class WarmInterpreter:
         self, argv: list[str], cwd: Path, env: dict[str, str], scratch: Path, timeout: float
     ) -> subprocess.CompletedProcess[str]:
         stdout, stderr = scratch / "stdout", scratch / "stderr"
-        request = {"argv": argv, "cwd": str(cwd), "env": env, "stdout": str(stdout), "stderr": str(stderr)}
+        request = {
+            "argv": argv,
+            "cwd": str(cwd),
+            "env": env,
+            "stdout": str(stdout),
+            "stderr": str(stderr),
+            "modules": str(scratch / "modules.json"),
+        }
         with self._lock:
             assert self._server.stdin is not None
             self._server.stdin.write(json.dumps(request) + "\n")

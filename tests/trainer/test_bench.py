@@ -34,10 +34,13 @@ def test_a_missed_target_fails_only_with_strict(capsys):
     assert rows[1].note == "target >= 0.95 (NOT met)"
 
 
-def _launch_worker(*args: str) -> None:
+def _launch_worker(*args: str, cold: bool = True) -> None:
+    """`cold`: ranks started as fresh interpreters, as a run of the data-prep worker must be: it measures
+    each rank's memory growth, which a rank forked from the warm torch server would not show the same."""
     launcher = [sys.executable, "-m", "trainer.launch", "--standalone", "--nproc-per-node", "2"]
     cmd = [*launcher, "-m", "trainer.bench_workers"]
-    proc = subprocess.run([*cmd, *args], cwd=REPO, env=run_env(), capture_output=True, text=True, timeout=300)
+    env = run_env(cold)
+    proc = subprocess.run([*cmd, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
 
 
@@ -46,7 +49,7 @@ def test_bare_ddp_worker_reports_throughput_of_two_ranks(tmp_path):
     # The bench measures the trainer's default model and data; that the worker reports is shown on less.
     small = {"data": {"synthetic_train_size": 512, "max_len": 24}, "model": {"dim": 16, "ffn_dim": 32}}
     config.write_text(json.dumps(small))
-    _launch_worker("bare", str(out), "10", str(config))
+    _launch_worker("bare", str(out), "10", str(config), cold=False)
     ranks = json.loads(out.read_text())
     assert [r["rank"] for r in ranks] == [0, 1] and all(r["samples_per_s"] > 0 for r in ranks)
 

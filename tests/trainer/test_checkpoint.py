@@ -531,7 +531,7 @@ def test_every_rank_uploads_its_shard_to_s3_and_a_single_process_resumes_it(
     first = subprocess.run(
         launch_cmd(tmp_path / "first", nproc=2, **same, **{"checkpoint.every_steps": 10}),
         cwd=tmp_path,
-        env={**run_env(), **aws},
+        env={**run_env(cold=False), **aws},
         capture_output=True,
         text=True,
         timeout=300,

@@ -6,6 +6,7 @@ a run leaves nothing there, whichever way it ends, as pods keep /tmp (an emptyDi
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -70,7 +71,7 @@ def uninterrupted(tmp_path_factory) -> Run:
     (root / "tmp" / "trainer-run-killed" / "stage-step-000000010").mkdir(parents=True)
     (root / "tmp" / "trainer-run-killed.pid").write_text(dead)
     steps = {"checkpoint.every_steps": 100, "output.metrics_port": reserved_port()}
-    proc = launch(root / "out", env=env, **steps)
+    proc = launch(root / "out", env=env, cold=True, **steps)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return Run(root / "out", proc.returncode, proc.stdout, root / "tmp")
 
@@ -92,7 +93,8 @@ def stopped_by_sigterm(tmp_path_factory) -> Stopped:
     root = tmp_path_factory.mktemp("stopped")
     out = root / "out"
     port = reserved_port()
-    proc = start_and_wait_for_step(out, 10, env=_own_tmpdir(root), **WORKERS, **{"output.metrics_port": port})
+    env = _own_tmpdir(root)
+    proc = start_and_wait_for_step(out, 10, env=env, cold=True, **WORKERS, **{"output.metrics_port": port})
     samples = _scrape_both_ranks(port)
     proc.send_signal(signal.SIGTERM)
     log = proc.communicate(timeout=120)[0]
@@ -118,6 +120,33 @@ def _scrape_both_ranks(port: int) -> dict:
 
 def _children(pid: int) -> list[int]:
     return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def test_a_warm_run_trains_what_a_cold_run_trains(uninterrupted, tmp_path):
+    """The other tests' runs start their ranks from a warm torch server (warm_torch.py): the same run started
+    that way gives the cold run's weights bit for bit, its losses and evaluations, and its log lines."""
+    warm = launch(tmp_path / "out", **{"checkpoint.every_steps": 100, "output.metrics_port": reserved_port()})
+    assert warm.returncode == 0, warm.stdout + warm.stderr
+    reference, weights = _weights(uninterrupted.out), _weights(tmp_path / "out")
+    assert reference.keys() == weights.keys()
+    for key in reference:
+        assert torch.equal(reference[key], weights[key]), key
+    for event in ("train", "eval", "checkpoint"):
+        warm_rows, cold_rows = metrics(tmp_path / "out", event), metrics(uninterrupted.out, event)
+        assert _without_clock(warm_rows, tmp_path / "out") == _without_clock(cold_rows, uninterrupted.out)
+    cold_log = _without_clock(uninterrupted.log, uninterrupted.out)
+    assert _without_clock(warm.stdout, tmp_path / "out") == cold_log
+
+
+def _without_clock(found: str | list[dict], out: Path) -> list:
+    """Log lines or metrics rows with the run's directory and id, and the figures that depend on the clock,
+    left out."""
+    if isinstance(found, list):
+        rows = [{k: v for k, v in row.items() if not re.search("time|per_s|_s$|mfu", k)} for row in found]
+        return _without_clock(json.dumps(rows).replace("}, {", "}\n{"), out)
+    found = re.sub(r"run-\d{8}T\d{6}Z-[0-9a-f]+", "RUN", found.replace(str(out), "OUT"))
+    found = re.sub(r"\b(\w*per_s|\w*seconds\w*|eta|mfu|\w+_s) \S+", r"\1 ~", found)
+    return re.sub(r"\d+(\.\d+)? ?(s|ms)\b", "~", found).splitlines()
 
 
 def test_two_process_run_keeps_ranks_identical_and_lowers_the_loss(uninterrupted):
@@ -228,7 +257,8 @@ def test_a_nan_loss_on_one_rank_is_skipped_then_a_lasting_one_ends_the_run_with_
     out = tmp_path / "out"
     cmd = launch_cmd(out, **{"checkpoint.every_steps": 6, "train.max_bad_steps": 3, "train.max_steps": 60})
     cmd[cmd.index("trainer", cmd.index("-m", cmd.index("--nproc-per-node")))] = "poisoned_trainer"
-    env = {**run_env(), "POISON_STEPS": "3,10-60", "PYTHONPATH": f"{REPO}{os.pathsep}{Path(__file__).parent}"}
+    poisoned = {"POISON_STEPS": "3,10-60", "PYTHONPATH": f"{REPO}{os.pathsep}{Path(__file__).parent}"}
+    env = {**run_env(cold=False), **poisoned}
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == faults.DIVERGED, proc.stdout[-2000:] + proc.stderr[-3000:]
     diverged = "training diverged: 6 optimizer steps in a row had a non-finite loss or gradient by step 15"

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from botocore.exceptions import EndpointConnectionError
 
+from tests.trainer.warm_torch import WARM_SUPPORTED, warm_torch
+
 REPO = Path(__file__).resolve().parents[2]
 
 # A model and corpus small enough that a 2-process run takes seconds on a shared 2-core machine.
@@ -60,17 +62,22 @@ def launch_cmd(
     ]
 
 
-def run_env() -> dict[str, str]:
+def run_env(cold: bool = True) -> dict[str, str]:
+    """The environment of a run; unless `cold`, its ranks start from this process's warm torch server
+    (warm_torch.py), which a cold run's ranks would be, less the seconds of importing torch."""
     env = {k: v for k, v in os.environ.items() if k not in {"RANK", "WORLD_SIZE", "LOCAL_RANK"}}
-    return {**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    env = {**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    return env if cold or not WARM_SUPPORTED else {**env, **warm_torch(env).env()}
 
 
-def launch(out: Path, env: dict[str, str] | None = None, **overrides) -> subprocess.CompletedProcess:
-    """`env`: variables set for this run on top of run_env()."""
+def launch(
+    out: Path, env: dict[str, str] | None = None, cold: bool = False, **overrides
+) -> subprocess.CompletedProcess:
+    """`env`: variables set for this run on top of run_env(); `cold`: ranks started as fresh interpreters."""
     return subprocess.run(
         launch_cmd(out, **overrides),
         cwd=out.parent,
-        env={**run_env(), **(env or {})},
+        env={**run_env(cold), **(env or {})},
         capture_output=True,
         text=True,
         timeout=300,
@@ -94,13 +101,13 @@ def metrics(out: Path, event: str) -> list[dict]:
 
 
 def start_and_wait_for_step(
-    out: Path, step: int, env: dict[str, str] | None = None, **overrides
+    out: Path, step: int, env: dict[str, str] | None = None, cold: bool = False, **overrides
 ) -> subprocess.Popen:
     """Start a 2-process run in the background and return once it has logged `step` (or ended)."""
     proc = subprocess.Popen(
         launch_cmd(out, **overrides),
         cwd=out.parent,
-        env={**run_env(), **(env or {})},
+        env={**run_env(cold), **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

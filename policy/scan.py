@@ -8,7 +8,8 @@ finding, or a checkov failure that policy/checkov_skips.yaml does not explain.
 checkov's Kubernetes checks only know built-in kinds, so the pods each training job's operator creates
 (sim/operators/pods.py: init containers and sidecars included) and the pod templates of other custom
 resources (TrainingRuntime, ClusterTrainingRuntime) are also written out as Pods named
-`<kind>-<name>-<n>`: the training pods get the same container checks.
+`<kind>-<name>-<n>`: the training pods get the same container checks. Objects of kinds checkov has no
+check for (CustomResourceDefinitions above all) are not written: checkov would parse them and judge nothing.
 """
 
 from __future__ import annotations
@@ -144,10 +145,28 @@ def job_pods(stack: str, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return pods
 
 
+def checkov_kinds() -> frozenset[str]:
+    """The kinds checkov has a check for: the kinds its resource checks register for, and those its graph
+    checks name (as the resource or the connected resource)."""
+    import checkov.kubernetes.checks.graph_checks as graph_checks
+    import checkov.kubernetes.checks.resource  # noqa: F401  (registers every resource check)
+    from checkov.kubernetes.checks.resource.registry import registry
+
+    named: set[str] = set()
+    for check in Path(graph_checks.__file__).parent.glob("*.json"):
+        text = check.read_text()
+        for listed in re.findall(r'"(?:resource_types|connected_resource_types)":\s*\[([^\]]*)\]', text):
+            named.update(re.findall(r'"([^"]+)"', listed))
+    return frozenset(registry.checks) | frozenset(named)
+
+
 def write_scan_tree(root: Path, objects: dict[str, list[dict[str, Any]]]) -> None:
-    """root/k8s/<source>/NNN-<kind>-<name>.yaml for every object (plus template pods), root/docker/...
-    An object several sources render alike (most chart objects of dev and prod) is written once, under the
-    first: checkov's findings depend on the object alone, and the skips match its resource id."""
+    """root/k8s/<source>/NNN-<kind>-<name>.yaml for every object (plus template pods) of a kind checkov
+    checks, root/docker/... An object several sources render alike (most chart objects of dev and prod) is
+    written once, under the first: checkov's findings depend on the object alone, and the skips match its
+    resource id. Objects of other kinds are left out: checkov would parse them and judge nothing (the
+    CustomResourceDefinitions alone were 5 of the 6.6 MB written, and most of checkov's time)."""
+    kinds = checkov_kinds()
     written: set[str] = set()
     for source, objs in objects.items():
         out = root / "k8s" / source
@@ -156,6 +175,8 @@ def write_scan_tree(root: Path, objects: dict[str, list[dict[str, Any]]]) -> Non
         docs = [d for obj in objs for d in (obj, *template_pods(obj))]
         docs += job_pods(stack, objs) if stack else []
         for i, doc in enumerate(docs):
+            if doc.get("kind") not in kinds:
+                continue
             text = yaml.dump(doc, Dumper=yaml.CSafeDumper)  # libyaml: hundreds of objects per scan
             if text not in written:
                 written.add(text)

@@ -8,10 +8,8 @@ a documented override of sys.executable), so a run given `WarmTorch.env()` start
 a few lines of Python, started by torchrun as it starts any rank, that hand their argv, environment, working
 directory and standard streams to the server and stand in for the rank until it ends.
 
-The server imports the libraries a rank imports (torch and torch._dynamo before the trainer's code runs,
-those of trainer.loop, and transformers and peft, which LLM runs import) and then forgets this repository's
-modules, so each rank imports the trainer afresh. Per rank it forks a
-keeper, and the keeper forks the rank, which:
+The server imports the libraries a rank imports (torch, torch._dynamo, those of trainer.loop, transformers
+and peft), then forgets this repository's modules. Per rank it forks a keeper, which forks the rank, which:
 - starts a session of its own, as torchrun's start_new_session does, so a signal reaches the rank's whole
   process group (its DataLoader workers included): the stub forwards every signal torchrun sends (SIGTERM,
   SIGINT, ...) to that group, and when the stub is killed (torchrun's SIGKILL after its shutdown timeout)

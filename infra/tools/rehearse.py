@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from infra.config import go_yaml, stack_files
 from infra.tools.synth import PlatformMocks
-from sim.pulumi.engine import ORGANIZATION, RunResult, StartProgram, run_program
+from sim.pulumi.engine import ORGANIZATION, RunResult, StartAnalyzer, StartProgram, run_program
 from sim.pulumi.merge_config import ProjectConfigError, merge_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -162,8 +162,10 @@ class Rehearsal:
     # The account's EKS clusters and their tags, as the rehearsed updates created them.
     clusters: dict[str, dict[str, str]] = field(default_factory=dict)
     # None: each run starts a fresh interpreter, as the language host does; the tests, which rehearse every
-    # stack, fork the runs from one that imported the SDKs once (engine.run_program's `start`).
+    # stack, fork the runs from one that imported the SDKs once (engine.run_program's `start`), and the
+    # policy pack's analyzer from one that imported the pack (`start_analyzer`).
     start: StartProgram | None = None
+    start_analyzer: StartAnalyzer | None = None
 
     def stack_config(self, stack: str, path: Path | None = None) -> tuple[dict[str, Any], list[str]]:
         """The stack file after the documented config steps: (its `config:`, the commands applied)."""
@@ -225,6 +227,7 @@ class Rehearsal:
                 ),
                 stack_outputs=self.outputs,
                 start=self.start,
+                start_analyzer=self.start_analyzer,
             )
             self.runs[(stack, step.kind)] = result
             check(stack, command, result)

@@ -61,6 +61,8 @@ SECRET = {rpc._special_sig_key: rpc._special_secret_sig}
 TIMEOUT_S = 600
 # Runs a program's command line in `cwd` with `env` as its whole environment, within `timeout` seconds.
 StartProgram = Callable[..., "subprocess.CompletedProcess[str]"]
+# Starts the analyzer's command line (cwd=, env=) with stdout and stderr piped as text, as subprocess.Popen.
+StartAnalyzer = Callable[..., "subprocess.Popen[str]"]
 
 
 @dataclass
@@ -102,6 +104,7 @@ class RunResult:
     diagnostics: list[Diagnostic]
     output: str  # the program's stdout and stderr
     caller: str = ""  # the identity the run deployed as
+    policies: dict[str, str] = field(default_factory=dict)  # the pack's policies at their levels, as it said
 
     @property
     def errors(self) -> list[str]:
@@ -342,6 +345,7 @@ class Analyzer:
         preview: bool,
         config: Mapping[str, str],
         secret_keys: list[str],
+        start: StartAnalyzer | None = None,
     ) -> Analyzer:
         env = {
             **os.environ,
@@ -352,9 +356,7 @@ class Analyzer:
             "PULUMI_ORGANIZATION": ORGANIZATION,
         }
         command = [sys.executable, "-u", "-m", "pulumi.policy", engine_address, str(POLICY_PACK)]
-        process = subprocess.Popen(
-            command, cwd=POLICY_PACK, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
+        process = (start or _popen)(command, cwd=POLICY_PACK, env=env)
         assert process.stdout is not None
         port = process.stdout.readline().strip()
         if not port.isdigit():
@@ -429,6 +431,11 @@ class Analyzer:
         self.process.communicate(timeout=30)
 
 
+def _popen(command: list[str], *, cwd: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    pipe = subprocess.PIPE
+    return subprocess.Popen(command, cwd=cwd, env=env, stdout=pipe, stderr=pipe, text=True)
+
+
 def run_program(
     *,
     stack: str,
@@ -440,11 +447,13 @@ def run_program(
     policy_pack: bool = True,
     legacy_backend: bool = False,
     start: StartProgram | None = None,
+    start_analyzer: StartAnalyzer | None = None,
 ) -> RunResult:
     """One `pulumi preview` (preview=True) or the update step of `pulumi up` of `stack`. `legacy_backend`:
     the state lives in a DIY backend of the legacy layout (see the module docstring). `start`: what runs the
     program's command line instead of a fresh interpreter (the tests fork it from one that imported the SDKs,
-    tests/infra/warm_interpreter.py); its answer is subprocess.run's."""
+    tests/infra/warm_interpreter.py); its answer is subprocess.run's. `start_analyzer`: what starts the policy
+    pack's analyzer instead of a fresh interpreter (the tests fork it, tests/warm_fork.py)."""
     engine = Engine()
     monitor = Monitor(
         stack=stack,
@@ -464,7 +473,12 @@ def run_program(
     try:
         if policy_pack:
             analyzer = Analyzer.start(
-                engine_address=address, stack=stack, preview=preview, config=config, secret_keys=secret_keys
+                engine_address=address,
+                stack=stack,
+                preview=preview,
+                config=config,
+                secret_keys=secret_keys,
+                start=start_analyzer,
             )
             monitor.analyzer = analyzer
         # The language host's constructArguments, in its order; the entry point "." is run in --pwd.
@@ -496,6 +510,7 @@ def run_program(
             outputs=monitor.outputs,
             logs=engine.logs,
             diagnostics=analyzer.diagnostics if analyzer else [],
+            policies=dict(analyzer.levels) if analyzer else {},
             output=done.stdout + done.stderr,
             caller=cloud.caller_arn,
         )

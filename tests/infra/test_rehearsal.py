@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +34,7 @@ from infra.tools.rehearse import (
 from infra.tools.synth import PlatformMocks
 from sim.pulumi.engine import Analyzer, CreateFailed, Registration, RunResult, run_program
 from tests.infra.warm_interpreter import WarmInterpreter
+from tests.warm_fork import WarmServer
 
 STACKS = ["dev", "prod", *stack_files.workload_stacks(REPO)]
 
@@ -73,24 +77,39 @@ def _in_plaintext(value: Any, secret: str) -> bool:
 
 
 WARM: list[WarmInterpreter] = []  # the module's warm interpreter, while its tests run
+# What the pack's analyzer imports before the pack's own code (pulumi/policy/__main__.py, policy/__main__.py).
+ANALYZER_PRELOAD = "import grpc, pulumi.runtime, pulumi.policy, pulumi_policy\nimport policy.pack\n"
+ANALYZERS: list[WarmServer] = []
+
+
+def start_analyzer(command: list[str], *, cwd: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    """The analyzer's command line (`python -u -m pulumi.policy ...`) forked from the warm analyzer server."""
+    (server,) = ANALYZERS
+    run = {**env, **server.env()}
+    pipe = subprocess.PIPE
+    argv = [server.stub, *command[1:]]
+    return subprocess.Popen(argv, cwd=cwd, env=run, stdout=pipe, stderr=pipe, text=True)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def warm_interpreter() -> Iterator[WarmInterpreter]:
     """The program runs of this module forked from one interpreter that imported the SDKs once
-    (tests/infra/warm_interpreter.py): 30 cold starts would import them 30 times.
-    test_a_warm_run_registers_what_a_cold_run_registers keeps that honest."""
+    (tests/infra/warm_interpreter.py): 30 cold starts would import them 30 times; the pack's analyzers
+    from one that imported the pack (tests/warm_fork.py). test_a_warm_run_registers_what_a_cold_run_registers
+    keeps both honest."""
     warm = WarmInterpreter()
     WARM.append(warm)
+    ANALYZERS.append(WarmServer(ANALYZER_PRELOAD, dict(os.environ)))
     yield warm
     WARM.clear()
     warm.close()
+    ANALYZERS.pop().close()
 
 
 @pytest.fixture(scope="module")
 def rehearsal(warm_interpreter) -> tuple[Rehearsal, dict[str, str]]:
     """Every committed stack rehearsed in one session: stack -> "" (passed) or the rehearsal's error."""
-    session = Rehearsal(start=warm_interpreter.run)
+    session = Rehearsal(start=warm_interpreter.run, start_analyzer=start_analyzer)
     outcome = {}
     for stack in STACKS:
         try:
@@ -110,10 +129,9 @@ def test_the_rehearsal_passes_for_every_committed_stack(rehearsal, stack):
 
 
 def test_a_warm_run_registers_what_a_cold_run_registers(rehearsal):
-    """The first `make up` of dev, started cold as the language host starts it: the same resources with the
-    same inputs, the same exports and logs as the rehearsal's forked run (registration order is the
-    program's asynchronous order, not compared; the pack, a process of its own either way, judges the
-    registrations alone)."""
+    """The first `make up` of dev, started cold as the language host starts it, the pack's analyzer too: the
+    same resources with the same inputs, the same exports and logs, and the same findings of the pack as the
+    rehearsal's forked run (registration order is the program's asynchronous order, not compared)."""
     session, _ = rehearsal
     warm = session.runs[("dev", "up")]
     values, secret_keys = session.merged("dev", session.stack_config("dev")[0])
@@ -125,7 +143,6 @@ def test_a_warm_run_registers_what_a_cold_run_registers(rehearsal):
         secret_keys=secret_keys,
         cloud=cloud,
         stack_outputs={},
-        policy_pack=False,
     )
 
     def seen(result: RunResult) -> list[tuple[str, str]]:
@@ -134,6 +151,8 @@ def test_a_warm_run_registers_what_a_cold_run_registers(rehearsal):
     assert cold.returncode == warm.returncode == 0
     assert seen(cold) == seen(warm) and len(seen(cold)) > 100
     assert cold.outputs == warm.outputs and sorted(cold.logs) == sorted(warm.logs)
+    assert sorted(map(repr, cold.diagnostics)) == sorted(map(repr, warm.diagnostics))
+    assert cold.policies == warm.policies and len(cold.policies) > 20
 
 
 def test_the_program_runs_its_engine_branch_with_the_clis_merged_config(rehearsal):
@@ -145,7 +164,9 @@ def test_the_program_runs_its_engine_branch_with_the_clis_merged_config(rehearsa
     values, _ = session.merged("dev", session.stack_config("dev")[0])
     # Unset in Pulumi.dev.yaml: the CLI hands the program Pulumi.yaml's default "" (a plain value).
     assert values["mlops-eks:alertReceiverSecret"] == "" and values["mlops-eks:grafanaAdminPassword"] == ""
-    examples = Rehearsal(values={**USER_VALUES, "account": "123456789012"}, start=WARM[0].run)
+    examples = Rehearsal(
+        values={**USER_VALUES, "account": "123456789012"}, start=WARM[0].run, start_analyzer=start_analyzer
+    )
     with pytest.raises(RehearsalError, match="123456789012 is the AWS documentation's example account"):
         examples.run("dev")
 
@@ -222,7 +243,9 @@ def test_a_deployer_neither_creator_nor_admin_is_refused_before_anything_is_crea
 
 def test_a_secret_set_with_config_set_secret_reaches_the_program_as_a_secret():
     session = Rehearsal(
-        secrets={"mlops-eks:alertReceiverSecret": "https://hooks.example.com/x"}, start=WARM[0].run
+        secrets={"mlops-eks:alertReceiverSecret": "https://hooks.example.com/x"},
+        start=WARM[0].run,
+        start_analyzer=start_analyzer,
     )
     config, applied = session.stack_config("dev")
     config["mlops-eks:addons"]["observability"]["alertReceiver"] = "webhook"

@@ -1,240 +1,37 @@
-"""Trainer ranks forked from an interpreter that has already imported torch, for tests that start dozens of
-2-process runs.
+"""Trainer ranks forked from an interpreter that has already imported torch (tests/warm_fork.py), for tests
+that start dozens of 2-process runs.
 
-A cold rank spends about 6 s of CPU before its first line of training on a 2-core machine, nearly all of it
-importing torch and torch._dynamo (which every run's optimizer imports); the suite starts forty of them.
-torchrun starts each rank as `$PYTHON_EXEC -u -m trainer ...` (torch/distributed/run.py reads PYTHON_EXEC,
-a documented override of sys.executable), so a run given `WarmTorch.env()` starts its ranks through `stub`:
-a few lines of Python, started by torchrun as it starts any rank, that hand their argv, environment, working
-directory and standard streams to the server and stand in for the rank until it ends.
-
-The server imports the libraries a rank imports (torch, torch._dynamo, those of trainer.loop, transformers
-and peft), then forgets this repository's modules. Per rank it forks a keeper, which forks the rank, which:
-- starts a session of its own, as torchrun's start_new_session does, so a signal reaches the rank's whole
-  process group (its DataLoader workers included): the stub forwards every signal torchrun sends (SIGTERM,
-  SIGINT, ...) to that group, and when the stub is killed (torchrun's SIGKILL after its shutdown timeout)
-  the keeper kills the group;
-- has the stub's stdin, stdout and stderr, its environment and working directory, a fresh __main__ module and
-  tempfile's directory unset (the server's choice would survive the fork);
-- ends as a cold rank ends (SystemExit's code, 1 on an uncaught exception, non-daemon threads joined, atexit
-  run); the stub then exits with the same code or dies of the same signal, which is what torchrun reads.
-What a fork cannot give a rank is refused rather than approximated: a thread-count variable (OpenMP reads
-it when torch loads) that differs from the server's. Every rank of one server shares its hash seed, where
-cold ranks each draw one; the cold runs of test_distributed.py keep that case, and
+A cold rank spends about 6 s of CPU before its first step on a 2-core machine, nearly all of it importing
+torch and torch._dynamo (which every run's optimizer imports); the suite starts forty of them. torchrun
+starts each rank as `$PYTHON_EXEC -u -m trainer ...` (torch/distributed/run.py reads PYTHON_EXEC, a
+documented override of sys.executable), so a run given `warm_torch(...).env()` starts its ranks through the
+server's stub, which torchrun starts, signals and kills as it would the rank. The cold runs of
+test_distributed.py keep what a fork could change (each rank's own hash seed), and
 test_a_warm_run_trains_what_a_cold_run_trains compares a warm run with a cold one bit for bit.
 """
 
 from __future__ import annotations
 
 import atexit
-import os
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-OURS = ("infra", "workloads", "policy", "trainer", "sim", "tests")
-# The keeper watches its rank through a pidfd (Linux 5.3+); elsewhere (macOS) every run starts cold.
-WARM_SUPPORTED = hasattr(os, "pidfd_open")
-# OpenMP (libgomp) reads these when torch loads: a rank that asks for other values needs a cold start.
-FIXED_AT_IMPORT = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONHASHSEED")
+from tests.warm_fork import WARM_SUPPORTED, WarmServer
 
-_STUB = r"""import json, os, signal, socket, sys
-pending, child = [], [0]
-def forward(signum, frame):
-    if child[0]:
-        try:
-            os.killpg(child[0], signum)
-        except ProcessLookupError:
-            pass
-    else:
-        pending.append(signum)
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
-for s in FORWARDED:
-    signal.signal(s, forward)
-conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-conn.connect(os.environ["WARM_TORCH_SOCKET"])
-socket.send_fds(conn, [b"."], [0, 1, 2])
-conn.sendall(json.dumps({"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd()}).encode() + b"\n")
-replies = conn.makefile("r")
-first = json.loads(replies.readline())
-if "error" in first:
-    sys.stderr.write("warm torch server: " + first["error"] + "\n")
-    os._exit(1)
-child[0] = first["pid"]
-for s in pending:
-    forward(s, None)
-line = replies.readline()
-if not line:
-    sys.stderr.write("warm torch server: the keeper ended without the rank's status\n")
-    os._exit(1)
-status = json.loads(line)["status"]
-if os.WIFSIGNALED(status):
-    signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, [os.WTERMSIG(status)])
-    os.kill(os.getpid(), os.WTERMSIG(status))
-os._exit(os.waitstatus_to_exitcode(status))
-"""
+__all__ = ["WARM_SUPPORTED", "WarmTorch", "warm_torch"]
 
-_SERVER = r"""
-import atexit, json, os, runpy, select, signal, socket, sys, tempfile, threading, traceback, types
-sock_path, ours, fixed = sys.argv[1], tuple(sys.argv[2].split(",")), sys.argv[3].split(",")
-# what every rank imports before the trainer's code runs (trainer/__main__.py), the libraries of the loop,
-# and those an LLM run imports when it builds its model (trainer/llm/task.py); this repository's modules are
-# then forgotten: each rank imports them afresh
+# What every rank imports before the trainer's code runs (trainer/__main__.py), the libraries of the loop, and
+# those an LLM run imports when it builds its model (trainer/llm/task.py).
+PRELOAD = """
 import torch._dynamo
 import trainer.loop
 import peft, transformers
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-for name in [m for m in sys.modules if m.split(".")[0] in ours]:
-    del sys.modules[name]
-given = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-base = [p for p in sys.path if p not in ("", ".", os.getcwd(), *given)]  # the interpreter's own and site's
-pinned = {k: os.environ.get(k) for k in fixed}
-listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-listener.bind(sock_path)
-listener.listen(64)
-print(json.dumps({"ready": len(sys.modules)}), flush=True)
-
-
-def run_rank(request):
-    argv = request["argv"]
-    if argv[:1] != ["-u"]:
-        raise SystemExit(f"warm torch server: ranks start as `python -u ...`, got {argv[:3]}")
-    args = argv[1:]
-    sys.modules["__main__"] = types.ModuleType("__main__")
-    # sys.path as a fresh interpreter builds it: the program's place, $PYTHONPATH, then the interpreter's own
-    first = os.getcwd() if args[:1] == ["-m"] else os.path.dirname(os.path.abspath(args[0]))
-    given = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    sys.path[:] = [first, *given, *base]
-    if args[:1] == ["-m"]:
-        sys.argv = ["-m", *args[2:]]
-        runpy._run_module_as_main(args[1], alter_argv=True)
-    else:
-        sys.argv = args
-        runpy.run_path(args[0], run_name="__main__")
-
-
-def rank(conn, fds, request):
-    os.setsid()
-    for target, fd in enumerate(fds):
-        os.dup2(fd, target)
-        os.close(fd)
-    conn.close()
-    os.chdir(request["cwd"])
-    os.environ.clear()
-    os.environ.update(request["env"])
-    tempfile.tempdir = None
-    code = 0
-    try:
-        run_rank(request)
-    except SystemExit as done:
-        code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
-        if not isinstance(done.code, (int, type(None))):
-            print(done.code, file=sys.stderr)
-    except KeyboardInterrupt:
-        traceback.print_exc()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    threading._shutdown()
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:
-            pass
-    os._exit(code)
-
-
-def keep(conn):
-    _, fds, _, _ = socket.recv_fds(conn, 1, 3)
-    request = json.loads(conn.makefile("r").readline())
-    differs = [k for k in pinned if request["env"].get(k) != pinned[k]]
-    if differs:
-        error = f"{differs} differ from the server's {pinned}: start cold"
-        conn.sendall(json.dumps({"error": error}).encode() + b"\n")
-        os._exit(0)
-    pid = os.fork()
-    if pid == 0:
-        rank(conn, fds, request)
-    for fd in fds:
-        os.close(fd)
-    conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
-    watch = os.pidfd_open(pid)
-    while True:
-        ready, _, _ = select.select([conn, watch], [], [])
-        if watch in ready:
-            break
-        if not conn.recv(1):  # the stub is gone (killed): its rank goes with it, as its group would
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            break
-    _, status = os.waitpid(pid, 0)
-    try:
-        conn.sendall(json.dumps({"status": status}).encode() + b"\n")
-    except OSError:
-        pass
-    os._exit(0)
-
-
-while True:
-    ready, _, _ = select.select([listener, sys.stdin], [], [], 1.0)
-    try:
-        while os.waitpid(-1, os.WNOHANG)[0]:  # keepers that ended: their ranks' CPU counts as the server's
-            pass
-    except ChildProcessError:
-        pass
-    if sys.stdin in ready and not sys.stdin.readline():
-        break
-    if listener in ready:
-        conn, _ = listener.accept()
-        if os.fork() == 0:
-            listener.close()
-            try:
-                keep(conn)
-            finally:
-                os._exit(1)
-        conn.close()
 """
 
 
-class WarmTorch:
-    """One server for a test session (see the module docstring); `env()` routes a run's ranks to it."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self._dir = tempfile.TemporaryDirectory(prefix="warm-torch-")
-        self.socket = os.path.join(self._dir.name, "server")
-        self.stub = os.path.join(self._dir.name, "python")
-        Path(self.stub).write_text(f"#!{sys.executable} -IS\n{_STUB}")
-        os.chmod(self.stub, 0o755)
-        self._server = subprocess.Popen(
-            [sys.executable, "-u", "-c", _SERVER, self.socket, ",".join(OURS), ",".join(FIXED_AT_IMPORT)],
-            cwd=REPO,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self._server.stdout is not None
-        ready = self._server.stdout.readline()
-        if '"ready"' not in ready:
-            raise RuntimeError(f"the warm torch server did not start ({self._server.poll()}): {ready}")
-
+class WarmTorch(WarmServer):
     def env(self) -> dict[str, str]:
-        return {"PYTHON_EXEC": self.stub, "WARM_TORCH_SOCKET": self.socket}
-
-    def close(self) -> None:
-        if self._server.poll() is None:
-            assert self._server.stdin is not None
-            self._server.stdin.close()
-            self._server.wait(timeout=30)
-        self._dir.cleanup()
+        """A run's variables that route its ranks to the server."""
+        return {**super().env(), "PYTHON_EXEC": self.stub}
 
 
 _SERVERS: list[WarmTorch] = []
@@ -243,6 +40,6 @@ _SERVERS: list[WarmTorch] = []
 def warm_torch(env: dict[str, str]) -> WarmTorch:
     """This test process's server: started on first use with `env` (a run's environment), closed at exit."""
     if not _SERVERS:
-        _SERVERS.append(WarmTorch(env))
+        _SERVERS.append(WarmTorch(PRELOAD, env))
         atexit.register(_SERVERS[0].close)
     return _SERVERS[0]

@@ -154,10 +154,22 @@ def checkov_kinds() -> frozenset[str]:
 
     named: set[str] = set()
     for check in Path(graph_checks.__file__).parent.glob("*.json"):
-        text = check.read_text()
-        for listed in re.findall(r'"(?:resource_types|connected_resource_types)":\s*\[([^\]]*)\]', text):
-            named.update(re.findall(r'"([^"]+)"', listed))
+        named |= _kinds_named(json.loads(check.read_text())["definition"])
     return frozenset(registry.checks) | frozenset(named)
+
+
+def _kinds_named(condition: Any) -> set[str]:
+    """The kinds a graph check's definition names: its resource_types and connected_resource_types, and the
+    values of its filters on resource_type, at any depth of its and/or tree."""
+    if isinstance(condition, list):
+        return set().union(*map(_kinds_named, condition))
+    if not isinstance(condition, dict):
+        return set()
+    found = {*condition.get("resource_types", []), *condition.get("connected_resource_types", [])}
+    if condition.get("attribute") == "resource_type":
+        value = condition.get("value")
+        found.update(value if isinstance(value, list) else [value])
+    return found.union(*map(_kinds_named, condition.values()))
 
 
 def write_scan_tree(root: Path, objects: dict[str, list[dict[str, Any]]]) -> None:

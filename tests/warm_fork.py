@@ -60,7 +60,7 @@ for s in pending:
     forward(s, None)
 line = replies.readline()
 if not line:
-    sys.stderr.write("warm fork server: the keeper ended without the rank's status\n")
+    sys.stderr.write("warm fork server: the keeper ended without the process's status\n")
     os._exit(1)
 status = json.loads(line)["status"]
 if os.WIFSIGNALED(status):

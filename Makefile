@@ -55,7 +55,7 @@ dev: $(DEV_STAMP)
 # their own temporary directories); the fault figures are gathered from every worker. `loadfile` keeps each
 # test file on one worker, so a module's costly fixture (the rehearsal, the checkov scan) is computed once.
 test: $(DEV_STAMP)
-	$(PY) -m compileall -q infra workloads trainer policy
+	$(PY) -m compileall -q infra workloads trainer policy sim
 	$(PY) -m pytest -n auto --dist loadfile
 
 lint: $(DEV_STAMP)

@@ -72,10 +72,13 @@ def data_types() -> frozenset[tuple[str, str]]:
 def data_reads() -> frozenset[str]:
     """Every Read-level action on a resource type that holds data."""
     types = data_types()
+    services = {service for service, _ in types}  # the other services' actions read no such type
     return frozenset(
         a
         for a in all_actions()
-        if access_level(a) == "Read" and any((a.split(":")[0], t) in types for t in _resource_types(a))
+        if a.split(":")[0] in services
+        and access_level(a) == "Read"
+        and any((a.split(":")[0], t) in types for t in _resource_types(a))
     )
 
 

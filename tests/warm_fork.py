@@ -156,11 +156,15 @@ def keep(conn):
         ready, _, _ = select.select([conn, watch], [], [])
         if watch in ready:
             break
-        if not conn.recv(1):  # the stub is gone (killed): its process goes with it, as its group would
+        try:
+            gone = not conn.recv(1)  # the stub is gone (killed): its process goes with it, as its group would
+        except ConnectionResetError:  # killed before it read the pid line: a reset, not an end of file
+            gone = True
+        if gone:
             try:
                 os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            except ProcessLookupError:  # not yet a group of its own (before its setsid)
+                os.kill(pid, signal.SIGKILL)
             break
     _, status = os.waitpid(pid, 0)
     try:

@@ -132,11 +132,47 @@ def _targets(patch: dict[str, Any], obj: dict[str, Any]) -> bool:
 def _documents(path: str) -> list[dict[str, Any]]:
     """A manifest file's objects, parsed once per process (the CRDs are megabytes; libyaml)."""
     with open(path) as f:
-        return [doc for doc in yaml.load_all(f, Loader=yaml.CSafeLoader) if doc]
+        documents = [doc for doc in yaml.load_all(f, Loader=yaml.CSafeLoader) if doc]
+    for doc in documents:
+        _IMAGES_IN[id(doc)] = (doc, frozenset(_container_images(doc, set())))
+    return documents
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(text: str) -> Any:
+    """A kustomization's or a patch's YAML, parsed once per process per text (libyaml), to be read, not
+    changed: a platform's overlays are built again for every job the offline commands plan."""
+    return yaml.load(text, Loader=yaml.CSafeLoader)
 
 
 def _image_name(image: str) -> str:
     return split_ref(image)[0]
+
+
+def _container_images(obj: Any, found: set[str]) -> set[str]:
+    """The image names `_set_images` would look at in `obj`: every container's and init container's."""
+    if isinstance(obj, list):
+        for item in obj:
+            _container_images(item, found)
+    elif isinstance(obj, dict):
+        for key, value in obj.items():
+            if key in ("containers", "initContainers") and isinstance(value, list):
+                found |= {_image_name(c["image"]) for c in value if isinstance(c.get("image"), str)}
+            _container_images(value, found)
+    return found
+
+
+# The image names in each parsed manifest document, by the document's id: the documents are shared and
+# live as long as the process (_documents' cache), so each is walked once, and `images:` copies only the
+# objects it changes instead of megabytes of CustomResourceDefinitions on every build.
+_IMAGES_IN: dict[int, tuple[dict[str, Any], frozenset[str]]] = {}
+
+
+def _images_in(obj: dict[str, Any]) -> frozenset[str]:
+    known = _IMAGES_IN.get(id(obj))
+    if known is not None and known[0] is obj:
+        return known[1]
+    return frozenset(_container_images(obj, set()))
 
 
 def _set_images(obj: Any, images: list[dict[str, str]]) -> None:
@@ -176,7 +212,7 @@ def build(directory: str | Path, kustomization: dict[str, Any] | None = None) ->
     if not root.is_absolute():
         root = KUSTOMIZE.parents[2] / root
     if kustomization is None:
-        kustomization = yaml.safe_load((root / "kustomization.yaml").read_text())
+        kustomization = _parsed((root / "kustomization.yaml").read_text())
     objects: list[dict[str, Any]] = []
     config_maps: dict[str, dict[str, str]] = {}
     for resource in kustomization.get("resources") or []:
@@ -193,14 +229,16 @@ def build(directory: str | Path, kustomization: dict[str, Any] | None = None) ->
         files = {Path(f).name: (root / f).read_text() for f in generator.get("files") or []}
         config_maps[generator["name"]] = config_maps.get(generator["name"], {}) | files
     for patch in kustomization.get("patches") or []:
-        text = patch["patch"] if "patch" in patch else (root / patch["path"]).read_text()
+        ops = _parsed(patch["patch"] if "patch" in patch else (root / patch["path"]).read_text())
         for i, obj in enumerate(objects):
             if _targets(patch, obj):
                 objects[i] = copy.deepcopy(obj)  # the parsed files are shared: patch a copy
-                _json_patch(objects[i], yaml.safe_load(text))
+                _json_patch(objects[i], ops)
     if images := kustomization.get("images"):
-        objects = [copy.deepcopy(o) for o in objects]
-        _set_images(objects, images)
+        names = {entry["name"] for entry in images}
+        changed = [copy.deepcopy(o) if _images_in(o) & names else None for o in objects]  # copy what changes
+        _set_images([o for o in changed if o is not None], images)
+        objects = [new if new is not None else o for o, new in zip(objects, changed, strict=True)]
     return Built(objects, config_maps)
 
 
@@ -261,5 +299,9 @@ def write_stack_layer(directory: str, images: ImagePath) -> str:
     )
     text = header + yaml.safe_dump(stack_layer(directory, images), sort_keys=False)
     if not path.exists() or path.read_text() != text:
-        path.write_text(text)
+        # Whole or not at all: a reader (kustomize, another preview of the same checkout) never sees a
+        # half-written file.
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
+        partial.write_text(text)
+        os.replace(partial, path)
     return layer

@@ -49,8 +49,13 @@ def _parse(text: str) -> Any:
 
 def read_config(path: Path) -> dict[str, Any]:
     """The `config:` mapping of a stack file (empty when it has none); a copy the caller may change."""
+    return copy.deepcopy(_shared_config(path))
+
+
+def _shared_config(path: Path) -> dict[str, Any]:
+    """read_config's mapping, shared with every other reader of the same text: read, not changed."""
     try:
-        document = copy.deepcopy(_parse(path.read_text()))
+        document = _parse(path.read_text())
     except go_yaml.GoYamlError as err:
         raise StackFileError(
             f"{path.name}: refused as the Pulumi CLI (go-yaml v3) refuses it: {err}; allowed: each key once "
@@ -75,12 +80,13 @@ def stack_file(root: Path, stack: str) -> Path:
 
 
 def stack_configs(root: Path) -> dict[str, dict[str, Any] | None]:
-    """Every stack file in `root`, in file-name order: stack name -> its `config:` mapping, or None when
-    the file cannot be read (reported when that stack itself is used, not for every other one)."""
+    """Every stack file in `root`, in file-name order: stack name -> its `config:` mapping (shared: read,
+    not changed), or None when the file cannot be read (reported when that stack itself is used, not for
+    every other one)."""
     found: dict[str, dict[str, Any] | None] = {}
     for path in sorted(root.glob("Pulumi.*.yaml")):
         try:
-            config: dict[str, Any] | None = read_config(path)
+            config: dict[str, Any] | None = _shared_config(path)
         except StackFileError:
             config = None
         found[path.name.removeprefix("Pulumi.").removesuffix(".yaml")] = config

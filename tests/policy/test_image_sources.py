@@ -48,24 +48,31 @@ def unserved(every: set[str], path: ImagePath) -> list[str]:
     return sorted(i for i in every if not path.is_served(i))
 
 
-def kustomized_objects(resources: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The objects of every kustomize Directory the program registers, built from the directory it names
-    (a stack's layer, written by the program) as the provider's kustomize would build it."""
-    return [
-        o
-        for r in resources
-        if r["type"] == "kubernetes:kustomize/v2:Directory"
-        for o in training_operator_v1.build(r["inputs"]["directory"]).objects
-    ]
+def kustomized_objects(resources: list[dict[str, Any]], path: ImagePath) -> list[dict[str, Any]]:
+    """The objects of every kustomize Directory the program registers, built as the provider's kustomize
+    builds the directory it names: the stack's layer over its overlay. The layer is the kustomization
+    write_stack_layer writes there for `path`, taken from that function rather than from the file: a test
+    worker rehearsing the same stack for another account rewrites the file meanwhile
+    (test_training_operator_v1.py builds the written file with kustomize itself)."""
+    found = []
+    for r in resources:
+        if r["type"] != "kubernetes:kustomize/v2:Directory":
+            continue
+        directory = r["inputs"]["directory"]
+        overlays = [training_operator_v1.OVERLAY, training_operator_v1.VOLCANO_OVERLAY]
+        (overlay,) = [o for o in overlays if training_operator_v1.layer_directory(o, path) == directory]
+        layer = training_operator_v1.stack_layer(overlay, path)
+        found += training_operator_v1.build(directory, layer).objects
+    return found
 
 
 def test_every_image_the_platform_runs_comes_through_ecr(platform_resources, chart_objects, dev, prod):
     for stack, synth in (("dev", dev), ("prod", prod)):
-        kustomized = kustomized_objects(platform_resources[stack])
+        path = ImagePath(ACCOUNT_ID, synth.config.region, stack)
+        kustomized = kustomized_objects(platform_resources[stack], path)
         every = images(platform_objects(platform_resources[stack])) | images(chart_objects[stack])
         every |= images(kustomized)
         assert len(every) > 15, sorted(every)  # charts, flags, the GPU check: not a vacuous pass
-        path = ImagePath(ACCOUNT_ID, synth.config.region, stack)
         assert unserved(every, path) == [], f"{stack}: images a node would pull from outside ECR"
         # The operators' flags were followed: the config reloader prometheus-operator puts into Prometheus's
         # pods, the init container Training Operator v1 puts into PyTorchJob workers (and its own image).

@@ -3,19 +3,19 @@ every throughput row is a median of at least 3 runs."""
 
 import json
 import subprocess
-import sys
 
 import pytest
-from trainer_runs import REPO, run_env
+from trainer_runs import REPO, python, run_env
 
 from trainer import bench
 
 
 def test_help_prints_usage_and_runs_nothing(tmp_path):
+    env = run_env(cold=False)
     proc = subprocess.run(
-        [sys.executable, "-m", "trainer.bench", "--help"],
+        [*python(env), "-m", "trainer.bench", "--help"],
         cwd=tmp_path,
-        env=run_env(),
+        env=env,
         capture_output=True,
         text=True,
         timeout=120,
@@ -37,9 +37,9 @@ def test_a_missed_target_fails_only_with_strict(capsys):
 def _launch_worker(*args: str, cold: bool = True) -> None:
     """`cold`: ranks started as fresh interpreters, as a run of the data-prep worker must be: it measures
     each rank's memory growth, which a rank forked from the warm torch server would not show the same."""
-    launcher = [sys.executable, "-m", "trainer.launch", "--standalone", "--nproc-per-node", "2"]
-    cmd = [*launcher, "-m", "trainer.bench_workers"]
     env = run_env(cold)
+    launcher = [*python(env), "-m", "trainer.launch", "--standalone", "--nproc-per-node", "2"]
+    cmd = [*launcher, "-m", "trainer.bench_workers"]
     proc = subprocess.run([*cmd, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer_runs import FlakyS3, launch, launch_cmd, run_env, trainer_args
+from trainer_runs import FlakyS3, launch, launch_cmd, python, run_env, trainer_args
 
 from trainer import shards
 from trainer.checkpoint import MANIFEST, POINTER, TRAIN_STATE, CheckpointManager, checkpoint_name
@@ -528,10 +528,12 @@ def test_every_rank_uploads_its_shard_to_s3_and_a_single_process_resumes_it(
     client, aws = s3_server
     same = {"train.parallelism": "fsdp", "checkpoint.dir": "s3://mlops/ckpt", "train.max_steps": 20}
     (tmp_path / "first").mkdir()
+    env = {**run_env(cold=False), **aws}
+    every = {"checkpoint.every_steps": 10}
     first = subprocess.run(
-        launch_cmd(tmp_path / "first", nproc=2, **same, **{"checkpoint.every_steps": 10}),
+        launch_cmd(tmp_path / "first", nproc=2, interpreter=python(env), **same, **every),
         cwd=tmp_path,
-        env={**run_env(cold=False), **aws},
+        env=env,
         capture_output=True,
         text=True,
         timeout=300,

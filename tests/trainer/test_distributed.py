@@ -23,6 +23,7 @@ from trainer_runs import (
     launch,
     launch_cmd,
     metrics,
+    python,
     run_env,
     scrape,
     start_and_wait_for_step,
@@ -255,10 +256,11 @@ def test_a_nan_loss_on_one_rank_is_skipped_then_a_lasting_one_ends_the_run_with_
     checkpoint at step 12 holds the weights of step 9, and the progress line at step 15 finds 6 bad steps
     in a row (more than 3) and ends the run with exit 3: no model.pt, `latest` names a finite checkpoint."""
     out = tmp_path / "out"
-    cmd = launch_cmd(out, **{"checkpoint.every_steps": 6, "train.max_bad_steps": 3, "train.max_steps": 60})
-    cmd[cmd.index("trainer", cmd.index("-m", cmd.index("--nproc-per-node")))] = "poisoned_trainer"
     poisoned = {"POISON_STEPS": "3,10-60", "PYTHONPATH": f"{REPO}{os.pathsep}{Path(__file__).parent}"}
     env = {**run_env(cold=False), **poisoned}
+    steps = {"checkpoint.every_steps": 6, "train.max_bad_steps": 3, "train.max_steps": 60}
+    cmd = launch_cmd(out, interpreter=python(env), **steps)
+    cmd[cmd.index("trainer", cmd.index("-m", cmd.index("--nproc-per-node")))] = "poisoned_trainer"
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == faults.DIVERGED, proc.stdout[-2000:] + proc.stderr[-3000:]
     diverged = "training diverged: 6 optimizer steps in a row had a non-finite loss or gradient by step 15"

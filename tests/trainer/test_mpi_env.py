@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from trainer_runs import REPO, run_env, trainer_args
+from trainer_runs import REPO, python, run_env, trainer_args
 
 from trainer import faults
 from trainer.config import ConfigError
@@ -117,7 +117,7 @@ def under_mpirun(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     for script in (agent, kubectl):
         script.chmod(0o755)
     out = root / "out"
-    env = run_env() | {
+    env = run_env(cold=False) | {
         # Open MPI refuses root unless told; CI containers run tests as root.
         "OMPI_ALLOW_RUN_AS_ROOT": "1",
         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
@@ -127,7 +127,7 @@ def under_mpirun(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     cmd = [
         sys.executable, "-m", "trainer.mpi_launch", "--hostfile", str(hostfile), "--rsh-agent", str(agent),
         "--kubectl", str(kubectl), "--state-dir", str(root / "state"), "--",
-        sys.executable, "-m", "trainer", *trainer_args(out, **TRAIN),
+        *python(env), "-m", "trainer", *trainer_args(out, **TRAIN),  # each rank from the warm torch server
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
     lost = "lost communication with a remote daemon" in proc.stdout + proc.stderr

@@ -1,8 +1,11 @@
 """The warm torch server's stand-in ends as the rank it stands in for (warm_torch.py): torchrun reads the
 rank's exit code or signal from it, signals it to stop the rank, and kills it when the rank will not stop."""
 
+import json
 import os
+import select
 import signal
+import socket
 import subprocess
 import time
 
@@ -69,6 +72,25 @@ def test_a_killed_stand_in_takes_the_rank_with_it(tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)  # torchrun's last resort, which no handler sees
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL and _gone(pid)
+
+
+def test_a_stand_in_killed_before_it_read_the_ranks_pid_takes_the_rank_with_it(tmp_path):
+    """The stand-in's side of the protocol, stopped where a loaded machine can stop it: the keeper has sent
+    the rank's pid, the stand-in dies before reading it, and the keeper sees a reset, not an end of file."""
+    (tmp_path / "rank.py").write_text(SLEEPER)
+    run = {**run_env(cold=False), "MARK": "x"}
+    read, write = os.pipe()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(run["WARM_FORK_SOCKET"])
+        socket.send_fds(conn, [b"."], [0, write, write])
+        request = {"argv": ["-u", str(tmp_path / "rank.py")], "env": run, "cwd": str(tmp_path)}
+        conn.sendall(json.dumps(request).encode() + b"\n")
+        os.close(write)
+        with os.fdopen(read) as out:
+            pid = int(out.readline().split()[0])
+            assert select.select([conn], [], [], 60)[0]  # the pid line has come
+            conn.close()  # unread: the keeper's pid line is still in this socket's queue
+            assert _gone(pid) and out.read() == ""
 
 
 def test_a_thread_count_other_than_the_servers_is_refused_not_approximated(tmp_path):

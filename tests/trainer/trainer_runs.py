@@ -8,11 +8,12 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 from botocore.exceptions import EndpointConnectionError
 
-from tests.trainer.warm_torch import WARM_SUPPORTED, warm_torch
+from tests.trainer.warm_torch import python, warm_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,12 +46,17 @@ def trainer_args(out: Path, **overrides) -> list[str]:
 
 
 def launch_cmd(
-    out: Path, nproc: int = 2, rendezvous: tuple[str, ...] = ("--standalone",), **overrides
+    out: Path,
+    nproc: int = 2,
+    rendezvous: tuple[str, ...] = ("--standalone",),
+    interpreter: Sequence[str] = (sys.executable,),
+    **overrides,
 ) -> list[str]:
     """`rendezvous`: torchrun's rendezvous flags; by default one node whose store takes a port the OS picks
-    (torchrun's own default, a static store on port 29500, would collide with a parallel test's run)."""
+    (torchrun's own default, a static store on port 29500, would collide with a parallel test's run).
+    `interpreter`: how the launcher starts (`python(env)`: from the warm server when env routes there)."""
     return [
-        sys.executable,
+        *interpreter,
         "-m",
         "trainer.launch",
         *rendezvous,
@@ -67,17 +73,19 @@ def run_env(cold: bool = True) -> dict[str, str]:
     (warm_torch.py), which a cold run's ranks would be, less the seconds of importing torch."""
     env = {k: v for k, v in os.environ.items() if k not in {"RANK", "WORLD_SIZE", "LOCAL_RANK"}}
     env = {**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    return env if cold or not WARM_SUPPORTED else {**env, **warm_torch(env).env()}
+    return env if cold else warm_env(env)
 
 
 def launch(
     out: Path, env: dict[str, str] | None = None, cold: bool = False, **overrides
 ) -> subprocess.CompletedProcess:
-    """`env`: variables set for this run on top of run_env(); `cold`: ranks started as fresh interpreters."""
+    """`env`: variables set for this run on top of run_env(); `cold`: the launcher and the ranks started as
+    fresh interpreters."""
+    run = {**run_env(cold), **(env or {})}
     return subprocess.run(
-        launch_cmd(out, **overrides),
+        launch_cmd(out, interpreter=python(run), **overrides),
         cwd=out.parent,
-        env={**run_env(cold), **(env or {})},
+        env=run,
         capture_output=True,
         text=True,
         timeout=300,
@@ -104,10 +112,11 @@ def start_and_wait_for_step(
     out: Path, step: int, env: dict[str, str] | None = None, cold: bool = False, **overrides
 ) -> subprocess.Popen:
     """Start a 2-process run in the background and return once it has logged `step` (or ended)."""
+    run = {**run_env(cold), **(env or {})}
     proc = subprocess.Popen(
-        launch_cmd(out, **overrides),
+        launch_cmd(out, interpreter=python(run), **overrides),
         cwd=out.parent,
-        env={**run_env(cold), **(env or {})},
+        env=run,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

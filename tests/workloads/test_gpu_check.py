@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 
+from tests.trainer.trainer_runs import python, run_env
 from workloads.stacks import REPO
 
 GPU_CHECK = REPO / "trainer" / "gpu_check.py"
@@ -14,8 +14,10 @@ from trainer import gpu_check  # noqa: E402  (the script itself, imported for it
 
 
 def torchrun_check(*args: str) -> subprocess.CompletedProcess:
+    """The launcher and its ranks forked from the warm torch server (tests/trainer/warm_torch.py)."""
+    env = run_env(cold=False)
     cmd = [
-        sys.executable,
+        *python(env),
         "-m",
         "torch.distributed.run",
         "--standalone",
@@ -34,7 +36,7 @@ def torchrun_check(*args: str) -> subprocess.CompletedProcess:
         "--iters",
         "3",
     ]
-    return subprocess.run([*cmd, *common, *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([*cmd, *common, *args], env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_all_reduce_sweep_prints_bandwidth_per_size_and_passes_above_the_floor():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -66,6 +68,13 @@ def _prod(stack_tags: Mapping[str, str]) -> bool:
     sdk/go/common/resource/plugin/analyzer_plugin.go, constructEnv), the same config the program reads:
     prod unless it says `mlops-eks:environment: dev` (infra/config/environment.py). Stack tags and the stack
     name do not take part, so the program and the pack cannot disagree."""
+    return _prod_for(os.environ.get("PULUMI_CONFIG"))
+
+
+@functools.lru_cache(maxsize=4)
+def _prod_for(_config_text: str | None) -> bool:
+    """Read once per config text: every rule asks for every resource, and the SDK parses the whole stack
+    config on each call. Keyed by the text, so a process whose PULUMI_CONFIG changes reads it again."""
     return is_prod(pulumi.runtime.get_config_env())
 
 

@@ -343,9 +343,7 @@ def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int, model_name
     if kind == "wordlevel":
         # Counted here rather than by the Rust trainer so ties are broken by the word itself: the same
         # texts give the same ids in every process and every run.
-        counts: Counter[str] = Counter()
-        for text in texts:
-            counts.update(w for w, _ in pre.pre_tokenize_str(normalizer.normalize_str(text)))
+        counts = _word_counts(texts, normalizer, pre)
         words = sorted(counts, key=lambda w: (-counts[w], w))[: vocab_size - 2]
         tok = Tokenizer(WordLevel({PAD: 0, UNK: 1, **{w: i + 2 for i, w in enumerate(words)}}, unk_token=UNK))
     else:
@@ -356,6 +354,22 @@ def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int, model_name
         )
     tok.normalizer, tok.pre_tokenizer = normalizer, pre
     return TextEncoder(tok.to_str())
+
+
+def _word_counts(texts: Iterable[str], normalizer: Any, pre: Any) -> Counter[str]:
+    """How often each word occurs in `texts`, as the tokenizer splits them. Each distinct space-separated
+    piece is normalized and split once, then counted as often as it occurs: the same counts as splitting
+    every text (words repeat, so this is ~10x faster). Exact because the Whitespace pre-tokenizer's
+    pattern (\\w+|[^\\w\\s]+) never matches across a space, and NFD, Lowercase and StripAccents map each
+    character on its own (a space is a starter: canonical reordering stops at it)."""
+    pieces: Counter[str] = Counter()
+    for text in texts:
+        pieces.update(text.split(" "))
+    counts: Counter[str] = Counter()
+    for piece, n in pieces.items():
+        for word, _ in pre.pre_tokenize_str(normalizer.normalize_str(piece)):
+            counts[word] += n
+    return counts
 
 
 @dataclass

@@ -127,6 +127,25 @@ def test_tokenizer_is_offline_reproducible_and_survives_serialisation(kind):
     assert all(0 < len(row) <= 6 and all(0 < i < a.vocab_size for i in row) for row in ids)
 
 
+def test_wordlevel_counts_each_piece_once_and_gets_what_splitting_every_text_gets():
+    """The word counts come from each distinct space-separated piece; they must be what normalizing and
+    pre-tokenizing every text whole gives, around spaces next to accents, combining marks, Greek sigmas,
+    other Unicode spaces and separators the pre-tokenizer does not split on (\\x1c), and runs of spaces."""
+    from tokenizers import normalizers, pre_tokenizers
+
+    normalizer = normalizers.Sequence([normalizers.NFD(), normalizers.Lowercase(), normalizers.StripAccents()])
+    pre = pre_tokenizers.Whitespace()
+    odd = "É \u0301a ΣΑΣ Σ. a.\x1cb c\x1d d\u00a0e\u2003f\u3000g \u0915\u093e\u094d x__y 1,5 ﬁn Ǆ\u0327 \t ..."
+    texts = [odd, "  two  spaces  ", "", " ", *(t for t, _ in data.synthetic_corpus(50, seed=3))]
+    texts += [" ".join(odd.split(" ")[i:] + odd.split(" ")[:i]) for i in range(len(odd.split(" ")))]
+    whole: dict[str, int] = {}
+    for text in texts:
+        for word, _ in pre.pre_tokenize_str(normalizer.normalize_str(text)):
+            whole[word] = whole.get(word, 0) + 1
+    assert data._word_counts(texts, normalizer, pre) == whole
+    assert ".\x1c" in whole  # a word of the tokenizer's, where str.split() would have split the piece
+
+
 def test_wordlevel_maps_unseen_words_to_unknown_not_padding():
     enc = data.train_tokenizer("wordlevel", ["good film"], vocab_size=64)
     assert enc.encode(["good zebra"], max_len=8) == [[enc.encode(["good"], 8)[0][0], 1]]

@@ -7,6 +7,7 @@ every import statement of every module they reach (function-level ones included)
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import subprocess
 import sys
@@ -137,7 +138,8 @@ def _module_of(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _our_imports(path: Path) -> set[str]:
+@functools.cache  # each closure walks many of the same files
+def _our_imports(path: Path) -> frozenset[str]:
     """The modules of ours a file imports anywhere in it: `from a.b import c` is a.b.c when that is a module,
     else a.b; a relative import is resolved against the file's package."""
     package = _module_of(path).split(".") if path.name == "__init__.py" else _module_of(path).split(".")[:-1]
@@ -153,7 +155,7 @@ def _our_imports(path: Path) -> set[str]:
             for a in node.names:
                 sub = f"{module}.{a.name}"
                 found.add(sub if _module_file(sub) else module)
-    return found
+    return frozenset(found)
 
 
 def closure(*files: Path) -> set[str]:

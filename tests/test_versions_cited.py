@@ -41,22 +41,27 @@ def _package(name: str) -> str:
     return next(d.split("==")[1] for d in every if d.split("==")[0].lower() == name)
 
 
-# (what is cited, as a pattern before the version; the pinned version)
+# (what is cited, as a pattern before the version; a word every match of the pattern holds, lower case (the
+# files without it are not searched); the pinned version)
 CITED = [
-    (r"\b[Kk]ueue", pins.CHARTS["kueue"].version),
-    (r"\b[Kk]ube[Rr]ay(?:-operator)?", pins.CHARTS["kuberay-operator"].version),
-    (r"\bTraining Operator(?: v1)?", pins.TRAINING_OPERATOR_V1_VERSION),
-    (r"\b[Jj]ob[Ss]et", pins.JOBSET_VERSION),
-    (r"\b[Kk]arpenter", pins.CHARTS["karpenter"].version),
-    (r"\b(?:Kubeflow )?Trainer|kubeflow-trainer", pins.CHARTS["kubeflow-trainer"].version),
-    (r"\b[Vv]olcano", pins.CHARTS["volcano"].version),
-    (r"\bkube-prometheus-stack", pins.CHARTS["kube-prometheus-stack"].version),
-    (r"\bdcgm-exporter", pins.CHARTS["dcgm-exporter"].version),
-    (r"\bnvidia-device-plugin", pins.CHARTS["nvidia-device-plugin"].version),
-    (r"\bmetrics-server", pins.CHARTS["metrics-server"].version),
-    (r"\baws-efa-k8s-device-plugin", pins.CHARTS["aws-efa-k8s-device-plugin"].version),
-    (r"\bpulumi-eks", _package("pulumi-eks")),
-    (r"\btorch(?:==)?", _package("torch")),
+    (r"\b[Kk]ueue", "kueue", pins.CHARTS["kueue"].version),
+    (r"\b[Kk]ube[Rr]ay(?:-operator)?", "kuberay", pins.CHARTS["kuberay-operator"].version),
+    (r"\bTraining Operator(?: v1)?", "training operator", pins.TRAINING_OPERATOR_V1_VERSION),
+    (r"\b[Jj]ob[Ss]et", "jobset", pins.JOBSET_VERSION),
+    (r"\b[Kk]arpenter", "karpenter", pins.CHARTS["karpenter"].version),
+    (r"\b(?:Kubeflow )?Trainer|kubeflow-trainer", "trainer", pins.CHARTS["kubeflow-trainer"].version),
+    (r"\b[Vv]olcano", "volcano", pins.CHARTS["volcano"].version),
+    (r"\bkube-prometheus-stack", "kube-prometheus-stack", pins.CHARTS["kube-prometheus-stack"].version),
+    (r"\bdcgm-exporter", "dcgm-exporter", pins.CHARTS["dcgm-exporter"].version),
+    (r"\bnvidia-device-plugin", "nvidia-device-plugin", pins.CHARTS["nvidia-device-plugin"].version),
+    (r"\bmetrics-server", "metrics-server", pins.CHARTS["metrics-server"].version),
+    (
+        r"\baws-efa-k8s-device-plugin",
+        "aws-efa-k8s-device-plugin",
+        pins.CHARTS["aws-efa-k8s-device-plugin"].version,
+    ),
+    (r"\bpulumi-eks", "pulumi-eks", _package("pulumi-eks")),
+    (r"\btorch(?:==)?", "torch", _package("torch")),
 ]
 
 KUEUES_TRAINER = "the Trainer version Kueue 0.19.2 is built against (its go.mod), whose types it writes"
@@ -91,9 +96,12 @@ def _texts() -> dict[str, str]:
 def stale_citations(texts: dict[str, str]) -> list[str]:
     allowed = {(f, c) for f, c, _ in OTHER_VERSIONS}
     found = []
-    for what, version in CITED:
+    lowered = {path: text.lower() for path, text in texts.items()}
+    for what, word, version in CITED:
         pattern = re.compile(f"(?:{what}){VERSION}")
         for path, text in texts.items():
+            if word not in lowered[path]:
+                continue
             for match in pattern.finditer(text):
                 cited = match.group(1)
                 if version == cited or version.startswith(f"{cited}."):

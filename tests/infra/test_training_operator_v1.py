@@ -131,7 +131,10 @@ def test_the_written_layer_builds_with_kustomize_as_the_reader_builds_it(tmp_pat
     built = subprocess.run(
         ["kubectl", "kustomize", str(REPO / layer)], capture_output=True, text=True, check=True
     )
-    (deployment,) = [o for o in yaml.safe_load_all(built.stdout) if o and o["kind"] == "Deployment"]
+    # libyaml: the build is megabytes of CustomResourceDefinitions
+    (deployment,) = [
+        o for o in yaml.load_all(built.stdout, Loader=yaml.CSafeLoader) if o and o["kind"] == "Deployment"
+    ]
     ours = training_operator_v1.apply_overlay(training_operator_v1.VOLCANO_OVERLAY, PATH)
     theirs = deployment["spec"]["template"]["spec"]["containers"][0]
     assert (theirs["image"], theirs["args"]) == (ours.container["image"], ours.container["args"])

@@ -133,9 +133,13 @@ def test_wordlevel_counts_each_piece_once_and_gets_what_splitting_every_text_get
     other Unicode spaces and separators the pre-tokenizer does not split on (\\x1c), and runs of spaces."""
     from tokenizers import normalizers, pre_tokenizers
 
-    normalizer = normalizers.Sequence([normalizers.NFD(), normalizers.Lowercase(), normalizers.StripAccents()])
+    normalizer = normalizers.Sequence(
+        [normalizers.NFD(), normalizers.Lowercase(), normalizers.StripAccents()]
+    )
     pre = pre_tokenizers.Whitespace()
-    odd = "É \u0301a ΣΑΣ Σ. a.\x1cb c\x1d d\u00a0e\u2003f\u3000g \u0915\u093e\u094d x__y 1,5 ﬁn Ǆ\u0327 \t ..."
+    odd = (
+        "É \u0301a ΣΑΣ Σ. a.\x1cb c\x1d d\u00a0e\u2003f\u3000g \u0915\u093e\u094d x__y 1,5 ﬁn Ǆ\u0327 \t ..."
+    )
     texts = [odd, "  two  spaces  ", "", " ", *(t for t, _ in data.synthetic_corpus(50, seed=3))]
     texts += [" ".join(odd.split(" ")[i:] + odd.split(" ")[:i]) for i in range(len(odd.split(" ")))]
     whole: dict[str, int] = {}

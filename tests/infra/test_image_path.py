@@ -14,12 +14,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from synth_graph import synth_with_edges
 
 from infra.config.platform import ConfigError, PlatformConfig
 from infra.platform import image_primer
 from infra.platform.image_primer import Entry, Problem
 from infra.tools.synth import ACCOUNT_ID, stack_config
-from tests.conftest import synth_with_edges
 
 REPO = Path(__file__).resolve().parents[2]
 GHCR_SECRET = f"arn:aws:secretsmanager:us-east-1:{ACCOUNT_ID}:secret:ecr-pullthroughcache/ghcr-AbCdEf"

@@ -18,6 +18,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 import yaml
+from synth_graph import synth_with_edges
 
 from infra import pins
 from infra.addons import training_operator_v1
@@ -27,7 +28,6 @@ from infra.image_refs import image_problem
 from infra.platform.image_cache import ImageCache, ImageCacheArgs
 from infra.platform.registries import ImagePath
 from infra.tools.synth import stack_config
-from tests.conftest import synth_with_edges
 from tests.infra.dependency_graph import build_graph, depends_on
 
 REPO = Path(__file__).resolve().parents[2]

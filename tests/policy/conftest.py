@@ -5,6 +5,7 @@ and the workload stacks as `workloads render` prints them (the real CLI, in subp
 from __future__ import annotations
 
 import pytest
+from once_per_run import once_per_run
 
 from policy.scan import PLATFORM_STACKS, rendered_objects, workload_stacks
 from sim import helm_render
@@ -28,7 +29,8 @@ def chart_objects(rendered) -> dict[str, list[dict]]:
 
 
 @pytest.fixture(scope="session")
-def workload_objects() -> dict[str, list[dict]]:
+def workload_objects(tmp_path_factory, worker_id) -> dict[str, list[dict]]:
     stacks = workload_stacks()
     assert stacks, "no Pulumi.<stack>.yaml sets mlops-eks:platformStack"
-    return {stack: rendered_objects(stack) for stack in stacks}
+    render = lambda: {stack: rendered_objects(stack) for stack in stacks}  # noqa: E731
+    return once_per_run(tmp_path_factory, worker_id, "workload-objects", render)

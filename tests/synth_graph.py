@@ -1,5 +1,5 @@
-"""The platform program synthesized offline (infra.tools.synth) with the dependency graph the engine would
-receive: each registration's dependencies, property dependencies and provider."""
+"""The platform program synthesized offline, with the dependency graph the engine would receive: each
+registration's dependencies, property dependencies and provider, as infra.tools.synth's mocks see them."""
 
 from __future__ import annotations
 

@@ -46,7 +46,9 @@ def test_all_reduce_sweep_prints_bandwidth_per_size_and_passes_above_the_floor()
     header = lines.index(next(line for line in lines if "busbw_GB/s" in line))
     sizes = [int(line.split()[0]) for line in lines[header + 1 : header + 3]]
     assert sizes == [4096, 1 << 20]
-    assert all(float(line.split()[3]) > 0 for line in lines[header + 1 : header + 3])
+    # Each size timed; the bandwidth has 3 decimals, which a 4 KiB all-reduce on a busy CPU rounds to 0.
+    assert all(float(line.split()[1]) > 0 for line in lines[header + 1 : header + 3])
+    assert float(lines[header + 2].split()[3]) > 0
     assert "gpu-check passed: 2 ranks, gloo" in passed.stdout
 
 

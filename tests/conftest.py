@@ -60,6 +60,26 @@ def pytest_configure(config):
         os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+# The files that take longest (a minute or more of a worker's time each: real multi-process runs, the
+# rehearsal), collected first: pytest-xdist hands files out in collection order, so a worker that drew one
+# of these last would still be running it long after the other ran out of work.
+SLOWEST_FIRST = (
+    "tests/infra/test_rehearsal.py",
+    "tests/trainer/test_distributed.py",
+    "tests/workloads/test_local_ray.py",
+    "tests/trainer/test_llm_distributed.py",
+    "tests/docker/test_python_deps.py",
+    "tests/trainer/test_checkpoint.py",
+    "tests/faults/test_retryable_exits.py",
+    "tests/faults/test_checkpoint_faults.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {path: i for i, path in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: order kept within
+
+
 def pytest_terminal_summary(terminalreporter):
     fault_ledger.report(terminalreporter)
 

@@ -205,9 +205,9 @@ def _launch(tmp_path: Path, *torchrun_args: str, timeout: int = 120) -> subproce
     "rendezvous",
     [
         # Kubeflow's PET_* variables: static rendezvous on the master pod's address.
-        ["--master-addr=127.0.0.1", "--node-rank=0", "--rdzv-conf=timeout=3"],
+        ["--master-addr=127.0.0.1", "--node-rank=0", "--rdzv-conf=timeout=1"],
         # Elastic PyTorchJob: the c10d rendezvous backend.
-        ["--rdzv-backend=c10d", "--rdzv-conf=join_timeout=3"],
+        ["--rdzv-backend=c10d", "--rdzv-conf=join_timeout=1"],
     ],
     ids=["static", "c10d"],
 )

@@ -313,8 +313,8 @@ def end_process(code: int) -> NoReturn:
     has stopped the workers and its controller, while Ray's log monitor forwards their output every 0.1 s
     (ray/_private/log_monitor.py). After a success main() has stopped Ray itself (ray.shutdown(): without it
     a local Ray's raylet would die with this process, PR_SET_PDEATHSIG, and leave its dashboard and runtime
-    env agents waiting on a dead GCS for a minute); after a failure Ray Train's fit thread may still be in a
-    call, and its actors end with this job."""
+    env agents waiting on a dead GCS for a minute or more); after a failure Ray Train's fit thread may still
+    be in a call, and its actors end with this job."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

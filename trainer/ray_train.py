@@ -24,7 +24,7 @@ import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 from trainer import faults, report_once
 
@@ -300,13 +300,25 @@ def main(argv: list[str] | None = None) -> int:
             ),
         ),
     )
-    return supervise(trainer.fit, _permanent_exit_actor(ray))
+    code = supervise(trainer.fit, _permanent_exit_actor(ray))
+    if code == 0:  # the run is over: a local Ray's processes stop now, a cluster's driver leaves it
+        ray.shutdown()
+    return code
+
+
+def end_process(code: int) -> NoReturn:
+    """Exit `code` now, without the interpreter's teardown: after a run that imported torch and Ray that is
+    a second or more, and it would run Ray's atexit hook, which sleeps 0.5 s for the workers' last lines
+    (Ray 2.60's ray/_private/worker.py shutdown), lines that are in by now: main() returns after Ray Train
+    has stopped the workers and its controller, while Ray's log monitor forwards their output every 0.1 s
+    (ray/_private/log_monitor.py). After a success main() has stopped Ray itself (ray.shutdown(): without it
+    a local Ray's raylet would die with this process, PR_SET_PDEATHSIG, and leave its dashboard and runtime
+    env agents waiting on a dead GCS for a minute or more); after a failure Ray Train's fit thread may still
+    be in a call, and its actors end with this job."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
-    exit_code = main()
-    if exit_code:  # a failure: no waiting on Ray Train's thread and actors, they end with this job
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(exit_code)
-    sys.exit(0)
+    end_process(main())

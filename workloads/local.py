@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from workloads.launcher_output import ChildFailedFilter, RootCause
-from workloads.local_ray import ray_launcher, ray_missing
+from workloads.local_ray import LOCAL_RAY_ENV, ray_launcher, ray_missing
 from workloads.render import trainer_config
 from workloads.spec import CONFIG_KEY, SpecError
 from workloads.stacks import REPO, WorkloadStack
@@ -163,7 +163,8 @@ def run_local(stack: WorkloadStack, *, nproc: int | None, out: Path, overrides: 
     print("  " + " ".join(argv), flush=True)
     cores = os.cpu_count() or 1
     # One intra-op thread pool per process sized to its share of the cores: no oversubscription.
-    env = {**os.environ, **spec.env, "OMP_NUM_THREADS": str(max(1, cores // n))}
+    local_ray = LOCAL_RAY_ENV if spec.operator == "rayjob" else {}
+    env = {**local_ray, **os.environ, **spec.env, "OMP_NUM_THREADS": str(max(1, cores // n))}
     shown = ChildFailedFilter()
     with subprocess.Popen(
         argv, cwd=REPO, env=env, stderr=subprocess.PIPE, text=True, errors="replace"

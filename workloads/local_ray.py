@@ -12,6 +12,12 @@ import sys
 from pathlib import Path
 
 INSTALL = "pip install -e '.[train,ray]'"
+# A local Ray is one machine that nothing drains: Ray Train's PreemptionWatcher, an actor (a Python process
+# of its own, seconds of CPU to start) polling Ray's drain state for the nodes of the run (Ray 2.60's
+# ray/train/v2/_internal/callbacks/preemption_callback.py), has nothing to see, and its start competes with
+# the workers' for the cores. Ray's own switch turns it off (ray/train/v2/_internal/constants.py
+# RAY_TRAIN_ENABLE_PREEMPTION_WATCHER, read by the controller); a value in the environment wins.
+LOCAL_RAY_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
 
 
 def ray_missing(stack_name: str) -> str | None:

@@ -2,23 +2,29 @@
 docs/workloads.md "Ray jobs"); these tests run the entry point against a stand-in `ray` package with Ray
 Train's call surface (TorchTrainer, ScalingConfig, RunConfig, FailureConfig) whose fit() calls the worker
 function in this
-process, and Ray's exception shapes (WorkerGroupError.worker_failures, RayTaskError.cause)."""
+process, and Ray's exception shapes (WorkerGroupError.worker_failures, RayTaskError.cause); one runs the
+driver as a process of its own, how it exits."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import re
+import subprocess
 import sys
 import threading
 import time
 import types
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from trainer import faults, ray_train
 from trainer.ray_train import ProgramExit, exit_code_of, run_program
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 class ActorDiedError(RuntimeError):  # ray.exceptions.ActorDiedError's name: a worker (pod, node) gone
@@ -70,6 +76,7 @@ class FakeRay:
     trainers: list[dict[str, Any]] = field(default_factory=list)
     fits: int = 0
     inits: int = 0
+    shutdowns: int = 0
     actors: dict[str, Any] = field(default_factory=dict)
 
 
@@ -120,6 +127,7 @@ def fake_ray(monkeypatch) -> FakeRay:
 
     ray = types.ModuleType("ray")
     ray.init = lambda **kw: setattr(seen, "inits", seen.inits + 1)
+    ray.shutdown = lambda: setattr(seen, "shutdowns", seen.shutdowns + 1)
     ray.remote = remote
     ray.get = lambda value, timeout=None: value
     ray.get_actor = lambda name: seen.actors[name]
@@ -203,6 +211,57 @@ def test_a_permanent_exit_reaches_the_driver_which_ends_the_run(fake_ray, tmp_pa
     for script in (_failing_then_ok(tmp_path, faults.INVALID), _script(tmp_path, "raise SystemExit(2)\n")):
         assert ray_train.main(["--restart-budget", "3", "--", script]) == faults.INVALID
         assert fake_ray.actors[ray_train.PERMANENT_EXIT_ACTOR].instance.code == faults.INVALID
+
+
+def test_ray_stops_after_a_successful_run_and_not_after_a_failed_one(fake_ray, tmp_path):
+    assert ray_train.main(["--", _script(tmp_path, "pass\n")]) == 0
+    assert fake_ray.shutdowns == 1
+    # A permanent exit ends the driver while Ray Train's fit thread may still be in a Ray call.
+    assert ray_train.main(["--", _script(tmp_path, "raise SystemExit(2)\n")]) == faults.INVALID
+    assert fake_ray.shutdowns == 1
+
+
+# What `python -m trainer.ray_train` imports of Ray, on disk for a driver process of its own; Ray's atexit
+# hook (ray/_private/worker.py registers shutdown) says when it runs.
+STAND_IN_RAY = {
+    "ray/__init__.py": """import atexit, sys, types
+atexit.register(lambda: print("ray: atexit teardown", file=sys.stderr, flush=True))
+def init(**kw): pass
+def shutdown(): print("ray: shutdown", file=sys.stderr, flush=True)
+def get(value, timeout=None): return value
+def remote(**options):
+    def actor_class(cls):
+        def create(*args):
+            actor = cls(*args)
+            methods = {m: types.SimpleNamespace(remote=getattr(actor, m)) for m in ("get", "record")}
+            return types.SimpleNamespace(**methods)
+        return types.SimpleNamespace(options=lambda name: types.SimpleNamespace(remote=create))
+    return actor_class
+""",
+    "ray/train/__init__.py": "class ScalingConfig:\n    def __init__(self, **kw): pass\n"
+    "RunConfig = FailureConfig = ScalingConfig\n",
+    "ray/train/torch/__init__.py": """class TorchTrainer:
+    def __init__(self, fn, train_loop_config, **kw): self.fn, self.config = fn, train_loop_config
+    def fit(self): self.fn(self.config)
+""",
+}
+
+
+def test_the_driver_process_exits_after_stopping_ray_without_the_interpreters_teardown(tmp_path):
+    for path, text in STAND_IN_RAY.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(tmp_path), str(REPO)))}
+    for line, code in (("trained", 0), ("bad input", 2)):
+        script = _script(tmp_path, f"print({line!r})\nraise SystemExit({code})\n")
+        done = subprocess.run(
+            [sys.executable, "-m", "trainer.ray_train", "--", script],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == code, done.stderr
+        assert done.stdout.splitlines()[-1] == line  # flushed: stdout is a pipe here, not a terminal
+        assert "ray: atexit teardown" not in done.stderr
+        assert ("ray: shutdown" in done.stderr) == (code == 0)
 
 
 def test_the_trainer_runs_in_the_worker_through_its_own_main(fake_ray, capsys):

@@ -54,6 +54,25 @@ def test_a_torchrun_stack_runs_without_ray(monkeypatch, tmp_path):
     assert launcher == "trainer.launch"
 
 
+def test_a_local_ray_runs_without_the_preemption_watcher_unless_the_environment_asks(monkeypatch, tmp_path):
+    envs = []
+
+    @contextlib.contextmanager
+    def popen(argv, env, **kw):
+        envs.append(env)
+        yield SimpleNamespace(stderr=iter(()), returncode=0)
+
+    monkeypatch.setattr(local.subprocess, "Popen", popen)
+    monkeypatch.setattr(local, "ray_missing", lambda stack_name: None)
+    monkeypatch.delenv("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", raising=False)
+    run = ["run-local", "--nproc", "1", "--out", str(tmp_path), "--stack"]
+    assert main([*run, STACK]) == 0
+    assert main([*run, "dev-zimdb"]) == 0  # torchrun: no Ray to tell
+    monkeypatch.setenv("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "1")
+    assert main([*run, STACK]) == 0
+    assert [env.get("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER") for env in envs] == ["0", None, "1"]
+
+
 def test_the_local_command_is_the_rayjobs_entry_point_with_the_torchrun_program(tmp_path):
     ray_stack = load_stack(STACK)
     torchrun_stack = ray_stack.__class__(
@@ -72,8 +91,14 @@ def test_the_local_command_is_the_rayjobs_entry_point_with_the_torchrun_program(
     assert (args.workers, args.gpus_per_worker, args.storage_path) == (3, 0, str(tmp_path / "ray"))
 
 
-def test_run_local_trains_the_rayjob_stack_on_a_local_ray(tmp_path, capsys):
+def test_run_local_trains_the_rayjob_stack_on_a_local_ray(tmp_path, capsys, monkeypatch):
     pytest.importorskip("ray", reason='the `ray` extra is not installed here (docs/workloads.md "Ray jobs")')
+    # Ray Train's controller sees the workers done at its next poll, every 2 s by default (Ray 2.60's
+    # ray/train/v2/_internal/constants.py RAY_TRAIN_HEALTH_CHECK_INTERVAL_S, passed on to the controller;
+    # execution/controller/controller.py _poll_workers). Polling more often only costs a few calls: a poll
+    # that takes longer is awaited at the next one, and only one hanging for RAY_TRAIN_WORKER_HEALTH_CHECK_
+    # TIMEOUT_S (600 s) fails a worker (worker_group.py _poll_workers_and_collect_errors).
+    monkeypatch.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
     code = main(["run-local", "--stack", STACK, "--nproc", "2", "--out", str(tmp_path), *FEW_STEPS])
     assert code == 0
     summary = json.loads((tmp_path / STACK / "output" / "summary.json").read_text())

@@ -85,7 +85,7 @@ def served(tmp_path) -> Iterator[tuple[Path, str]]:
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(directory))
     handler.log_message = lambda *args: None  # type: ignore[method-assign]
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)  # quick shutdown()
     thread.start()
     yield directory, f"http://127.0.0.1:{server.server_port}"
     server.shutdown()

@@ -171,7 +171,7 @@ class _Registry(BaseHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def registry():
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Registry)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()  # quick shutdown()
     yield f"127.0.0.1:{server.server_port}"
     server.shutdown()
 

@@ -287,6 +287,35 @@ def test_worker_exit_codes_map_to_what_a_shell_reports():
     assert [exit_code(c) for c in (0, 1, 2, 143, -15, -9)] == [0, 1, 2, 143, 143, 137]
 
 
+def _event_name(get_method_name, depth: int | None) -> str:
+    """What `get_method_name` answers where the rendezvous handler calls it: in a helper (_record) of the
+    method whose event it names."""
+
+    def next_rendezvous() -> str:
+        return _record()
+
+    def _record() -> str:
+        return get_method_name() if depth is None else get_method_name(depth)
+
+    return next_rendezvous()
+
+
+def test_the_launcher_names_rendezvous_events_as_torch_does_without_inspecting_the_stack(monkeypatch, capsys):
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    from trainer import launch
+
+    for depth in (None, 1, 2, 3, 4, 10_000):
+        torchs = _event_name(launch.TORCH_GET_METHOD_NAME, depth)
+        assert _event_name(launch.frame_function, depth) == torchs, depth
+    assert _event_name(launch.frame_function, None) == "next_rendezvous"
+    assert _event_name(launch.frame_function, 10_000) == "no_method_name"
+    monkeypatch.setattr(dynamic_rendezvous, "get_method_name", launch.TORCH_GET_METHOD_NAME)
+    with pytest.raises(SystemExit):
+        launch.main(["--help"])  # the launcher's run starts by installing it
+    assert dynamic_rendezvous.get_method_name is launch.frame_function and "usage" in capsys.readouterr().out
+
+
 def test_fsdp_and_ddp_with_gradient_accumulation_train_the_same_weights(tmp_path):
     same = {"model.dropout": 0.0, "train.batch_size": 4, "train.grad_accum_steps": 2, "train.max_steps": 30}
     ddp = launch(tmp_path / "ddp", **same)

@@ -151,7 +151,8 @@ def _default_log_dir(args: argparse.Namespace) -> Iterator[None]:
             shutil.rmtree(root, ignore_errors=True)
 
 
-TORCH_GET_METHOD_NAME = dynamic_rendezvous.get_method_name
+# torch's own, kept for the test that compares the two; None if a torch release drops it (nothing to replace)
+TORCH_GET_METHOD_NAME = getattr(dynamic_rendezvous, "get_method_name", None)
 
 
 def frame_function(depth: int = 2) -> str:
@@ -168,7 +169,8 @@ def frame_function(depth: int = 2) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    dynamic_rendezvous.get_method_name = frame_function  # read at each event: the same names, cheaply
+    if TORCH_GET_METHOD_NAME is not None:  # read at each event: the same names, cheaply
+        dynamic_rendezvous.get_method_name = frame_function
     args = torchrun.parse_args(argv if argv is not None else sys.argv[1:])
     try:
         ledger = attempts.Ledger.from_env()

@@ -305,6 +305,7 @@ def test_the_launcher_names_rendezvous_events_as_torch_does_without_inspecting_t
 
     from trainer import launch
 
+    assert launch.TORCH_GET_METHOD_NAME is not None  # the pinned torch names its events with it
     for depth in (None, 1, 2, 3, 4, 10_000):
         torchs = _event_name(launch.TORCH_GET_METHOD_NAME, depth)
         assert _event_name(launch.frame_function, depth) == torchs, depth

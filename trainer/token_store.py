@@ -60,7 +60,8 @@ def node_scratch_dir(purpose: str, launch_id: str) -> Path:
     token, broadcast: `trainer.dist.launch_id`), so two trainers on one node (Ray Train workers, whose
     parent is the node's raylet; two jobs on one pod) never share a directory, nor does a restarted pod
     whose /tmp emptyDir survived. torchrun's node rank (GROUP_RANK) tells apart the nodes of one launch
-    that share a /tmp (nodes simulated on one machine)."""
+    that share a /tmp (nodes simulated on one machine); under mpirun nothing does, and those nodes' local
+    ranks 0 build the same data: the first to publish it wins (`prepare`)."""
     ident = f"{launch_id}|{os.environ.get('GROUP_RANK', '0')}"
     digest = hashlib.sha256(ident.encode()).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / f"trainer-{purpose}-{digest}"
@@ -234,8 +235,16 @@ def prepare(
             partial.replace(failed)
             atexit.register(lambda: failed.unlink(missing_ok=True))
             raise
-        shutil.rmtree(shared, ignore_errors=True)  # a previous launch's, were a name ever reused
-        staging.rename(shared)
+        try:
+            staging.rename(shared)
+        except OSError:
+            # Another local rank 0 of this launch published it first: a node sharing this /tmp (nodes
+            # simulated on one machine, where mpirun, unlike torchrun, gives no node rank to tell them
+            # apart). The name is this launch's own, so that is the same data; replacing it would pull it
+            # from under that node's readers.
+            if not (shared / READY).is_file():
+                raise
+            shutil.rmtree(staging, ignore_errors=True)
         if on_built is not None:
             on_built(time.monotonic() - started)
     else:

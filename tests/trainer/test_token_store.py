@@ -28,6 +28,19 @@ def _prepare(cfg, shared, local_rank, tmp_path, **kw):
     )
 
 
+def test_a_second_local_rank_0_of_the_launch_keeps_what_the_first_published(tmp_path):
+    """Two nodes of one launch on one machine (mpirun gives no node rank to tell them apart) both build the
+    launch's directory: the second keeps the first's files, which the first node's ranks are reading."""
+    cfg = DataConfig(synthetic_train_size=60, synthetic_val_size=20)
+    shared = tmp_path / "shared"
+    first = _prepare(cfg, shared, 0, tmp_path)
+    published = (shared / token_store.READY).stat().st_ino
+    second = _prepare(cfg, shared, 0, tmp_path)
+    assert (shared / token_store.READY).stat().st_ino == published
+    assert second.fingerprint == first.fingerprint
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("shared.")) == ["shared.pid"]
+
+
 def test_other_local_ranks_wait_for_rank_0_and_map_the_same_tokens(tmp_path):
     cfg = DataConfig(synthetic_train_size=300, synthetic_val_size=40)
     shared, got = tmp_path / "shared", {}

@@ -18,7 +18,8 @@ class Node:
 
 
 def build_graph(platform) -> list[Node]:
-    """`platform`: a synth result (tests/conftest.py's `dev`/`prod`); inputs copied, since it is shared."""
+    """`platform`: a tests/synth_graph.py Synth (tests/conftest.py's `dev`/`prod`); inputs copied, since it
+    is shared."""
     nodes = []
     for r, e in zip(platform.resources, platform.edges, strict=True):
         deps = e.dependencies | e.property_dependencies

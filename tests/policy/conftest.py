@@ -32,5 +32,8 @@ def chart_objects(rendered) -> dict[str, list[dict]]:
 def workload_objects(tmp_path_factory, worker_id) -> dict[str, list[dict]]:
     stacks = workload_stacks()
     assert stacks, "no Pulumi.<stack>.yaml sets mlops-eks:platformStack"
-    render = lambda: {stack: rendered_objects(stack) for stack in stacks}  # noqa: E731
+
+    def render() -> dict[str, list[dict]]:
+        return {stack: rendered_objects(stack) for stack in stacks}
+
     return once_per_run(tmp_path_factory, worker_id, "workload-objects", render)

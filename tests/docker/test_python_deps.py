@@ -157,14 +157,29 @@ def test_builder_stage_steps_give_a_venv_that_runs_the_trainer(tmp_path, dockerf
 
 # A `python3` first on PATH that runs the real one, except for the hash-locked pip step: that one it
 # records (the requirements file pip was given) instead of running, so what the step installs is read
-# from the script's own command, whatever this machine's environment holds.
+# from the script's own command, whatever this machine's environment holds. The venv it creates gets a
+# `bin/python` that records the closing check_torch.py call (its arguments) instead of importing torch
+# again (seconds each); the builder test above runs that check for real. Every other call runs the venv's
+# own interpreter (bin/python3.11), so the venv stays what the script made.
 _PIP_SPY = """#!/bin/sh
 case " $* " in
   *" --require-hashes "*)
     while [ $# -gt 0 ]; do [ "$1" = --requirement ] && cp "$2" "$SPY_DIR/locked.txt"; shift; done
     exit 0 ;;
+  *" -m venv "*)
+    {python} "$@" || exit
+    for venv; do :; done
+    rm "$venv/bin/python"
+    cp "$SPY_DIR/venv_python" "$venv/bin/python"
+    exit 0 ;;
 esac
 exec {python} "$@"
+"""
+_VENV_PYTHON_SPY = """#!/bin/sh
+case "$1" in
+  */check_torch.py) shift; echo "$*" > "$SPY_DIR/check_torch.txt"; exit 0 ;;
+esac
+exec "$(dirname "$0")/python{major}.{minor}" "$@"
 """
 
 
@@ -186,6 +201,9 @@ def test_images_install_ray_from_its_lock_unless_left_out(tmp_path, image_extras
     spy.mkdir()
     (spy / "python3").write_text(_PIP_SPY.format(python=sys.executable))
     (spy / "python3").chmod(0o755)
+    major, minor = sys.version_info[:2]
+    (tmp_path / "venv_python").write_text(_VENV_PYTHON_SPY.format(major=major, minor=minor))
+    (tmp_path / "venv_python").chmod(0o755)
     path = f"{spy}:{os.environ['PATH']}"
     env = dict(os.environ, VENV=str(tmp_path / "venv"), SPY_DIR=str(tmp_path), PATH=path)
     env.pop("IMAGE_EXTRAS", None)
@@ -197,6 +215,8 @@ def test_images_install_ray_from_its_lock_unless_left_out(tmp_path, image_extras
     assert ("ray[train]==2.60.0" in deps.stdout) is ("requirements-ray.lock" in locks)
     installed = (tmp_path / "locked.txt").read_text()
     assert installed == "".join((REPO / "docker" / lock).read_text() for lock in locks)
+    pin = f"torch=={torch.__version__.split('+')[0]}"  # pyproject's pin, which this environment installs
+    assert (tmp_path / "check_torch.txt").read_text().split() == ["--pin", pin, "--backend", "cpu"]
 
 
 def test_only_the_cuda_image_installs_the_llm_and_mlflow_extras():

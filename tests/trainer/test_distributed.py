@@ -20,6 +20,7 @@ from ports import reserved_port
 from trainer_runs import (
     REPO,
     assert_same_weights,
+    cold_workers,
     launch,
     launch_cmd,
     metrics,
@@ -213,20 +214,6 @@ def test_a_run_that_fails_on_its_data_leaves_nothing_in_tmpdir(tmp_path):
     assert _left_in(tmp_path / "tmp") == []
 
 
-def _workers_writing_to(out: Path) -> list[int]:
-    """The processes started as `python -u -m trainer ... --output.dir out` by this interpreter's path (cold
-    workers, not the warm server's stub)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            argv = (proc / "cmdline").read_bytes().decode().split("\0")
-        except (OSError, ValueError):
-            continue  # not a process, or one that ended meanwhile
-        if argv[:4] == [sys.executable, "-u", "-m", "trainer"] and str(out) in argv:
-            found.append(int(proc.name))
-    return found
-
-
 def test_losing_a_peer_node_exits_202_on_the_surviving_node(tmp_path):
     """Two launchers, one process each, as two pods of a multi-node job: kill node 1's worker the way a
     Spot reclaim would, and node 0 must exit retryably (202, not 1, which ExitCode policies never retry).
@@ -249,7 +236,7 @@ def test_losing_a_peer_node_exits_202_on_the_surviving_node(tmp_path):
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not ((out0 / "metrics.jsonl").exists() and metrics(out0, "train")):
         time.sleep(0.05)
-    workers = _workers_writing_to(tmp_path / "node1")
+    workers = cold_workers(tmp_path / "node1")
     assert len(workers) == 1
     os.kill(workers[0], signal.SIGKILL)
     log = nodes[0].communicate(timeout=120)[0]

@@ -15,6 +15,8 @@ class EncoderClassifier(nn.Module):
     """Token + position embeddings, pre-norm transformer layers, masked mean pooling, linear head."""
 
     position: torch.Tensor
+    # Its only buffer, the position table, never changes: DDP need not resend it before each forward.
+    constant_buffers = True
 
     def __init__(self, cfg: ModelConfig, *, vocab_size: int, max_positions: int):
         super().__init__()

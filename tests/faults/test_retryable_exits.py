@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 from ports import reserved_port
 
+from tests.trainer.trainer_runs import cold_workers
 from tests.trainer.warm_torch import python, warm_env
 from trainer import faults, storage
 from trainer.__main__ import main
@@ -221,28 +221,28 @@ def test_a_rendezvous_that_never_completes_exits_203(tmp_path, rendezvous, ledge
     _record(ledger, f"rendezvous timeout ({rendezvous[0]})", proc.stderr, 203)
 
 
-def _children(pid: int) -> list[int]:
-    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-
-
 def test_a_hung_peer_makes_the_other_rank_exit_202_in_seconds_not_minutes(tmp_path, ledger):
     """SIGSTOP freezes one rank mid-run (a stuck kernel, a frozen node). The other one waits in its next
     collective, which gives up only after train.dist_timeout_s (600 s by default; torchrun then waits 30 s
-    more for the frozen one: ~10.5 min). The step watchdog ends it after train.step_timeout_s instead."""
+    more for the frozen one: ~10.5 min). The step watchdog ends it after train.step_timeout_s instead.
+    The ranks are cold interpreters, children of their launcher; the launcher, which the test only watches,
+    starts from the warm torch server."""
     out = tmp_path / "out"
     args = [*TINY, "--train.max_steps", "400", "--train.step_timeout_s", "3"]  # dist_timeout_s stays 600
     args += ["--output.dir", str(out), "--checkpoint.dir", str(out / "ckpt")]
-    launcher = [sys.executable, "-m", "trainer.launch", "--standalone", "--nproc-per-node", "2"]
+    warm = warm_env(_env())
+    env = {k: v for k, v in warm.items() if k != "PYTHON_EXEC"}  # torchrun's workers: sys.executable
+    launcher = [*python(warm), "-m", "trainer.launch", "--standalone", "--nproc-per-node", "2"]
     cmd = [*launcher, "-m", "trainer", *args]
     proc = subprocess.Popen(
-        cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     try:
         deadline = time.monotonic() + 120
         metrics = out / "metrics.jsonl"
         while time.monotonic() < deadline and not (metrics.exists() and '"train"' in metrics.read_text()):
             time.sleep(0.05)
-        workers = _children(proc.pid)
+        workers = cold_workers(out)
         assert len(workers) == 2
         hung, survivor = workers[1], workers[0]
         os.kill(hung, signal.SIGSTOP)

@@ -8,6 +8,7 @@ import boto3
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 from moto import mock_aws
 
 from trainer import data, zimdb
@@ -156,10 +157,14 @@ def test_wordlevel_maps_unseen_words_to_unknown_not_padding():
 
 
 def test_batches_are_padded_to_a_multiple_with_a_matching_mask():
-    batch = data.PadCollate(8)([([5, 6, 7], 1), ([9] * 10, 0)])
-    assert batch["input_ids"].shape == (2, 16)
-    assert batch["attention_mask"].sum(1).tolist() == [3, 10]
-    assert batch["labels"].tolist() == [1, 0]
+    batch = data.PadCollate(8, pad_id=4)([([5, 6, 7], 1), ([9] * 10, 0)])
+    assert batch["input_ids"].dtype == torch.long and batch["input_ids"].tolist() == [
+        [5, 6, 7] + [4] * 13,
+        [9] * 10 + [4] * 6,
+    ]
+    assert batch["attention_mask"].dtype == torch.bool
+    assert batch["attention_mask"].tolist() == [[True] * 3 + [False] * 13, [True] * 10 + [False] * 6]
+    assert batch["labels"].dtype == torch.long and batch["labels"].tolist() == [1, 0]
 
 
 def test_resumed_sampler_continues_the_same_epoch_order():

@@ -20,6 +20,7 @@ from ports import reserved_port
 from trainer_runs import (
     REPO,
     assert_same_weights,
+    cold_workers,
     launch,
     launch_cmd,
     metrics,
@@ -119,10 +120,6 @@ def _scrape_both_ranks(port: int) -> dict:
     return samples
 
 
-def _children(pid: int) -> list[int]:
-    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-
-
 def test_a_warm_run_trains_what_a_cold_run_trains(uninterrupted, tmp_path):
     """The other tests' runs start their ranks from a warm torch server (warm_torch.py): the same run started
     that way gives the cold run's weights bit for bit, its losses and evaluations, and its log lines."""
@@ -219,23 +216,27 @@ def test_a_run_that_fails_on_its_data_leaves_nothing_in_tmpdir(tmp_path):
 
 def test_losing_a_peer_node_exits_202_on_the_surviving_node(tmp_path):
     """Two launchers, one process each, as two pods of a multi-node job: kill node 1's worker the way a
-    Spot reclaim would, and node 0 must exit retryably (202, not 1, which ExitCode policies never retry)."""
+    Spot reclaim would, and node 0 must exit retryably (202, not 1, which ExitCode policies never retry).
+    The workers are cold interpreters, children of their launcher as in a pod; the launchers, which this
+    test only watches, start from the warm torch server (a cold one spends ~3 s of CPU importing torch)."""
     port = reserved_port()
+    warm = run_env(cold=False)
+    env = {k: v for k, v in warm.items() if k != "PYTHON_EXEC"}  # torchrun's workers: sys.executable
     nodes = []
     for rank in (0, 1):
         out = tmp_path / f"node{rank}"
         rendezvous = ("--nnodes=2", f"--node-rank={rank}", "--master-addr=127.0.0.1", f"--master-port={port}")
-        cmd = launch_cmd(out, nproc=1, rendezvous=rendezvous)
+        cmd = launch_cmd(out, nproc=1, rendezvous=rendezvous, interpreter=python(warm))
         nodes.append(
             subprocess.Popen(
-                cmd, cwd=tmp_path, env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+                cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
             )
         )
     out0 = tmp_path / "node0"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not ((out0 / "metrics.jsonl").exists() and metrics(out0, "train")):
         time.sleep(0.05)
-    workers = _children(nodes[1].pid)
+    workers = cold_workers(tmp_path / "node1")
     assert len(workers) == 1
     os.kill(workers[0], signal.SIGKILL)
     log = nodes[0].communicate(timeout=120)[0]

@@ -26,7 +26,9 @@ from trainer.llm import data, task, tiny
 from trainer.loop import run
 
 SAMPLE = REPO / "workloads" / "examples" / "llm-chat.jsonl"
-STEPS = 16
+# The resumed run gets its SIGTERM once it logged step 6 and, checkpointing every step (each checkpoint
+# waits for a fresh stop vote), stops at step 6 or 7: 10 steps leave it room, each step a DCP save.
+STEPS = 10
 # One short record: a single validation sequence, so that rank 1 has none.
 VALIDATION = {"prompt": "What is 33 + 5?", "response": "33 + 5 = 38."}
 CPU = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))

@@ -122,3 +122,30 @@ def test_fsdp_shards_each_hugging_face_block_and_computes_in_the_chosen_precisio
     wrapped(ids, mask).float().sum().backward()
     assert seen == [torch.bfloat16] * 3  # parameters were all-gathered in bf16 (the policy)
     assert all(p.grad.dtype == torch.float32 for p in wrapped.parameters())  # sharded fp32 master copy
+
+
+def _buffer_broadcasts_per_forward(model: torch.nn.Module, env: DistEnv) -> int:
+    wrapped = _wrap(model, TrainConfig(parallelism="ddp"), env, Precision(None, "cpu", "test"))
+    sent = []
+    broadcast = wrapped._distributed_broadcast_coalesced
+    wrapped._distributed_broadcast_coalesced = lambda *a, **k: sent.append(a) or broadcast(*a, **k)
+    ids, mask = _batch()
+    wrapped(ids, mask)
+    return len(sent)
+
+
+class WithBatchNorm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.BatchNorm1d(8)
+
+    def forward(self, ids, mask):
+        return self.norm(ids.float())  # its running statistics change in every training forward
+
+
+def test_ddp_resends_buffers_before_a_forward_only_where_a_forward_changes_them(one_rank_group):
+    """The built-in classifier's only buffer is its constant position table: DDP broadcasts it when it
+    wraps the model, not again before each forward; batch norm's running statistics still are."""
+    classifier = build_model(CFG, vocab_size=50, max_positions=8)
+    assert _buffer_broadcasts_per_forward(classifier, one_rank_group) == 0
+    assert _buffer_broadcasts_per_forward(WithBatchNorm(), one_rank_group) == 1

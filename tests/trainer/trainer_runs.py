@@ -92,6 +92,21 @@ def launch(
     )
 
 
+def cold_workers(out: Path) -> list[int]:
+    """The processes started as `python -u -m trainer ... --output.dir out` by this interpreter's path: the
+    workers of a launcher (warm or cold) that torchrun starts cold, not through the warm server's stub. A
+    test that signals a worker finds it here: a warm launcher is no child of the process that started it."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().decode().split("\0")
+        except (OSError, ValueError):
+            continue  # not a process, or one that ended meanwhile
+        if argv[:4] == [sys.executable, "-u", "-m", "trainer"] and str(out) in argv:
+            found.append(int(proc.name))
+    return found
+
+
 def scrape(port: int) -> dict[str, float]:
     """The samples a run's Prometheus endpoint on 127.0.0.1:`port` serves now."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()

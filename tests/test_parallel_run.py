@@ -12,7 +12,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_the_fault_figures_count_every_workers_entries(tmp_path):
-    cases = "az-count-wrong-type or az-count-zero"  # one on each worker
+    # Two cheap ledger cases (the workload program, ~0.5 s each), one on each worker: xdist hands fewer tests
+    # than two per worker out round robin.
+    cases = "gpus-zero or nodes-negative"
     proc = subprocess.run(
         [
             sys.executable,
@@ -22,9 +24,9 @@ def test_the_fault_figures_count_every_workers_entries(tmp_path):
             "2",
             "-p",
             "no:cacheprovider",
-            "-q",
+            "-v",
             f"--basetemp={tmp_path}",
-            "tests/faults/test_config_faults.py",
+            "tests/faults/test_job_spec_faults.py",
             "-k",
             cases,
         ],
@@ -36,5 +38,6 @@ def test_the_fault_figures_count_every_workers_entries(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:]
     ran = int(re.search(r"(\d+) passed", proc.stdout)[1])
     assert ran == 2, proc.stdout[-2000:]
+    assert set(re.findall(r"^\[(gw\d)\] .*PASSED", proc.stdout, re.M)) == {"gw0", "gw1"}, proc.stdout[-2000:]
     total = re.search(r"^total\s+(\d+) hostile inputs", proc.stdout, re.M)
     assert total and int(total[1]) == ran, proc.stdout[-2000:]

@@ -1,4 +1,6 @@
-"""`python -m infra synth`: once in a subprocess, as a reviewer runs it; the rest through its main()."""
+"""`python -m infra synth`: once in a subprocess, as a reviewer runs it; the rest through its main(), which
+prints the session's synth of the committed stack files (`committed_synths`) instead of running the program
+again."""
 
 from __future__ import annotations
 
@@ -53,6 +55,23 @@ def check_resources(resources: list[dict]) -> None:
     assert provider["inputs"]["kubeconfig"] == "[secret]"
 
 
+@pytest.fixture
+def committed_synths(monkeypatch, dev, prod):
+    """main()'s synth of the committed dev or prod stack file answered with the session's (tests/conftest.py:
+    the same program under the same mocks, ~1.5 s a run): these tests read what main() prints of it. Any
+    other stack or config runs the program."""
+    from infra.tools import synth as synth_module
+
+    real, done = synth_module.synth, {"dev": dev, "prod": prod}
+
+    def synth(stack, values, **options):
+        if stack in done and not options and values == stack_config(stack):
+            return done[stack].config, done[stack].resources, done[stack].exports
+        return real(stack, values, **options)
+
+    monkeypatch.setattr(synth_module, "synth", synth)
+
+
 def test_the_command_prints_json_on_stdout_and_warnings_on_stderr():
     """The real entry point, in a fresh process (as `make lint` and a reviewer run it)."""
     p = subprocess.run(
@@ -67,12 +86,12 @@ def test_the_command_prints_json_on_stdout_and_warnings_on_stderr():
     assert "no alert receiver" in p.stderr and '"null"' in p.stderr
 
 
-def test_synth_json_lists_every_resource_with_type_name_parent_inputs(capsys):
+def test_synth_json_lists_every_resource_with_type_name_parent_inputs(capsys, committed_synths):
     assert main(["synth", "--stack", "prod", "--json"]) == 0
     check_resources(json.loads(capsys.readouterr().out))
 
 
-def test_synth_text_prints_exports_and_the_idle_cost(capsys):
+def test_synth_text_prints_exports_and_the_idle_cost(capsys, committed_synths):
     assert main(["synth", "--stack", "dev", "--details"]) == 0
     out = capsys.readouterr().out
     assert "eks:index:Cluster  cluster-eks  (parent: cluster)" in out
@@ -149,7 +168,7 @@ def test_a_version_past_standard_support_is_priced_and_announced_at_the_extended
     assert extended_support_notice("1.34", date(2026, 12, 3))
 
 
-def test_synth_sums_up_by_type_as_pulumi_preview_does_and_details_on_request(capsys):
+def test_synth_sums_up_by_type_as_pulumi_preview_does_and_details_on_request(capsys, committed_synths):
     assert main(["synth", "--stack", "dev"]) == 0
     out = capsys.readouterr().out
     total = int(re.search(r"^Resources: \+ (\d+) to create$", out, re.M).group(1))

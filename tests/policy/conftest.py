@@ -1,13 +1,19 @@
 """What the guardrail tests scan, produced once per session: the platform stacks as `infra synth --json`
 prints them (the session's offline synth, tests/conftest.py), the objects their Helm releases install
-and the workload stacks as `workloads render` prints them (the real CLI, in subprocesses)."""
+and the workload stacks as `workloads render` prints them (the command's own code, in-process: one
+subprocess per stack cost ~0.9 s of a cold interpreter each; test_stacks.py checks the command prints the same
+in a process of its own)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+
 import pytest
+import yaml
 from once_per_run import once_per_run
 
-from policy.scan import PLATFORM_STACKS, rendered_objects, workload_stacks
+from policy.scan import PLATFORM_STACKS, workload_stacks
 from sim import helm_render
 
 
@@ -34,6 +40,18 @@ def workload_objects(tmp_path_factory, worker_id) -> dict[str, list[dict]]:
     assert stacks, "no Pulumi.<stack>.yaml sets mlops-eks:platformStack"
 
     def render() -> dict[str, list[dict]]:
-        return {stack: rendered_objects(stack) for stack in stacks}
+        return {stack: rendered_in_process(stack) for stack in stacks}
 
     return once_per_run(tmp_path_factory, worker_id, "workload-objects", render)
+
+
+def rendered_in_process(stack: str) -> list[dict]:
+    """What policy.scan.rendered_objects reads from `python -m workloads render --stack <stack>
+    --kubernetes-only`, from the same command run in this process."""
+    from workloads.__main__ import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = main(["render", "--stack", stack, "--kubernetes-only"])
+    assert code == 0, f"workloads render --stack {stack} exited {code}"
+    return [d for d in yaml.safe_load_all(out.getvalue()) if isinstance(d, dict)]

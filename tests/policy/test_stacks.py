@@ -32,6 +32,16 @@ def test_workload_stacks_have_no_mandatory_violation(workload_objects):
     assert problems == [], "\n".join(problems)
 
 
+def test_the_render_command_prints_the_objects_the_policy_tests_judge(workload_objects):
+    """`workload_objects` runs `workloads render` in-process; policy.scan (`make lint`) runs the command in a
+    process of its own: both read the same objects, the trainer config's literal block included."""
+    from policy.scan import rendered_objects
+
+    stack = "dev-zimdb"
+    assert any(o["kind"] == "ConfigMap" for o in workload_objects[stack])
+    assert rendered_objects(stack) == workload_objects[stack]
+
+
 # Rules on kinds the committed stacks do not create themselves: admission webhooks come from the charts
 # (tests/policy/test_chart_policies.py judges them), security groups from pulumi-eks inside the provider,
 # and the rest are kinds a user's stack may add. Their bypass attempts (tests/policy/bypasses.py,

@@ -36,9 +36,13 @@ def test_a_missed_target_fails_only_with_strict(capsys):
 
 def _launch_worker(*args: str, cold: bool = True) -> None:
     """`cold`: ranks started as fresh interpreters, as a run of the data-prep worker must be: it measures
-    each rank's memory growth, which a rank forked from the warm torch server would not show the same."""
-    env = run_env(cold)
+    each rank's memory growth, which a rank forked from the warm torch server would not show the same. The
+    launcher, which measures nothing, starts from the server either way (a cold one imports torch: ~3 s of
+    CPU); without PYTHON_EXEC in its environment, torchrun starts cold ranks."""
+    env = run_env(cold=False)
     launcher = [*python(env), "-m", "trainer.launch", "--standalone", "--nproc-per-node", "2"]
+    if cold:
+        env = {k: v for k, v in env.items() if k != "PYTHON_EXEC"}
     cmd = [*launcher, "-m", "trainer.bench_workers"]
     proc = subprocess.run([*cmd, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -62,7 +66,7 @@ def test_repeats_below_three_are_refused(capsys):
 
 def test_data_prep_worker_shows_rank_1_mapping_instead_of_tokenizing(tmp_path):
     source, out = tmp_path / "reviews.jsonl", tmp_path / "prep.json"
-    bench.write_reviews_jsonl(source, 4)
+    bench.write_reviews_jsonl(source, 2)  # 2,000 reviews: rank 0's growth ~45 MiB (50 at 4 MiB), rank 1's ~3
     _launch_worker("data-prep", str(source), str(out))
     lead, other = json.loads(out.read_text())
     assert lead["examples"] == other["examples"] > 1000

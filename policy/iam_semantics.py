@@ -152,20 +152,6 @@ def access_level(action: str) -> str | None:
 
 
 @functools.cache
-def _by_access_level() -> Mapping[str | None, frozenset[str]]:
-    """access level -> its actions, in one pass over the database (the rules ask for several levels)."""
-    found: dict[str | None, set[str]] = {}
-    for action in all_actions():
-        found.setdefault(access_level(action), set()).add(action)
-    return {level: frozenset(actions) for level, actions in found.items()}
-
-
-def actions_at(level: str) -> frozenset[str]:
-    """Every action of the database at access `level` ("Read", "Tagging", "Permissions management"...)."""
-    return _by_access_level().get(level, frozenset())
-
-
-@functools.cache
 def arn_formats(action: str) -> tuple[tuple[str, ...], bool]:
     """(ARN formats, all needed) of the resources `action` acts on: its required resource types, all
     of which a request names (ec2:RunInstances: image, instance, subnet...), or, when none is required,

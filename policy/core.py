@@ -177,22 +177,30 @@ def known(value: Any) -> Any:
     """A plain copy of `value` without what a preview does not know yet: pulumi-policy's proxies raise
     when a rule reads an unknown value, which stops the whole policy for that resource, so a rule that
     walks every value (e.g. for placeholders) reads this copy and judges what is known."""
-    from pulumi_policy.proxy import UnknownValueError, _DictProxy, _ListProxy
+    return _known_copy()(value)
 
-    if not isinstance(value, _DictProxy | _ListProxy):
-        return value  # plain values (offline, or already read) hold no unknowns
 
-    def read(get: Callable[[], Any]) -> Any:
-        try:
-            return known(get())
-        except UnknownValueError:
-            return UNKNOWN
+@functools.cache
+def _known_copy() -> Callable[[Any], Any]:
+    """known(): a proxy's items read from what it wraps, not one by one through the proxy, which raises for
+    exactly those items that pulumi-policy's `_is_unknown` names (the stack rules copy every resource's
+    inputs, rule after rule)."""
+    from pulumi_policy.proxy import _DictProxy, _is_unknown, _ListProxy
 
-    if isinstance(value, Mapping):
-        return {k: read(functools.partial(value.__getitem__, k)) for k in value}
-    if isinstance(value, Sequence) and not isinstance(value, str):
-        return [read(functools.partial(value.__getitem__, i)) for i in range(len(value))]
-    return value
+    proxies = (_DictProxy, _ListProxy)
+
+    def item(value: Any) -> Any:
+        if isinstance(value, proxies):
+            return copy(value)
+        return UNKNOWN if _is_unknown(value) else value
+
+    def copy(value: Any) -> Any:
+        wrapped = value["__target"]  # the proxy's items: plain values and proxies of nested ones
+        if isinstance(value, _DictProxy):
+            return {k: item(v) for k, v in wrapped.items()}
+        return [item(v) for v in wrapped]
+
+    return lambda value: copy(value) if isinstance(value, proxies) else value  # plain values: no unknowns
 
 
 def unparsable_policy(value: Any) -> str | None:

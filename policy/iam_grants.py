@@ -68,17 +68,17 @@ def data_types() -> frozenset[tuple[str, str]]:
     )
 
 
+# Which actions the rules judge is decided action by action, for the actions a principal's statements
+# grant: a pass over all 20k of the database's (to list every data read, say) would cost each analyzer,
+# whose first IAM resource may grant a handful, more than judging every resource of a stack.
 @functools.cache
-def data_reads() -> frozenset[str]:
-    """Every Read-level action on a resource type that holds data."""
-    types = data_types()
-    services = {service for service, _ in types}  # the other services' actions read no such type
-    return frozenset(
-        a
-        for a in all_actions()
-        if a.split(":")[0] in services
-        and access_level(a) == "Read"
-        and any((a.split(":")[0], t) in types for t in _resource_types(a))
+def is_data_read(action: str) -> bool:
+    """A Read-level action on a resource type that holds data."""
+    service = action.split(":")[0]
+    return (
+        action in all_actions()
+        and access_level(action) == "Read"
+        and any((service, t) in data_types() for t in _resource_types(action))
     )
 
 
@@ -90,26 +90,30 @@ SERVICE_LINKED_ROLE = "iam:createservicelinkedrole"
 
 
 @functools.cache
-def permissions_management() -> frozenset[str]:
-    """Actions that change who may use a resource (resource policies, ACLs, grants, IAM's own writes):
-    on every resource they can publish any of them."""
-    return frozenset(
-        a
-        for a in all_actions()
-        if access_level(a) == "Permissions management"
-        and not a.split(":")[1].startswith(READING_PREFIXES)
-        and a != SERVICE_LINKED_ROLE
+def is_permissions_management(action: str) -> bool:
+    """An action that changes who may use a resource (resource policies, ACLs, grants, IAM's own writes):
+    on every resource it can publish any of them."""
+    return (
+        action in all_actions()
+        and access_level(action) == "Permissions management"
+        and not action.split(":")[1].startswith(READING_PREFIXES)
+        and action != SERVICE_LINKED_ROLE
     )
 
 
 @functools.cache
-def tagging() -> frozenset[str]:
-    return frozenset(a for a in all_actions() if access_level(a) == "Tagging")
+def is_tagging(action: str) -> bool:
+    return action in all_actions() and access_level(action) == "Tagging"
 
 
 @functools.cache
-def _judged() -> frozenset[str]:
-    return service_actions("iam") | INGREDIENTS | data_reads() | permissions_management()
+def _is_judged(action: str) -> bool:
+    return (
+        action in service_actions("iam")
+        or action in INGREDIENTS
+        or is_data_read(action)
+        or is_permissions_management(action)
+    )
 
 
 def tag_keys(statement: Statement) -> frozenset[str]:
@@ -133,7 +137,8 @@ def taggable_services(statements: Sequence[Statement], services: frozenset[str])
     for s in statements:
         if not is_allow(s) or _limits_tag_keys(s):
             continue
-        actions = {a for a in granted(s) & tagging() if a.split(":")[0] in services - found}
+        wanted = services - found
+        actions = {a for a in granted(s) if a.split(":")[0] in wanted and is_tagging(a)}
         found |= {a.split(":")[0] for a in actions if on_every_resource(s, a)}
     return frozenset(found)
 
@@ -168,13 +173,12 @@ def _on_every_cached(key: str, narrowed_ok: bool) -> frozenset[str]:
 def _on_every(statements: list[Statement], narrowed_ok: bool) -> set[str]:
     allows = [s for s in statements if is_allow(s)]
     skipped = [id(s) for s in _tag_narrowed(allows)] if narrowed_ok else []
-    judged = _judged()
     everywhere: set[str] = set()
     patterns: dict[str, set[str]] = {}
     for s in allows:
         if id(s) in skipped:
             continue
-        actions = granted(s) & judged
+        actions = {a for a in granted(s) if _is_judged(a)}
         if s.get("NotResource") is not None:
             everywhere |= actions
             continue
@@ -206,8 +210,8 @@ def escalations(statements: Iterable[Statement]) -> list[str]:
 def exposures(statements: Iterable[Statement]) -> list[str]:
     """Data reads and permissions management on every resource (module docstring)."""
     granted_everywhere = on_every(statements, narrowed_ok=True)
-    reads = sorted(granted_everywhere & data_reads())
-    manage = sorted(granted_everywhere & permissions_management())
+    reads = sorted(a for a in granted_everywhere if is_data_read(a))
+    manage = sorted(a for a in granted_everywhere if is_permissions_management(a))
     found = []
     if reads:
         shown = ", ".join(reads[:6]) + (f" and {len(reads) - 6} more" if len(reads) > 6 else "")
@@ -231,7 +235,7 @@ def self_modification(statements: Iterable[Statement], own: Sequence[str]) -> li
     allows = [s for s in statements if is_allow(s)]
     everywhere = on_every(allows)
     # Passing its own role to a service hands it no more than it has.
-    iam_management = (permissions_management() & service_actions("iam")) - {PASS_ROLE}
+    iam_management = {a for a in service_actions("iam") if is_permissions_management(a)} - {PASS_ROLE}
     found: dict[str, set[str]] = {}
     for s in allows:
         actions = (granted(s) & iam_management) - everywhere

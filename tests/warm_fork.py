@@ -11,6 +11,7 @@ forks a keeper, which forks the child, which:
   to that group, and when the stub is killed (SIGKILL, which no handler sees) the keeper kills the group;
 - has the stub's stdin, stdout and stderr, environment and working directory, sys.path built from its own
   $PYTHONPATH, a fresh __main__ module, and tempfile's directory unset (the server's would survive the fork);
+  it imports this repository's modules afresh, from code the server compiled once (`compiled_once`);
 - ends as a cold process ends (SystemExit's code, 1 on an uncaught exception, non-daemon threads joined,
   atexit run); the stub then exits with the same code or dies of the same signal.
 What a fork cannot give a process is refused rather than approximated: a thread-count variable (OpenMP reads
@@ -70,6 +71,29 @@ if os.WIFSIGNALED(status):
 os._exit(os.waitstatus_to_exitcode(status))
 """
 
+
+def compiled_once(root: Path) -> str:
+    """Code a server runs first: every process forked from it gets the repository's modules (those under
+    `root`) compiled as from a bytecode cache (marshalled code of the same source), not compiled again: a
+    fresh interpreter reads __pycache__, but PYTHONDONTWRITEBYTECODE (set here) leaves none, so each forked
+    process would compile what it imports. The server compiles what its preload imports; a process's own
+    new imports compile as usual."""
+    return f"""
+import importlib.machinery as _machinery, marshal as _marshal
+def _compiled_once(compile_source, root, known={{}}):
+    def source_to_code(self, data, path, *, _optimize=-1):
+        if _optimize != -1 or not str(path).startswith(root):
+            return compile_source(self, data, path, _optimize=_optimize)
+        if known.get(path, (None,))[0] != data:
+            known[path] = (data, _marshal.dumps(compile_source(self, data, path)))
+        return _marshal.loads(known[path][1])
+    return source_to_code
+_machinery.SourceFileLoader.source_to_code = _compiled_once(
+    _machinery.SourceFileLoader.source_to_code, {str(root) + os.sep!r}
+)
+"""
+
+
 _SERVER = r"""
 import atexit, json, os, runpy, select, signal, socket, sys, tempfile, threading, traceback, types
 sock_path, ours, fixed = sys.argv[1], tuple(sys.argv[2].split(",")), sys.argv[3].split(",")
@@ -77,7 +101,8 @@ exec(sys.argv[4])  # the preload: what every process of this server would import
 for name in [m for m in sys.modules if m.split(".")[0] in ours]:
     del sys.modules[name]
 given = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-base = [p for p in sys.path if p not in ("", ".", os.getcwd(), *given)]  # the interpreter's own and site's
+# The interpreter's own and site's: all but `-c`'s "" (a site .pth may name this directory: it stays).
+base = [p for p in sys.path[1:] if p not in given]
 pinned = {k: os.environ.get(k) for k in fixed}
 listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 listener.bind(sock_path)
@@ -207,7 +232,7 @@ class WarmServer:
         os.chmod(self.stub, 0o755)
         lists = [",".join(OURS), ",".join(FIXED_AT_IMPORT)]
         self._server = subprocess.Popen(
-            [sys.executable, "-u", "-c", _SERVER, self.socket, *lists, preload],
+            [sys.executable, "-u", "-c", compiled_once(REPO) + _SERVER, self.socket, *lists, preload],
             cwd=REPO,
             env=env,
             stdin=subprocess.PIPE,

@@ -195,7 +195,12 @@ def test_the_placeholder_rule_at_the_engines_level_judges_networks_inside_docume
     """Under the engine the pack reads pulumi-policy's proxies (a route list is a Sequence, not a list), at
     the level the pack declares (mandatory), not the offline one."""
     analyzer = Analyzer.start(
-        engine_address="127.0.0.1:1", stack="dev", preview=False, config={}, secret_keys=[]
+        engine_address="127.0.0.1:1",
+        stack="dev",
+        preview=False,
+        config={},
+        secret_keys=[],
+        start=start_analyzer,
     )
     try:
         route = Registration(
@@ -246,38 +251,61 @@ def test_a_deployer_neither_creator_nor_admin_is_refused_before_anything_is_crea
     assert any("is neither the cluster's creator" in e for e in result.errors), result.errors
 
 
-def test_a_secret_set_with_config_set_secret_reaches_the_program_as_a_secret():
+ADMIN = f"arn:aws:sts::{USER_ACCOUNT}:assumed-role/platform-admin/ci"  # listed in adminPrincipalArns
+WEBHOOK = "https://hooks.example.com/x"
+
+
+@dataclasses.dataclass(frozen=True)
+class ChangedDev:
+    values: dict[str, str]
+    secret_keys: list[str]
+    applied: list[str]  # the config commands, as the rehearsal echoes them
+    preview: RunResult
+
+
+@pytest.fixture(scope="module")
+def changed_dev(warm_interpreter) -> ChangedDev:
+    """One `make preview` of dev that three tests read, each about a change of its own: the alert
+    receiver's webhook URL set with `config set --secret`, Kubernetes 1.33, and a listed admin (ADMIN)
+    deploying to an account whose dev cluster predates the creator tag."""
     session = Rehearsal(
-        secrets={"mlops-eks:alertReceiverSecret": "https://hooks.example.com/x"},
-        start=WARM[0].run,
-        start_analyzer=start_analyzer,
+        secrets={"mlops-eks:alertReceiverSecret": WEBHOOK}, start=WARM[0].run, start_analyzer=start_analyzer
     )
     config, applied = session.stack_config("dev")
     config["mlops-eks:addons"]["observability"]["alertReceiver"] = "webhook"
+    config["mlops-eks:kubernetesVersion"] = "1.33"
     values, secret_keys = session.merged("dev", config)
-    assert secret_keys == ["mlops-eks:alertReceiverSecret"] and "********" in applied[-1]
-    result = preview(values, secret_keys)
+    untagged = {"mlops-eks-dev": {"Name": "cluster-eks-eksCluster"}}
+    result = preview(values, secret_keys, caller=ADMIN, clusters=untagged)
     assert result.returncode == 0, result.errors
-    exposed = [r.name for r in result.registrations if _in_plaintext(r.inputs, "https://hooks.example.com/x")]
-    sent = [r.name for r in result.registrations if "hooks.example.com" in json.dumps(r.inputs)]
+    return ChangedDev(values, secret_keys, applied, result)
+
+
+def test_a_secret_set_with_config_set_secret_reaches_the_program_as_a_secret(changed_dev):
+    assert changed_dev.secret_keys == ["mlops-eks:alertReceiverSecret"]
+    assert "********" in changed_dev.applied[-1]
+    registered = changed_dev.preview.registrations
+    exposed = [r.name for r in registered if _in_plaintext(r.inputs, WEBHOOK)]
+    sent = [r.name for r in registered if "hooks.example.com" in json.dumps(r.inputs)]
     assert sent and exposed == []
     # The same value written into the file in plaintext is refused under the engine.
-    plain = {**values}
+    plain = {**changed_dev.values}
     result = preview(plain, [])
     assert any("a plaintext secret in the stack file" in e for e in result.errors), result.errors
 
 
-def test_a_preview_on_a_version_past_standard_support_says_what_it_costs(rehearsal):
+def test_a_preview_on_a_version_past_standard_support_says_what_it_costs(changed_dev):
     """Kubernetes 1.33 left EKS standard support on 2026-07-29: still deployable (an existing cluster
     upgrades one minor at a time), and the preview says so with the price."""
-    session, _ = rehearsal
-    config = session.stack_config("dev")[0]
-    config["mlops-eks:kubernetesVersion"] = "1.33"
-    values, secret_keys = session.merged("dev", config)
-    result = preview(values, secret_keys)
-    assert result.returncode == 0, result.errors
-    warnings = [m for s, m in result.logs if s == "warning" and "extended support" in m]
+    warnings = [m for s, m in changed_dev.preview.logs if s == "warning" and "extended support" in m]
     assert warnings and "$0.60 per hour" in warnings[0]
+
+
+def test_a_cluster_created_before_the_creator_was_recorded_on_it_records_its_next_deployer(changed_dev):
+    warnings = [m for s, m in changed_dev.preview.logs if s == "warning"]
+    assert any(f"has no {CREATOR_TAG} tag: recording {ADMIN}" in m for m in warnings), warnings
+    (cluster,) = [r for r in changed_dev.preview.registrations if r.type == "eks:index:Cluster"]
+    assert cluster.inputs["clusterTags"][CREATOR_TAG] == ADMIN
 
 
 def test_destroy_waits_for_each_pools_termination_grace_plus_a_margin(rehearsal):
@@ -319,21 +347,6 @@ def test_deploying_from_inside_the_vpc_is_refused_on_the_first_deploy_and_accept
     assert later.returncode == 0, later.errors
     rules = [r for r in later.registrations if r.type == "aws:ec2/securityGroupRule:SecurityGroupRule"]
     assert [r.inputs["cidrBlocks"] for r in rules] == [["10.30.0.0/19"]]
-
-
-ADMIN = f"arn:aws:sts::{USER_ACCOUNT}:assumed-role/platform-admin/ci"  # listed in adminPrincipalArns
-
-
-def test_a_cluster_created_before_the_creator_was_recorded_on_it_records_its_next_deployer(rehearsal):
-    session, _ = rehearsal
-    values, secret_keys = session.merged("dev", session.stack_config("dev")[0])
-    untagged = {"mlops-eks-dev": {"Name": "cluster-eks-eksCluster"}}
-    result = preview(values, secret_keys, caller=ADMIN, clusters=untagged)
-    assert result.returncode == 0, result.errors
-    warnings = [m for s, m in result.logs if s == "warning"]
-    assert any(f"has no {CREATOR_TAG} tag: recording {ADMIN}" in m for m in warnings), warnings
-    (cluster,) = [r for r in result.registrations if r.type == "eks:index:Cluster"]
-    assert cluster.inputs["clusterTags"][CREATOR_TAG] == ADMIN
 
 
 class FailsAfterTheCluster(PlatformMocks):

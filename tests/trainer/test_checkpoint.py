@@ -2,12 +2,15 @@
 checkpoints, files are verified against the manifest, a full disk and an unwritable directory are named."""
 
 import errno
+import io
 import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -455,46 +458,7 @@ def _one_process(out: Path, capsys, caplog, **overrides) -> str:
     return said
 
 
-def test_sharded_fsdp_checkpoint_resumes_at_another_world_size(
-    tmp_path, keep_sigterm_handler, capsys, caplog
-):
-    """DCP reshards the model and optimizer on load, 2 ranks to 1, then 1 to 2. The 2-process runs are real
-    torchrun runs (gloo); the 1-process ones run in this process."""
-    same = {"train.parallelism": "fsdp", "checkpoint.dir": tmp_path / "ckpt", "checkpoint.every_steps": 10}
-
-    def run(name: str, nproc: int, steps: int) -> str:
-        if nproc == 1:
-            return _one_process(tmp_path / name, capsys, caplog, **same, **{"train.max_steps": steps})
-        done = launch(tmp_path / name, nproc=nproc, **same, **{"train.max_steps": steps})
-        assert done.returncode == 0, done.stdout + done.stderr
-        return done.stdout + done.stderr
-
-    def weights(name: str) -> dict[str, torch.Tensor]:
-        return torch.load(tmp_path / name / "model.pt", weights_only=True)["model"]
-
-    run("first", 2, 20)
-    latest = (tmp_path / "ckpt" / POINTER).read_text()
-    manifest = json.loads((tmp_path / "ckpt" / latest / MANIFEST).read_text())
-    assert manifest["world_size"] == 2
-    assert {"__0_0.distcp", "__1_0.distcp"} <= set(manifest["files"])  # one shard per rank
-    run_dir = tmp_path / "ckpt" / latest.split("/")[0]
-    interval = json.loads((run_dir / checkpoint_name(10) / MANIFEST).read_text())
-    assert interval["step"] == 10 and interval["world_size"] == 2  # written in the background
-
-    # At the last step a resumed run only evaluates and writes the weights it loaded.
-    outs = {}
-    for name, nproc, steps, writers in (("second", 1, 20, 2), ("third", 1, 24, 2), ("fourth", 2, 24, 1)):
-        before = (tmp_path / "ckpt" / POINTER).read_text()
-        outs[name] = run(name, nproc, steps)
-        assert f"resuming from {tmp_path / 'ckpt'}/{before}" in outs[name]
-        assert f"written by {writers} ranks, this run has {nproc}: resharded" in outs[name]
-    assert "steps 20..24" in outs["third"]  # the optimizer state, resharded too, trains on
-    for written, loaded in (("first", "second"), ("third", "fourth")):
-        a, b = weights(written), weights(loaded)
-        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), (written, loaded)
-
-
-@pytest.fixture
+@pytest.fixture(scope="module")
 def s3_server():
     """A moto S3 server the torchrun workers reach over HTTP (AWS_ENDPOINT_URL), with a bucket 'mlops'."""
     import boto3
@@ -521,34 +485,112 @@ def s3_server():
     server.stop()
 
 
-def test_every_rank_uploads_its_shard_to_s3_and_a_single_process_resumes_it(
-    tmp_path, s3_server, monkeypatch, keep_sigterm_handler, capsys, caplog
-):
-    """A real 2-process torchrun run writes; one process (in this process) resumes."""
+FSDP_ON_S3 = {"train.parallelism": "fsdp", "checkpoint.dir": "s3://mlops/ckpt", "checkpoint.every_steps": 10}
+
+
+@pytest.fixture(scope="module")
+def written_by_two_ranks(tmp_path_factory, s3_server):
+    """A real 2-process torchrun FSDP run (gloo) of 20 steps that checkpoints to S3 at steps 10 and 20, then
+    one process (in this process) that resumes its step 20: the run both tests below judge, made once.
+    Returns the directory of both runs' outputs, what the bucket held after the first run (latest, its
+    objects and manifests) and what the resuming process printed and logged."""
     client, aws = s3_server
-    same = {"train.parallelism": "fsdp", "checkpoint.dir": "s3://mlops/ckpt", "train.max_steps": 20}
-    (tmp_path / "first").mkdir()
+    tmp = tmp_path_factory.mktemp("fsdp-on-s3")
+    (tmp / "first").mkdir()
     env = {**run_env(cold=False), **aws}
-    every = {"checkpoint.every_steps": 10}
     first = subprocess.run(
-        launch_cmd(tmp_path / "first", nproc=2, interpreter=python(env), **same, **every),
-        cwd=tmp_path,
+        launch_cmd(tmp / "first", nproc=2, interpreter=python(env), **FSDP_ON_S3, **{"train.max_steps": 20}),
+        cwd=tmp,
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert first.returncode == 0, first.stdout + first.stderr
+    latest = client.get_object(Bucket="mlops", Key="ckpt/latest")["Body"].read().decode()
+    listed = client.list_objects_v2(Bucket="mlops", Prefix=f"ckpt/{latest}/")["Contents"]
+    run_dir = latest.split("/")[0]
+    manifests = {
+        step: json.loads(client.get_object(Bucket="mlops", Key=f"ckpt/{name}/{MANIFEST}")["Body"].read())
+        for step, name in ((10, f"{run_dir}/{checkpoint_name(10)}"), (20, latest))
+    }
+    said = io.StringIO()
+    handler = logging.StreamHandler(said)
+    logger, sigterm = logging.getLogger("trainer"), signal.getsignal(signal.SIGTERM)
+    logger.addHandler(handler)
+    try:
+        with pytest.MonkeyPatch.context() as patch, redirect_stdout(said), redirect_stderr(said):
+            for key, value in aws.items():
+                patch.setenv(key, value)
+            args = trainer_args(tmp / "second", **FSDP_ON_S3, **{"train.max_steps": 20})
+            code = run_in_process(from_args(args))
+    finally:
+        logger.removeHandler(handler)
+        signal.signal(signal.SIGTERM, sigterm)  # the trainer sets its own
+    assert code == 0, said.getvalue()
+    return {
+        "dir": tmp,
+        "latest": latest,
+        "keys": {o["Key"] for o in listed},
+        "manifests": manifests,
+        "resumed": said.getvalue(),
+    }
+
+
+def test_sharded_fsdp_checkpoint_resumes_at_another_world_size(
+    written_by_two_ranks, s3_server, monkeypatch, keep_sigterm_handler, capsys, caplog
+):
+    """DCP reshards the model and optimizer on load, 2 ranks to 1, then 1 to 2. The 2-process runs are real
+    torchrun runs (gloo); the 1-process ones run in this process. The checkpoints are in S3: each rank
+    fetches the shards it reads, which after resharding another rank wrote."""
+    client, aws = s3_server
+    tmp_path = written_by_two_ranks["dir"]
     for key, value in aws.items():
         monkeypatch.setenv(key, value)
-    second = _one_process(tmp_path / "second", capsys, caplog, **same)
-    latest = client.get_object(Bucket="mlops", Key="ckpt/latest")["Body"].read().decode()
-    keys = {o["Key"] for o in client.list_objects_v2(Bucket="mlops", Prefix=f"ckpt/{latest}/")["Contents"]}
+
+    def pointer() -> str:
+        return client.get_object(Bucket="mlops", Key="ckpt/latest")["Body"].read().decode()
+
+    def run(name: str, nproc: int, steps: int) -> str:
+        if nproc == 1:
+            return _one_process(tmp_path / name, capsys, caplog, **FSDP_ON_S3, **{"train.max_steps": steps})
+        done = launch(tmp_path / name, env=aws, nproc=nproc, **FSDP_ON_S3, **{"train.max_steps": steps})
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout + done.stderr
+
+    def weights(name: str) -> dict[str, torch.Tensor]:
+        return torch.load(tmp_path / name / "model.pt", weights_only=True)["model"]
+
+    manifest = written_by_two_ranks["manifests"][20]
+    assert manifest["world_size"] == 2
+    assert {"__0_0.distcp", "__1_0.distcp"} <= set(manifest["files"])  # one shard per rank
+    interval = written_by_two_ranks["manifests"][10]
+    assert interval["step"] == 10 and interval["world_size"] == 2  # written in the background
+
+    # At the last step a resumed run only evaluates and writes the weights it loaded.
+    outs = {"second": written_by_two_ranks["resumed"]}
+    assert f"resuming from s3://mlops/ckpt/{written_by_two_ranks['latest']}" in outs["second"]
+    assert "written by 2 ranks, this run has 1: resharded" in outs["second"]
+    for name, nproc, steps, writers in (("third", 1, 24, 2), ("fourth", 2, 24, 1)):
+        before = pointer()
+        outs[name] = run(name, nproc, steps)
+        assert f"resuming from s3://mlops/ckpt/{before}" in outs[name]
+        assert f"written by {writers} ranks, this run has {nproc}: resharded" in outs[name]
+    assert "steps 20..24" in outs["third"]  # the optimizer state, resharded too, trains on
+    for written, loaded in (("first", "second"), ("third", "fourth")):
+        a, b = weights(written), weights(loaded)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), (written, loaded)
+
+
+def test_every_rank_uploads_its_shard_to_s3_and_a_single_process_resumes_it(written_by_two_ranks):
+    """A real 2-process torchrun run writes; one process (in this process) resumes."""
+    latest, tmp_path = written_by_two_ranks["latest"], written_by_two_ranks["dir"]
     files = {MANIFEST, TRAIN_STATE, shards.METADATA, "__0_0.distcp", "__1_0.distcp"}
+    keys = written_by_two_ranks["keys"]
     assert keys == {f"ckpt/{latest}/{f}" for f in files}  # rank 1's shard came from rank 1
-    manifest = json.loads(client.get_object(Bucket="mlops", Key=f"ckpt/{latest}/{MANIFEST}")["Body"].read())
+    manifest = written_by_two_ranks["manifests"][20]
     assert set(manifest["files"]) == files - {MANIFEST} and manifest["world_size"] == 2
-    assert f"resuming from s3://mlops/ckpt/{latest} (step 20)" in second
+    assert f"resuming from s3://mlops/ckpt/{latest} (step 20)" in written_by_two_ranks["resumed"]
     written = torch.load(tmp_path / "first" / "model.pt", weights_only=True)["model"]
     loaded = torch.load(tmp_path / "second" / "model.pt", weights_only=True)["model"]
     assert all(torch.equal(written[k], loaded[k]) for k in written)

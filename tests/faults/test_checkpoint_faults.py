@@ -616,7 +616,10 @@ def test_a_full_volume_under_the_llm_export_is_retryable_and_leaves_no_partial_a
         raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
 
     monkeypatch.setattr(peft.peft_model, "safe_save_file", volume_full)
-    llm = {"llm.model": "tiny", "llm.seq_len": 64, "data.source": LLM_SAMPLE, "data.val_fraction": 0.02}
+    # 40 of the sample's 240 conversations: each run tokenizes every record it reads, and one step needs few.
+    sample = tmp_path / "llm-chat.jsonl"
+    sample.write_text("".join(LLM_SAMPLE.read_text().splitlines(keepends=True)[:40]))
+    llm = {"llm.model": "tiny", "llm.seq_len": 64, "data.source": sample, "data.val_fraction": 0.05}
     llm |= {"train.batch_size": 2, "train.warmup_steps": 0}  # one step: the export is what is tested
     llm |= {k: None for k in TINY if k.startswith("model.")}  # the classifier's: refused under llm.model
     code = _main(args(1, str(out / "ckpt"), str(out), **llm))

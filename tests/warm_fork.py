@@ -11,7 +11,6 @@ forks a keeper, which forks the child, which:
   to that group, and when the stub is killed (SIGKILL, which no handler sees) the keeper kills the group;
 - has the stub's stdin, stdout and stderr, environment and working directory, sys.path built from its own
   $PYTHONPATH, a fresh __main__ module, and tempfile's directory unset (the server's would survive the fork);
-  it imports this repository's modules afresh, from code the server compiled once (`compiled_once`);
 - ends as a cold process ends (SystemExit's code, 1 on an uncaught exception, non-daemon threads joined,
   atexit run); the stub then exits with the same code or dies of the same signal.
 What a fork cannot give a process is refused rather than approximated: a thread-count variable (OpenMP reads
@@ -69,28 +68,6 @@ if os.WIFSIGNALED(status):
     signal.pthread_sigmask(signal.SIG_UNBLOCK, [os.WTERMSIG(status)])
     os.kill(os.getpid(), os.WTERMSIG(status))
 os._exit(os.waitstatus_to_exitcode(status))
-"""
-
-
-def compiled_once(root: Path) -> str:
-    """Code a server runs first: every process forked from it gets the repository's modules (those under
-    `root`) compiled as from a bytecode cache (marshalled code of the same source), not compiled again: a
-    fresh interpreter reads __pycache__, but PYTHONDONTWRITEBYTECODE (set here) leaves none, so each forked
-    process would compile what it imports. The server compiles what its preload imports; a process's own
-    new imports compile as usual."""
-    return f"""
-import importlib.machinery as _machinery, marshal as _marshal
-def _compiled_once(compile_source, root, known={{}}):
-    def source_to_code(self, data, path, *, _optimize=-1):
-        if _optimize != -1 or not str(path).startswith(root):
-            return compile_source(self, data, path, _optimize=_optimize)
-        if known.get(path, (None,))[0] != data:
-            known[path] = (data, _marshal.dumps(compile_source(self, data, path)))
-        return _marshal.loads(known[path][1])
-    return source_to_code
-_machinery.SourceFileLoader.source_to_code = _compiled_once(
-    _machinery.SourceFileLoader.source_to_code, {str(root) + os.sep!r}
-)
 """
 
 
@@ -232,7 +209,7 @@ class WarmServer:
         os.chmod(self.stub, 0o755)
         lists = [",".join(OURS), ",".join(FIXED_AT_IMPORT)]
         self._server = subprocess.Popen(
-            [sys.executable, "-u", "-c", compiled_once(REPO) + _SERVER, self.socket, *lists, preload],
+            [sys.executable, "-u", "-c", _SERVER, self.socket, *lists, preload],
             cwd=REPO,
             env=env,
             stdin=subprocess.PIPE,

@@ -7,8 +7,7 @@ module outside this repository that importing the platform and workload programs
 child per run: the child starts where a fresh `python language_python_exec.py ...` would be after importing
 those libraries, and runs the same exec shim with the same argv, environment and working directory. Nothing
 of this repository is imported before the fork (the child imports the program itself, reading its config as
-a fresh process does, from code compiled once, as a bytecode cache holds it: tests/warm_fork.py
-`compiled_once`), and the SDKs hold no gRPC channel or event loop yet, so the child meets the engine as
+a fresh process does), and the SDKs hold no gRPC channel or event loop yet, so the child meets the engine as
 a cold process would. The SDKs load most of their modules lazily, while the program runs (pulumi_aws.ec2 on
 the first `aws.ec2` attribute: 2 s of a run's 2.4): each child says which library modules it ended with, and
 the server imports them between runs (modules only: no program code runs in the server), so later runs start
@@ -26,8 +25,6 @@ import tempfile
 import threading
 from pathlib import Path
 from typing import Any
-
-from tests.warm_fork import compiled_once
 
 REPO = Path(__file__).resolve().parents[2]  # tests/infra/ -> the repository
 OURS = ("infra", "workloads", "policy", "trainer", "sim", "tests")
@@ -97,7 +94,7 @@ class WarmInterpreter:
     def __init__(self) -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         self._server = subprocess.Popen(
-            [sys.executable, "-c", compiled_once(REPO) + _SERVER, ",".join(OURS)],
+            [sys.executable, "-c", _SERVER, ",".join(OURS)],
             cwd=REPO,
             env=env,
             stdin=subprocess.PIPE,

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
+
 from once_per_run import once_per_run
 
 
-def test_the_second_worker_loads_what_the_first_computed_and_a_plain_run_computes(tmp_path_factory):
+def _worker_temp(tmp_path: Path, worker: str) -> SimpleNamespace:
+    """A worker's tmp_path_factory as pytest-xdist gives it: its basetemp one level under the run's. The
+    run's is this test's own tmp_path, so nothing an earlier run (or a run without xdist) left is read."""
+    return SimpleNamespace(getbasetemp=lambda: tmp_path / f"popen-{worker}")
+
+
+def test_the_second_worker_loads_what_the_first_computed_and_a_plain_run_computes(tmp_path):
     calls = []
 
     def compute() -> dict:
@@ -13,7 +22,7 @@ def test_the_second_worker_loads_what_the_first_computed_and_a_plain_run_compute
         return {"objects": [1, 2, 3]}
 
     name = "once-per-run-self-test"
-    first = once_per_run(tmp_path_factory, "gw0", name, compute)
-    second = once_per_run(tmp_path_factory, "gw1", name, compute)
+    first = once_per_run(_worker_temp(tmp_path, "gw0"), "gw0", name, compute)
+    second = once_per_run(_worker_temp(tmp_path, "gw1"), "gw1", name, compute)
     assert calls == [1] and second == first and second is not first  # each worker holds its own copy
-    assert once_per_run(tmp_path_factory, "master", name, compute) == first and calls == [1, 1]
+    assert once_per_run(_worker_temp(tmp_path, "master"), "master", name, compute) == first and calls == [1, 1]

@@ -6,7 +6,6 @@ import re
 
 import kubernetes_validate
 import pytest
-from kubeflow_trainer_api.models import TrainerV1alpha1TrainingRuntime, TrainerV1alpha1TrainJob
 
 from infra.accelerators import CATALOG
 from infra.config.cluster_rules import DEFAULT_KUBERNETES_VERSION
@@ -41,7 +40,6 @@ ELASTIC_SPEC = {
     "operator": "pytorchjob",
     "elastic": {"minNodes": 1, "maxNodes": 4},
 }
-TRAINER_MODELS = {"TrainJob": TrainerV1alpha1TrainJob, "TrainingRuntime": TrainerV1alpha1TrainingRuntime}
 
 
 def render_stack(name: str) -> list[dict]:
@@ -138,10 +136,14 @@ def test_custom_resources_validate_against_the_upstream_crds(crd_check, dev_plat
 
 @pytest.mark.parametrize("stack", [s for s in STACKS if load_stack(s).spec.operator == "trainjob"])
 def test_trainjob_and_runtime_round_trip_through_the_kubeflow_trainer_models(stack):
+    # Imported here: its generated models take a second to import, in every worker that collects this file.
+    from kubeflow_trainer_api.models import TrainerV1alpha1TrainingRuntime, TrainerV1alpha1TrainJob
+
+    models = {"TrainJob": TrainerV1alpha1TrainJob, "TrainingRuntime": TrainerV1alpha1TrainingRuntime}
     # The models drop fields they do not know: an unchanged round trip means every field is in the API.
     for obj in render_stack(stack):
-        if obj["kind"] in TRAINER_MODELS:
-            assert TRAINER_MODELS[obj["kind"]].from_dict(obj).to_dict() == obj
+        if obj["kind"] in models:
+            assert models[obj["kind"]].from_dict(obj).to_dict() == obj
 
 
 @pytest.mark.parametrize(
